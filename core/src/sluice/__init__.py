@@ -1,0 +1,1 @@
+"""Sluice: message brokers to batch data pipelines."""

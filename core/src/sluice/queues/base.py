@@ -1,0 +1,110 @@
+"""MessageQueue: the base every Sluice transport (memory, Kafka, MQTT) builds on."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from pip_services3_commons.config import ConfigParams, NameResolver
+from pip_services3_commons.run import ICleanable
+from pip_services3_messaging.queues import IMessageReceiver
+from pip_services3_messaging.queues import MessageQueue as _PipMessageQueue
+
+from .capabilities import MessagingCapabilities
+from .config import ConfigKey, read_config, to_config_params
+from .envelope import MessageEnvelope
+
+__all__ = ["MessageQueue", "MessageReceiver"]
+
+log = logging.getLogger("sluice.queues")
+
+#: A receiver is a pip-services ``IMessageReceiver`` or a plain ``callable(message, queue)``.
+MessageReceiver = IMessageReceiver | Callable[[MessageEnvelope, "MessageQueue"], Any]
+
+LISTEN_INTERVAL_KEY = ConfigKey(
+    "options.listen_interval",
+    int,
+    1000,
+    "Milliseconds listen() waits in one receive before checking whether end_listen() was called.",
+)
+
+
+class MessageQueue(_PipMessageQueue, ICleanable):  # type: ignore[misc]
+    """Base class of Sluice's queues, on pip-services' ``MessageQueue`` abstraction.
+
+    What it adds to pip-services:
+
+    - ``configure`` validates every key against :attr:`CONFIG_KEYS` (wrong type: ``ConfigError``;
+      unknown key: ``UnknownConfigKeyWarning``) and accepts a plain dict as well as ConfigParams;
+    - ``receive`` has a default wait of 0 ms;
+    - ``listen`` works on top of ``receive`` (no busy loop) and accepts a plain callable;
+    - ``send_as_object`` builds Sluice's ``MessageEnvelope`` (which handles bytes payloads).
+    """
+
+    #: The configuration keys this queue understands, beyond the common connection/credential ones.
+    CONFIG_KEYS: ClassVar[tuple[ConfigKey, ...]] = (LISTEN_INTERVAL_KEY,)
+
+    def __init__(self, name: str | None = None, capabilities: MessagingCapabilities | None = None):
+        super().__init__(name, capabilities)
+        self._config: dict[str, Any] = read_config({}, self.CONFIG_KEYS, self._component())
+        self._listen_stop = threading.Event()
+
+    # ---- configuration -------------------------------------------------------------------
+
+    def _component(self) -> str:
+        return f"{type(self).__name__}({self._name or ''})"
+
+    def configure(self, config: ConfigParams | Mapping[str, Any]) -> None:
+        params = to_config_params(config)
+        self._config = read_config(params, self.CONFIG_KEYS, self._component())
+        name = self._name
+        super().configure(params)
+        self._name = NameResolver.resolve(params, name)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The effective configuration (validated, defaults applied). Secrets are included."""
+        return dict(self._config)
+
+    # ---- pip-services API with Sluice's fixes ----------------------------------------------
+
+    def send_as_object(self, correlation_id: str | None, message_type: str, message: Any) -> None:
+        self.send(correlation_id, MessageEnvelope(correlation_id, message_type, message))
+
+    def renew_lock(self, message: MessageEnvelope, lock_timeout: int) -> None:
+        """Renew a message lock. A no-op on queues that do not lock (see ``can_renew_lock``)."""
+
+    def listen(self, correlation_id: str | None, receiver: MessageReceiver) -> None:
+        """Hand every incoming message to ``receiver`` until :meth:`end_listen` or :meth:`close`.
+
+        The receiver is responsible for ``complete``/``abandon``; an exception it raises is logged
+        and the message is abandoned so it is delivered again (where the queue can abandon).
+        """
+        self._check_open(correlation_id)
+        self._listen_stop.clear()
+        deliver = receiver.receive_message if hasattr(receiver, "receive_message") else receiver
+        interval = int(self._config[LISTEN_INTERVAL_KEY.name])
+        while not self._listen_stop.is_set() and self.is_open():
+            message = self.receive(correlation_id, interval)
+            if message is None:
+                continue
+            try:
+                deliver(message, self)
+            except Exception:
+                log.exception("%s: receiver failed on message %s", self, message.message_id)
+                if self.get_capabilities().can_abandon:
+                    self.abandon(message)
+
+    def end_listen(self, correlation_id: str | None) -> None:
+        self._listen_stop.set()
+
+    def _stop_listening(self) -> None:
+        self._listen_stop.set()
+
+    def _unsupported(self, operation: str) -> NotImplementedError:
+        return NotImplementedError(
+            f"{type(self).__name__} does not support {operation}; "
+            f"check queue.get_capabilities() before calling it."
+        )

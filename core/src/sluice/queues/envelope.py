@@ -1,0 +1,118 @@
+"""MessageEnvelope: pip-services' envelope, fixed for bytes payloads and carrying broker metadata."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+from typing import Any
+
+from pip_services3_commons.convert import DateTimeConverter
+from pip_services3_messaging.queues import MessageEnvelope as _PipEnvelope
+
+__all__ = ["Header", "MessageEnvelope"]
+
+Header = tuple[str, bytes]
+
+
+def _to_bytes(value: str | bytes | None) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return value.encode("utf-8")
+
+
+class MessageEnvelope(_PipEnvelope):  # type: ignore[misc]
+    """A message plus the information needed to trace, route and acknowledge it.
+
+    ``message`` may be ``bytes`` (kept as is), ``str`` (UTF-8 encoded) or any JSON-serialisable
+    object (encoded as JSON). pip-services' own envelope fails on ``bytes``; this one does not.
+
+    Besides the pip-services fields (``correlation_id``, ``message_type``, ``message_id``,
+    ``sent_time``, ``message``) an envelope carries broker metadata: ``key`` and ``headers`` that
+    a sender may set, and ``topic``, ``partition``, ``offset`` and ``timestamp`` (ms since the
+    epoch) that a receiving queue fills in. ``None`` means "not known / not applicable".
+    """
+
+    def __init__(
+        self,
+        correlation_id: str | None,
+        message_type: str | None,
+        message: Any,
+        *,
+        key: str | bytes | None = None,
+        headers: list[Header] | dict[str, str | bytes] | None = None,
+    ) -> None:
+        super().__init__(correlation_id, message_type, None)
+        self.message: bytes | None = None
+        if isinstance(message, (bytes, bytearray, memoryview)):
+            self.message = bytes(message)
+        elif isinstance(message, str):
+            self.set_message_as_string(message)
+        else:
+            self.set_message_as_object(message)
+        self.message_id: str = str(self.message_id)
+        self.key: bytes | None = _to_bytes(key)
+        self.headers: list[Header] = normalize_headers(headers)
+        self.topic: str | None = None
+        self.partition: int | None = None
+        self.offset: int | None = None
+        self.timestamp: int | None = None
+
+    def header(self, name: str) -> bytes | None:
+        """The last value of header ``name``, or None."""
+        found = None
+        for key, value in self.headers:
+            if key == name:
+                found = value
+        return found
+
+    def get_message_as_string(self) -> str | None:
+        return None if self.message is None else self.message.decode("utf-8")
+
+    def to_string(self) -> str:
+        payload = "---" if not self.message else self.message[:50].decode("utf-8", "replace")
+        return f"[{self.correlation_id or '---'},{self.message_type or '---'},{payload}]"
+
+    def to_json(self) -> dict[str, Any]:
+        """The envelope as a JSON-ready dict; the payload is base64 (so bytes survive)."""
+        sent = self.sent_time or datetime.datetime.now(datetime.UTC)
+        return {
+            "message_id": self.message_id,
+            "correlation_id": self.correlation_id,
+            "message_type": self.message_type,
+            "sent_time": sent.isoformat(),
+            "message": None if self.message is None else base64.b64encode(self.message).decode("ascii"),
+        }
+
+    @staticmethod
+    def from_json(value: str | bytes | dict[str, Any] | None) -> MessageEnvelope | None:
+        """Parse what :meth:`to_json` produced; None when ``value`` is not such a document."""
+        if value is None:
+            return None
+        try:
+            doc = value if isinstance(value, dict) else json.loads(value)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(doc, dict) or "message_id" not in doc:
+            return None
+        envelope = MessageEnvelope(doc.get("correlation_id"), doc.get("message_type"), None)
+        envelope.message_id = str(doc["message_id"])
+        payload = doc.get("message")
+        try:
+            envelope.message = None if payload is None else base64.b64decode(payload, validate=True)
+        except (ValueError, TypeError):
+            return None
+        envelope.sent_time = DateTimeConverter.to_nullable_datetime(doc.get("sent_time"))
+        return envelope
+
+
+def normalize_headers(headers: list[Header] | dict[str, str | bytes] | None) -> list[Header]:
+    """Headers as a list of (name, bytes) pairs, the form Kafka clients use."""
+    if not headers:
+        return []
+    items = headers.items() if isinstance(headers, dict) else headers
+    result: list[Header] = []
+    for name, value in items:
+        encoded = _to_bytes(value)
+        result.append((str(name), b"" if encoded is None else encoded))
+    return result

@@ -1,0 +1,1 @@
+"""sluice.testing: embedded brokers for tests and demos."""

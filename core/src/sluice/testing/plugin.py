@@ -1,0 +1,126 @@
+"""pytest plugin (entry point ``sluice``): fixtures that start real brokers on free ports.
+
+- ``noida_broker``, ``tansu_broker``: Kafka-protocol brokers, one per test session.
+- ``kafka_broker``: parametrized over both (or the broker ``SLUICE_TEST_KAFKA_BOOTSTRAP`` names).
+- ``mosquitto_broker``, ``mosquitto_auth_broker``: MQTT, anonymous and with a password file.
+- ``mqtt_broker``: mosquitto (or the broker ``SLUICE_TEST_MQTT_URL`` names).
+- ``private_mosquitto``, ``private_noida``: a broker of the test's own, free to stop and restart.
+- ``unique_name``: a fresh topic / group / client id for one test.
+
+Every broker is stopped by its pid when its scope ends.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import pytest
+
+from .brokers import BrokerProcess, start_mosquitto, start_noida, start_tansu
+
+KAFKA_ENV = "SLUICE_TEST_KAFKA_BOOTSTRAP"
+MQTT_ENV = "SLUICE_TEST_MQTT_URL"
+
+
+@dataclass(frozen=True)
+class ExternalBroker:
+    """A broker the tests did not start (named by an environment variable); never stopped."""
+
+    name: str
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+
+Broker = BrokerProcess | ExternalBroker
+
+
+def _external(env: str, scheme: str, default_port: int) -> ExternalBroker | None:
+    value = os.environ.get(env)
+    if not value:
+        return None
+    parts = urlsplit(value if "://" in value else f"{scheme}://{value}")
+    return ExternalBroker("external", scheme, parts.hostname or "127.0.0.1", parts.port or default_port)
+
+
+def _session_broker(start: Callable[[], BrokerProcess]) -> Iterator[BrokerProcess]:
+    broker = start()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture(scope="session")
+def noida_broker() -> Iterator[BrokerProcess]:
+    yield from _session_broker(start_noida)
+
+
+@pytest.fixture(scope="session")
+def tansu_broker() -> Iterator[BrokerProcess]:
+    yield from _session_broker(start_tansu)
+
+
+def _kafka_params() -> list[str]:
+    return ["external"] if os.environ.get(KAFKA_ENV) else ["noida", "tansu"]
+
+
+@pytest.fixture(scope="session", params=_kafka_params())
+def kafka_broker(request: pytest.FixtureRequest) -> Broker:
+    """Each Kafka-protocol broker in turn: noida-db and Tansu, or the external one."""
+    if request.param == "external":
+        external = _external(KAFKA_ENV, "kafka", 9092)
+        assert external is not None
+        return external
+    broker: BrokerProcess = request.getfixturevalue(f"{request.param}_broker")
+    return broker
+
+
+@pytest.fixture(scope="session")
+def mosquitto_broker() -> Iterator[BrokerProcess]:
+    yield from _session_broker(start_mosquitto)
+
+
+@pytest.fixture(scope="session")
+def mosquitto_auth_broker() -> Iterator[BrokerProcess]:
+    """mosquitto that only admits user ``sluice`` with the password in ``broker.users``."""
+    yield from _session_broker(lambda: start_mosquitto(users={"sluice": secrets.token_urlsafe(12)}))
+
+
+@pytest.fixture(scope="session")
+def mqtt_broker(request: pytest.FixtureRequest) -> Broker:
+    external = _external(MQTT_ENV, "mqtt", 1883)
+    if external is not None:
+        return external
+    broker: BrokerProcess = request.getfixturevalue("mosquitto_broker")
+    return broker
+
+
+@pytest.fixture
+def private_mosquitto() -> Iterator[BrokerProcess]:
+    yield from _session_broker(start_mosquitto)
+
+
+@pytest.fixture
+def private_noida() -> Iterator[BrokerProcess]:
+    yield from _session_broker(start_noida)
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A short name no other test uses: for topics, groups and client ids."""
+    stem = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40].strip("-")
+    return f"{stem}-{uuid.uuid4().hex[:8]}"
