@@ -1,4 +1,4 @@
-"""The broker-agnostic part of Sluice: envelope, capabilities, the queue base, memory queue, URIs."""
+"""Broker-agnostic Sluice: envelope, capabilities, config, the queue base, memory queue, URIs."""
 
 from .base import MessageQueue, MessageReceiver
 from .capabilities import MessagingCapabilities

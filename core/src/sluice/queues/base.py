@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, TypeAlias
 
 from pip_services3_commons.config import ConfigParams, NameResolver
 from pip_services3_commons.run import ICleanable
-from pip_services3_messaging.queues import IMessageReceiver
 from pip_services3_messaging.queues import MessageQueue as _PipMessageQueue
 
 from .capabilities import MessagingCapabilities
@@ -20,8 +19,17 @@ __all__ = ["MessageQueue", "MessageReceiver"]
 
 log = logging.getLogger("sluice.queues")
 
+
+class SupportsReceiveMessage(Protocol):
+    """pip-services' ``IMessageReceiver``: an object with ``receive_message(message, queue)``."""
+
+    def receive_message(self, message: MessageEnvelope, queue: Any) -> Any: ...
+
+
 #: A receiver is a pip-services ``IMessageReceiver`` or a plain ``callable(message, queue)``.
-MessageReceiver = IMessageReceiver | Callable[[MessageEnvelope, "MessageQueue"], Any]
+MessageReceiver: TypeAlias = (
+    SupportsReceiveMessage | Callable[[MessageEnvelope, "MessageQueue"], Any]
+)
 
 LISTEN_INTERVAL_KEY = ConfigKey(
     "options.listen_interval",
@@ -48,6 +56,7 @@ class MessageQueue(_PipMessageQueue, ICleanable):  # type: ignore[misc]
 
     def __init__(self, name: str | None = None, capabilities: MessagingCapabilities | None = None):
         super().__init__(name, capabilities)
+        self._name: str | None = name
         self._config: dict[str, Any] = read_config({}, self.CONFIG_KEYS, self._component())
         self._listen_stop = threading.Event()
 

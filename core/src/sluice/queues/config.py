@@ -106,16 +106,27 @@ def _convert(raw: Any, target: type) -> Any:
 COMMON_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("name", str, None, "Component name, used in logs."),
     ConfigKey("descriptor", str, None, "pip-services component descriptor (ignored by Sluice)."),
-    ConfigKey("connection.discovery_key", str, None, "Key to look the connection up in a discovery service."),
-    ConfigKey("connection.protocol", str, None, "Connection protocol (tcp, ssl, mqtt, mqtts, ...)."),
+    ConfigKey(
+        "connection.discovery_key",
+        str,
+        None,
+        "Key to look the connection up in a discovery service.",
+    ),
+    ConfigKey(
+        "connection.protocol", str, None, "Connection protocol (tcp, ssl, mqtt, mqtts, ...)."
+    ),
     ConfigKey("connection.host", str, None, "Broker host name or IP address."),
     ConfigKey("connection.port", int, None, "Broker port."),
     ConfigKey("connection.uri", str, None, "Broker URI; may carry every other connection key."),
-    ConfigKey("credential.store_key", str, None, "Key to look the credential up in a credential store."),
+    ConfigKey(
+        "credential.store_key", str, None, "Key to look the credential up in a credential store."
+    ),
     ConfigKey("credential.username", str, None, "User name."),
     ConfigKey("credential.password", str, None, "Password (never logged).", secret=True),
     ConfigKey("credential.access_id", str, None, "Application access id."),
-    ConfigKey("credential.access_key", str, None, "Application secret key (never logged).", secret=True),
+    ConfigKey(
+        "credential.access_key", str, None, "Application secret key (never logged).", secret=True
+    ),
 )
 
 # pip-services also accepts numbered sections: connections.0.host, credentials.1.username ...
@@ -168,12 +179,16 @@ def warn_unknown_key(key: str, known: Iterable[str], component: str) -> None:
     )
 
 
-def redact(config: ConfigParams | Mapping[str, Any], keys: Sequence[ConfigKey] = ()) -> dict[str, Any]:
+def redact(
+    config: ConfigParams | Mapping[str, Any], keys: Sequence[ConfigKey] = ()
+) -> dict[str, Any]:
     """A copy of ``config`` that is safe to log: secret values replaced by ``***``."""
     secret_names = {k.name for k in (*COMMON_KEYS, *keys) if k.secret}
     params = to_config_params(config)
     out: dict[str, Any] = {}
     for raw_key in params.get_keys():
         name = _canonical(str(raw_key))
-        out[str(raw_key)] = "***" if name in secret_names or "password" in name else params.get(raw_key)
+        out[str(raw_key)] = (
+            "***" if name in secret_names or "password" in name else params.get(raw_key)
+        )
     return out

@@ -1,4 +1,4 @@
-"""MessageEnvelope: pip-services' envelope, fixed for bytes payloads and carrying broker metadata."""
+"""MessageEnvelope: pip-services' envelope, fixed for bytes payloads, with broker metadata."""
 
 from __future__ import annotations
 
@@ -81,7 +81,9 @@ class MessageEnvelope(_PipEnvelope):  # type: ignore[misc]
             "correlation_id": self.correlation_id,
             "message_type": self.message_type,
             "sent_time": sent.isoformat(),
-            "message": None if self.message is None else base64.b64encode(self.message).decode("ascii"),
+            "message": None
+            if self.message is None
+            else base64.b64encode(self.message).decode("ascii"),
         }
 
     @staticmethod

@@ -69,12 +69,25 @@ class MemoryMessageQueue(MessageQueue):
     """A correct in-memory message queue (see the module docstring)."""
 
     CONFIG_KEYS = (
-        ConfigKey("topic", str, None, "In-process topic shared by every memory queue that names it; "
-                  "without it the queue is private."),
-        ConfigKey("options.lock_timeout", int, 30000,
-                  "Milliseconds a received message stays locked before it returns to the queue."),
-        ConfigKey("options.dead_letter_topic", str, None,
-                  "Topic that move_to_dead_letter sends to (default: '<topic>.dlq')."),
+        ConfigKey(
+            "topic",
+            str,
+            None,
+            "In-process topic shared by every memory queue that names it; "
+            "without it the queue is private.",
+        ),
+        ConfigKey(
+            "options.lock_timeout",
+            int,
+            30000,
+            "Milliseconds a received message stays locked before it returns to the queue.",
+        ),
+        ConfigKey(
+            "options.dead_letter_topic",
+            str,
+            None,
+            "Topic that move_to_dead_letter sends to (default: '<topic>.dlq').",
+        ),
         LISTEN_INTERVAL_KEY,
     )
 
@@ -82,7 +95,17 @@ class MemoryMessageQueue(MessageQueue):
         super().__init__(
             name,
             MessagingCapabilities(
-                True, True, True, True, True, True, True, True, True, can_persist=True, can_order=True
+                True,
+                True,
+                True,
+                True,
+                True,
+                True,
+                True,
+                True,
+                True,
+                can_persist=True,
+                can_order=True,
             ),
         )
         self._topic: _Topic = _Topic(None)
@@ -203,8 +226,13 @@ class MemoryMessageQueue(MessageQueue):
             return
         dead = self._dead_letters
         with dead.cond:
-            copy = MessageEnvelope(message.correlation_id, message.message_type, message.message,
-                                   key=message.key, headers=list(message.headers))
+            copy = MessageEnvelope(
+                message.correlation_id,
+                message.message_type,
+                message.message,
+                key=message.key,
+                headers=list(message.headers),
+            )
             copy.message_id = message.message_id
             copy.headers += [
                 ("sluice.original_topic", (message.topic or "").encode()),
@@ -230,4 +258,6 @@ class MemoryMessageQueue(MessageQueue):
     def _next_expiry_in(self) -> float:
         if not self._topic.locked:
             return 3600.0
-        return max(0.001, min(lock.expires for lock in self._topic.locked.values()) - time.monotonic())
+        return max(
+            0.001, min(lock.expires for lock in self._topic.locked.values()) - time.monotonic()
+        )

@@ -88,7 +88,9 @@ def uri_to_config(uri: str, known_keys: set[str] | None = None) -> dict[str, Any
     """
     parts = urlsplit(uri)
     if not parts.scheme:
-        raise ValueError(f"Queue URI '{uri}' has no scheme; write e.g. kafka://localhost:9092/topic")
+        raise ValueError(
+            f"Queue URI '{uri}' has no scheme; write e.g. kafka://localhost:9092/topic"
+        )
     config: dict[str, Any] = {}
     transport = _REGISTRY.get(parts.scheme.lower())
     if transport is not None and transport.protocol:
@@ -119,7 +121,9 @@ def queue_from_uri(uri: str, name: str | None = None) -> MessageQueue:
     """A configured (not yet opened) queue for ``uri``; the transport is chosen by scheme."""
     scheme = urlsplit(uri).scheme
     if not scheme:
-        raise ValueError(f"Queue URI '{uri}' has no scheme; write e.g. kafka://localhost:9092/topic")
+        raise ValueError(
+            f"Queue URI '{uri}' has no scheme; write e.g. kafka://localhost:9092/topic"
+        )
     cls = _transport_for(scheme).load()
     top_level = {k.name for k in cls.CONFIG_KEYS if not k.name.startswith("options.")}
     config = uri_to_config(uri, top_level)

