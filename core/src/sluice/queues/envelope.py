@@ -10,15 +10,18 @@ from typing import Any
 from pip_services3_commons.convert import DateTimeConverter
 from pip_services3_messaging.queues import MessageEnvelope as _PipEnvelope
 
-__all__ = ["Header", "MessageEnvelope"]
+__all__ = ["Header", "MessageEnvelope", "normalize_headers", "to_bytes"]
 
 Header = tuple[str, bytes]
 
 
-def _to_bytes(value: str | bytes | None) -> bytes | None:
+def to_bytes(value: object) -> bytes | None:
+    """``value`` as bytes: bytes-like as is, anything else as its UTF-8 text; None stays None."""
     if value is None or isinstance(value, bytes):
         return value
-    return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    return str(value).encode("utf-8")
 
 
 class MessageEnvelope(_PipEnvelope):  # type: ignore[misc]
@@ -51,7 +54,7 @@ class MessageEnvelope(_PipEnvelope):  # type: ignore[misc]
         else:
             self.set_message_as_object(message)
         self.message_id: str = str(self.message_id)
-        self.key: bytes | None = _to_bytes(key)
+        self.key: bytes | None = to_bytes(key)
         self.headers: list[Header] = normalize_headers(headers)
         self.topic: str | None = None
         self.partition: int | None = None
@@ -115,6 +118,6 @@ def normalize_headers(headers: list[Header] | dict[str, str | bytes] | None) -> 
     items = headers.items() if isinstance(headers, dict) else headers
     result: list[Header] = []
     for name, value in items:
-        encoded = _to_bytes(value)
+        encoded = to_bytes(value)
         result.append((str(name), b"" if encoded is None else encoded))
     return result

@@ -1,0 +1,182 @@
+"""The Kafka configuration keys (seeds 000 and 001) and their translation to kafka-python."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+from ..queues.config import ConfigKey, UnknownConfigKeyWarning
+
+DEFAULT_BOOTSTRAP_ENV = "SLUICE_KAFKA_BOOTSTRAP"
+
+#: Keys of KafkaConnection (seed 001); a queue that owns its connection accepts them too.
+CONNECTION_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey("client_id", str, None, "Kafka client id (default: the host name)."),
+    ConfigKey(
+        "credential.mechanism",
+        str,
+        None,
+        "SASL mechanism: plain, scram-sha-256 or scram-sha-512 (default plain when a "
+        "username is given).",
+        choices=(
+            "plain",
+            "scram-sha-256",
+            "scram-sha-512",
+            "PLAIN",
+            "SCRAM-SHA-256",
+            "SCRAM-SHA-512",
+        ),
+    ),
+    ConfigKey(
+        "options.log_level",
+        int,
+        1,
+        "0 none, 1 error, 2 warn, 3 info, 4 debug (kafka-python's logger).",
+    ),
+    ConfigKey("options.connect_timeout", int, 1000, "Milliseconds to connect to a broker."),
+    ConfigKey("options.max_retries", int, 5, "Connection attempts open() makes before it fails."),
+    ConfigKey(
+        "options.retry_timeout",
+        int,
+        30000,
+        "Milliseconds between connection attempts (also the reconnect backoff cap).",
+    ),
+    ConfigKey(
+        "options.request_timeout",
+        int,
+        30000,
+        "Milliseconds to wait for a broker request or a flush.",
+    ),
+    ConfigKey(
+        "options.acks",
+        int,
+        -1,
+        "Acknowledgements a send waits for: -1 all, 0 none, 1 leader.",
+        choices=(-1, 0, 1),
+    ),
+    ConfigKey("options.num_partitions", int, 1, "Partitions of a topic create_queue makes."),
+    ConfigKey(
+        "options.replication_factor", int, 1, "Replication factor of a topic create_queue makes."
+    ),
+    ConfigKey("options.ssl_cafile", str, None, "CA certificate file for TLS."),
+    ConfigKey("options.ssl_certfile", str, None, "Client certificate file for TLS."),
+    ConfigKey("options.ssl_keyfile", str, None, "Client private key file for TLS."),
+    ConfigKey(
+        "options.ssl_check_hostname",
+        bool,
+        True,
+        "Check the broker's host name against its certificate.",
+    ),
+)
+
+#: Keys of KafkaMessageQueue (seed 000), beyond the connection's.
+QUEUE_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey("topic", str, None, "Kafka topic to send to and receive from."),
+    ConfigKey("queue", str, None, "pip-services alias of 'topic'."),
+    ConfigKey("group_id", str, "default", "Consumer group id."),
+    ConfigKey(
+        "from_beginning",
+        bool,
+        False,
+        "With no committed offset, start at the beginning of the topic (else at its end).",
+    ),
+    ConfigKey(
+        "read_partitions", int, 1, "Consumers this queue runs in its group, each on its own thread."
+    ),
+    ConfigKey(
+        "autocommit",
+        bool,
+        True,
+        "True: a message is committed when receive() hands it out. False: only complete() commits.",
+    ),
+    ConfigKey(
+        "options.autosubscribe",
+        bool,
+        False,
+        "Subscribe when the queue opens, not at the first read.",
+    ),
+    ConfigKey("options.write_partition", int, None, "Send every message to this partition."),
+    ConfigKey(
+        "options.dead_letter_topic",
+        str,
+        None,
+        "Topic of move_to_dead_letter (default '<topic>.dlq').",
+    ),
+    ConfigKey(
+        "options.session_timeout", int, 10000, "Consumer group session timeout in milliseconds."
+    ),
+    ConfigKey(
+        "options.max_buffer",
+        int,
+        1000,
+        "Messages fetched ahead into the local buffer before fetching pauses.",
+    ),
+)
+
+_PROTOCOLS = {
+    None: "PLAINTEXT",
+    "tcp": "PLAINTEXT",
+    "kafka": "PLAINTEXT",
+    "plaintext": "PLAINTEXT",
+    "ssl": "SSL",
+    "tls": "SSL",
+    "kafka+ssl": "SSL",
+    "sasl_plaintext": "SASL_PLAINTEXT",
+    "sasl_ssl": "SASL_SSL",
+}
+
+
+def bootstrap_servers(config: dict[str, Any]) -> list[str]:
+    """Servers from connection.uri ("h1:9092,h2:9092" or kafka://h:p) or connection.host/port.
+
+    With neither configured: $SLUICE_KAFKA_BOOTSTRAP, else localhost:9092.
+    """
+    uri = config.get("connection.uri")
+    if uri:
+        text = str(uri).split("://", 1)[-1].split("/", 1)[0]
+        return [server.strip() for server in text.split(",") if server.strip()]
+    host, port = config.get("connection.host"), config.get("connection.port")
+    if host or port:
+        return [f"{host or 'localhost'}:{port or 9092}"]
+    return [s.strip() for s in os.environ.get(DEFAULT_BOOTSTRAP_ENV, "localhost:9092").split(",")]
+
+
+def security_protocol(config: dict[str, Any]) -> str:
+    protocol = config.get("connection.protocol")
+    key = str(protocol).lower() if protocol else None
+    if key not in _PROTOCOLS:
+        warnings.warn(
+            f"KafkaConnection: config key 'connection.protocol' has the unknown value {protocol!r}; "
+            f"using plaintext. Use one of: tcp, ssl, sasl_plaintext, sasl_ssl.",
+            UnknownConfigKeyWarning,
+            stacklevel=5,
+        )
+        key = None
+    chosen = _PROTOCOLS[key]
+    if config.get("credential.username") and chosen in ("PLAINTEXT", "SSL"):
+        chosen = "SASL_" + chosen
+    return chosen
+
+
+def client_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The kafka-python keyword arguments shared by producer, consumers and admin client."""
+    kwargs: dict[str, Any] = {
+        "bootstrap_servers": bootstrap_servers(config),
+        "request_timeout_ms": config["options.request_timeout"],
+        "reconnect_backoff_max_ms": config["options.retry_timeout"],
+        "bootstrap_timeout_ms": config["options.connect_timeout"],
+        "security_protocol": security_protocol(config),
+    }
+    if config.get("client_id"):
+        kwargs["client_id"] = config["client_id"]
+    if kwargs["security_protocol"].startswith("SASL_"):
+        kwargs["sasl_mechanism"] = str(config.get("credential.mechanism") or "plain").upper()
+        kwargs["sasl_plain_username"] = config.get("credential.username")
+        kwargs["sasl_plain_password"] = config.get("credential.password")
+    if kwargs["security_protocol"].endswith("SSL"):
+        kwargs["ssl_check_hostname"] = config["options.ssl_check_hostname"]
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if config.get(f"options.{name}"):
+                kwargs[name] = config[f"options.{name}"]
+    return kwargs

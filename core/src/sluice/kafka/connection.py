@@ -1,0 +1,271 @@
+"""KafkaConnection (seed 001): one producer, an admin client and the consumer subscriptions,
+shareable by several queues through the reference ``*:connection:kafka:*:1.0``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+from kafka.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from kafka.structs import OffsetAndMetadata
+from pip_services3_commons.config import ConfigParams, IConfigurable
+from pip_services3_commons.refer import IReferenceable, IReferences
+from pip_services3_commons.run import IOpenable
+
+from ..queues.config import read_config, to_config_params
+from ..queues.envelope import normalize_headers, to_bytes
+from .config import CONNECTION_KEYS, bootstrap_servers, client_config
+from .subscription import KafkaMessageListener, Subscription
+
+__all__ = ["KafkaConnection"]
+
+log = logging.getLogger("sluice.kafka")
+T = TypeVar("T")
+
+_LOG_LEVELS = {
+    0: logging.CRITICAL + 10,
+    1: logging.ERROR,
+    2: logging.WARNING,
+    3: logging.INFO,
+    4: logging.DEBUG,
+}
+
+
+class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[misc]
+    """A connection to a Kafka cluster on kafka-python (see seed 001 for the keys)."""
+
+    def __init__(self) -> None:
+        self._config: dict[str, Any] = read_config({}, CONNECTION_KEYS, "KafkaConnection")
+        self._producer: KafkaProducer | None = None
+        self._admin: KafkaAdminClient | None = None
+        self._subscriptions: dict[tuple[str, str, int], list[Subscription]] = {}
+
+    # ---- configuration -------------------------------------------------------------------
+
+    def configure(self, config: ConfigParams | Mapping[str, Any]) -> None:
+        self.use_config(read_config(to_config_params(config), CONNECTION_KEYS, "KafkaConnection"))
+
+    def use_config(self, values: Mapping[str, Any]) -> None:
+        """Take already validated values (a queue that owns its connection passes its own)."""
+        self._config = dict(values)
+        logging.getLogger("kafka").setLevel(
+            _LOG_LEVELS.get(int(values["options.log_level"]), logging.ERROR)
+        )
+
+    def set_references(self, references: IReferences) -> None:
+        """Nothing to resolve: connection and credentials come from the configuration."""
+
+    @property
+    def servers(self) -> list[str]:
+        return bootstrap_servers(self._config)
+
+    def client_config(self) -> dict[str, Any]:
+        """kafka-python keyword arguments for a client of this cluster (contains secrets)."""
+        return client_config(self._config)
+
+    def __repr__(self) -> str:
+        return f"KafkaConnection(servers={self.servers}, open={self.is_open()})"
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def is_open(self) -> bool:
+        return self._producer is not None
+
+    def open(self, correlation_id: str | None = None) -> None:
+        """Connect the producer, retrying ``options.max_retries`` times ``options.retry_timeout`` apart."""
+        if self._producer is not None:
+            return
+        self._producer = self._connect(
+            lambda: KafkaProducer(
+                acks="all" if self._config["options.acks"] == -1 else self._config["options.acks"],
+                **self.client_config(),
+            )
+        )
+
+    def _connect(self, build: Callable[[], T]) -> T:
+        attempts = max(1, int(self._config["options.max_retries"]))
+        for attempt in range(1, attempts + 1):
+            try:
+                return build()
+            except KafkaTimeoutError as exc:
+                last = exc
+                log.warning(
+                    "Kafka at %s not reachable (attempt %d of %d)", self.servers, attempt, attempts
+                )
+                if attempt < attempts:
+                    time.sleep(self._config["options.retry_timeout"] / 1000)
+        raise ConnectionError(
+            f"Cannot connect to Kafka at {','.join(self.servers)} after {attempts} attempt(s): {last}. "
+            "Check connection.host and connection.port (or connection.uri) and that the broker is running."
+        ) from None
+
+    def close(self, correlation_id: str | None = None) -> None:
+        for key in list(self._subscriptions):
+            for subscription in self._subscriptions.pop(key):
+                subscription.stop()
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.close(timeout=self._config["options.request_timeout"] / 1000)
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            admin.close()
+
+    def _check_open(self) -> KafkaProducer:
+        if self._producer is None:
+            raise ConnectionError("The Kafka connection is not opened; call open() first.")
+        return self._producer
+
+    def get_connection(self) -> KafkaProducer:
+        """The connection object: the producer (kafka-python has no connection pool object)."""
+        return self._check_open()
+
+    def get_producer(self) -> KafkaProducer:
+        return self._check_open()
+
+    # ---- publishing ----------------------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        messages: Sequence[Mapping[str, Any]],
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Send ``messages`` ({value, key, timestamp, headers} dicts) and wait until all are acked.
+
+        ``options`` may hold ``partition`` (send everything to that partition).
+        """
+        producer = self._check_open()
+        partition = (options or {}).get("partition")
+        futures = [
+            producer.send(
+                topic,
+                value=to_bytes(message.get("value")),
+                key=to_bytes(message.get("key")),
+                headers=normalize_headers(message.get("headers")),
+                timestamp_ms=message.get("timestamp"),
+                partition=partition,
+            )
+            for message in messages
+        ]
+        timeout = self._config["options.request_timeout"] / 1000
+        producer.flush(timeout)
+        for future in futures:
+            future.get(timeout)
+
+    # ---- consuming -----------------------------------------------------------------------
+
+    def subscribe(
+        self, topic: str, group_id: str, options: Mapping[str, Any], listener: KafkaMessageListener
+    ) -> None:
+        """Start ``options['read_partitions']`` consumers of ``topic`` in ``group_id`` for ``listener``.
+
+        Other options: ``from_beginning`` (bool), ``session_timeout`` (ms).
+        """
+        self._check_open()
+        key = (topic, group_id, id(listener))
+        if key in self._subscriptions:
+            return
+        session_ms = int(options.get("session_timeout", 10000))
+        consumer_config = {
+            **self.client_config(),
+            "auto_offset_reset": "earliest" if options.get("from_beginning") else "latest",
+            "session_timeout_ms": session_ms,
+            "heartbeat_interval_ms": max(100, session_ms // 3),
+            "max_poll_records": 500,
+        }
+        subscriptions = [
+            Subscription(topic, group_id, consumer_config, listener, index)
+            for index in range(max(1, int(options.get("read_partitions", 1))))
+        ]
+        timeout = self._config["options.request_timeout"] / 1000
+        for subscription in subscriptions:
+            subscription.start_and_wait(timeout)
+        self._subscriptions[key] = subscriptions
+
+    def unsubscribe(self, topic: str, group_id: str, listener: KafkaMessageListener) -> None:
+        for subscription in self._subscriptions.pop((topic, group_id, id(listener)), []):
+            subscription.stop()
+
+    def subscriptions(
+        self, topic: str, group_id: str, listener: KafkaMessageListener
+    ) -> list[Subscription]:
+        return list(self._subscriptions.get((topic, group_id, id(listener)), []))
+
+    def _owner(
+        self, topic: str, group_id: str, partition: int, listener: KafkaMessageListener
+    ) -> Subscription:
+        subscriptions = self.subscriptions(topic, group_id, listener)
+        if not subscriptions:
+            raise RuntimeError(f"Not subscribed to topic '{topic}' in group '{group_id}'.")
+        for subscription in subscriptions:
+            if partition in subscription.assigned:
+                return subscription
+        return subscriptions[0]
+
+    def commit(
+        self, topic: str, group_id: str, partition: int, offset: int, listener: KafkaMessageListener
+    ) -> None:
+        """Commit ``offset`` (the next message to read) of ``partition`` for the group."""
+        self.commit_async(topic, group_id, partition, offset, listener).result()
+
+    def commit_async(
+        self, topic: str, group_id: str, partition: int, offset: int, listener: KafkaMessageListener
+    ) -> Future[None]:
+        """Queue the commit on the consumer's thread; commits run in the order they were queued."""
+        tp = TopicPartition(topic, partition)
+        return self._owner(topic, group_id, partition, listener).submit(
+            lambda consumer: consumer.commit({tp: OffsetAndMetadata(offset, "", -1)})
+        )
+
+    def seek(
+        self, topic: str, group_id: str, partition: int, offset: int, listener: KafkaMessageListener
+    ) -> None:
+        """Make the group's consumer read ``partition`` from ``offset`` next."""
+        tp = TopicPartition(topic, partition)
+        self._owner(topic, group_id, partition, listener).call(
+            lambda consumer: consumer.seek(tp, offset)
+        )
+
+    # ---- administration ------------------------------------------------------------------
+
+    def _connect_to_admin(self) -> KafkaAdminClient:
+        if self._admin is None:
+            self._admin = self._connect(lambda: KafkaAdminClient(**self.client_config()))
+        return self._admin
+
+    def create_queue(self, name: str) -> None:
+        """Create topic ``name`` (options.num_partitions, options.replication_factor); no error if it exists."""
+        spec = {
+            "num_partitions": self._config["options.num_partitions"],
+            "replication_factor": self._config["options.replication_factor"],
+        }
+        try:
+            self._connect_to_admin().create_topics({name: spec}, wait_for_metadata=True)
+        except TopicAlreadyExistsError:
+            pass
+
+    def delete_queue(self, name: str) -> None:
+        """Delete topic ``name``; no error if it does not exist."""
+        try:
+            self._connect_to_admin().delete_topics([name])
+        except UnknownTopicOrPartitionError:
+            pass
+
+    def read_queue_names(self) -> list[str]:
+        """The cluster's topics, without Kafka's internal ones."""
+        try:
+            names = self._connect_to_admin().list_topics()
+        except KafkaError as exc:
+            raise ConnectionError(
+                f"Cannot list the topics of Kafka at {','.join(self.servers)}: {exc}"
+            ) from None
+        return sorted(str(name) for name in names if not str(name).startswith("__"))

@@ -1,0 +1,169 @@
+"""One consumer, one thread: a KafkaConsumer owned by the thread that polls it.
+
+kafka-python consumers are not thread-safe. A :class:`Subscription` thread is the only one
+that touches its consumer; other threads hand it work (commit, seek, offset look-ups) as
+callables and wait for the result. Work runs between polls, so "drop what is buffered and
+seek back" is atomic with respect to delivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, Protocol, TypeVar
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.errors import KafkaError
+
+log = logging.getLogger("sluice.kafka")
+
+T = TypeVar("T")
+POLL_MS = 100
+
+
+class KafkaMessageListener(Protocol):
+    """Seed 001's IKafkaMessageListener, plus back-pressure and rebalance hooks."""
+
+    def on_message(self, topic: str, partition: int, message: Any) -> None: ...
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, subscription: Subscription) -> None:
+        self._subscription = subscription
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self._subscription.assigned = frozenset()
+        self._subscription.assigned_event.clear()
+        callback = getattr(self._subscription.listener, "on_partitions_revoked", None)
+        if callback is not None and revoked:
+            callback({tp.partition for tp in revoked})
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._subscription.assigned = frozenset(tp.partition for tp in assigned)
+        self._subscription.assigned_event.set()
+        log.debug(
+            "%s assigned %s", self._subscription.name, sorted(tp.partition for tp in assigned)
+        )
+
+
+class Subscription(threading.Thread):
+    """A consumer in ``group_id`` subscribed to ``topic``, delivering records to ``listener``."""
+
+    def __init__(
+        self,
+        topic: str,
+        group_id: str,
+        consumer_config: dict[str, Any],
+        listener: KafkaMessageListener,
+        index: int = 0,
+    ) -> None:
+        super().__init__(name=f"sluice-kafka-{topic}-{group_id}-{index}", daemon=True)
+        self.topic = topic
+        self.group_id = group_id
+        self.listener = listener
+        self._config = consumer_config
+        self._work: queue.SimpleQueue[tuple[Callable[[KafkaConsumer], Any], Future[Any]]] = (
+            queue.SimpleQueue()
+        )
+        self._stopping = threading.Event()
+        self._started = threading.Event()
+        self._startup_error: BaseException | None = None
+        self.consumer: KafkaConsumer | None = None
+        #: Partitions assigned to this consumer now (replaced, never mutated, by its thread).
+        self.assigned: frozenset[int] = frozenset()
+        self.assigned_event = threading.Event()
+
+    # ---- called from other threads -------------------------------------------------------
+
+    def start_and_wait(self, timeout: float) -> None:
+        self.start()
+        self._started.wait(timeout)
+        if self._startup_error is not None:
+            raise self._startup_error
+
+    def submit(self, work: Callable[[KafkaConsumer], T]) -> Future[T]:
+        """Queue ``work(consumer)`` for the consumer's thread; work runs in submission order."""
+        if not self.is_alive():
+            raise RuntimeError(f"{self.name} is not running")
+        future: Future[T] = Future()
+        self._work.put((work, future))
+        return future
+
+    def call(self, work: Callable[[KafkaConsumer], T], timeout: float | None = 60.0) -> T:
+        """Run ``work(consumer)`` on the consumer's thread and return its result."""
+        return self.submit(work).result(timeout)
+
+    def wait_assigned(self, timeout: float) -> bool:
+        """Wait until the group has assigned this consumer its partitions."""
+        return self.assigned_event.wait(timeout)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stopping.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
+
+    # ---- the consumer's thread -----------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            consumer = KafkaConsumer(
+                group_id=self.group_id, enable_auto_commit=False, **self._config
+            )
+            consumer.subscribe([self.topic], listener=_Rebalance(self))
+        except BaseException as exc:  # handed to start_and_wait's caller
+            self._startup_error = exc
+            self._started.set()
+            return
+        self.consumer = consumer
+        self._started.set()
+        try:
+            while not self._stopping.is_set():
+                self._run_work(consumer)
+                self._poll_once(consumer)
+            self._run_work(consumer)  # pending commits before closing
+        finally:
+            self._fail_pending_work()
+            consumer.close(autocommit=False)
+
+    def _poll_once(self, consumer: KafkaConsumer) -> None:
+        full = bool(getattr(self.listener, "is_full", lambda: False)())
+        assigned = consumer.assignment()
+        if full and assigned - consumer.paused():
+            consumer.pause(*assigned)
+        elif not full and consumer.paused():
+            consumer.resume(*consumer.paused())
+        try:
+            batches = consumer.poll(timeout_ms=POLL_MS)
+        except KafkaError as exc:
+            log.warning("%s: poll failed (%s); retrying", self.name, exc)
+            self._stopping.wait(POLL_MS / 1000)
+            return
+        for tp, records in batches.items():
+            for record in records:
+                self.listener.on_message(tp.topic, tp.partition, record)
+
+    def _run_work(self, consumer: KafkaConsumer) -> None:
+        while True:
+            try:
+                work, future = self._work.get_nowait()
+            except queue.Empty:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(work(consumer))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    def _fail_pending_work(self) -> None:
+        while True:
+            try:
+                _, future = self._work.get_nowait()
+            except queue.Empty:
+                return
+            if future.set_running_or_notify_cancel():
+                future.set_exception(RuntimeError(f"{self.name} stopped"))
