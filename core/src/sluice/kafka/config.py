@@ -147,7 +147,8 @@ def security_protocol(config: dict[str, Any]) -> str:
     key = str(protocol).lower() if protocol else None
     if key not in _PROTOCOLS:
         warnings.warn(
-            f"KafkaConnection: config key 'connection.protocol' has the unknown value {protocol!r}; "
+            f"KafkaConnection: config key 'connection.protocol' has the unknown value "
+            f"{protocol!r}; "
             f"using plaintext. Use one of: tcp, ssl, sasl_plaintext, sasl_ssl.",
             UnknownConfigKeyWarning,
             stacklevel=5,

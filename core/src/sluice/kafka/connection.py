@@ -3,6 +3,7 @@ shareable by several queues through the reference ``*:connection:kafka:*:1.0``."
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -81,7 +82,7 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         return self._producer is not None
 
     def open(self, correlation_id: str | None = None) -> None:
-        """Connect the producer, retrying ``options.max_retries`` times ``options.retry_timeout`` apart."""
+        """Connect the producer: ``options.max_retries`` tries, ``options.retry_timeout`` apart."""
         if self._producer is not None:
             return
         self._producer = self._connect(
@@ -104,8 +105,9 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
                 if attempt < attempts:
                     time.sleep(self._config["options.retry_timeout"] / 1000)
         raise ConnectionError(
-            f"Cannot connect to Kafka at {','.join(self.servers)} after {attempts} attempt(s): {last}. "
-            "Check connection.host and connection.port (or connection.uri) and that the broker is running."
+            f"Cannot connect to Kafka at {','.join(self.servers)} after {attempts} attempt(s): "
+            f"{last}. Check connection.host and connection.port (or connection.uri) and that the "
+            "broker is running."
         ) from None
 
     def close(self, correlation_id: str | None = None) -> None:
@@ -166,7 +168,7 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
     def subscribe(
         self, topic: str, group_id: str, options: Mapping[str, Any], listener: KafkaMessageListener
     ) -> None:
-        """Start ``options['read_partitions']`` consumers of ``topic`` in ``group_id`` for ``listener``.
+        """Start ``options['read_partitions']`` consumers of ``topic`` in ``group_id``.
 
         Other options: ``from_beginning`` (bool), ``session_timeout`` (ms).
         """
@@ -243,22 +245,20 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         return self._admin
 
     def create_queue(self, name: str) -> None:
-        """Create topic ``name`` (options.num_partitions, options.replication_factor); no error if it exists."""
+        """Create topic ``name`` (options.num_partitions, options.replication_factor).
+
+        No error if it exists."""
         spec = {
             "num_partitions": self._config["options.num_partitions"],
             "replication_factor": self._config["options.replication_factor"],
         }
-        try:
+        with contextlib.suppress(TopicAlreadyExistsError):
             self._connect_to_admin().create_topics({name: spec}, wait_for_metadata=True)
-        except TopicAlreadyExistsError:
-            pass
 
     def delete_queue(self, name: str) -> None:
         """Delete topic ``name``; no error if it does not exist."""
-        try:
+        with contextlib.suppress(UnknownTopicOrPartitionError):
             self._connect_to_admin().delete_topics([name])
-        except UnknownTopicOrPartitionError:
-            pass
 
     def read_queue_names(self) -> list[str]:
         """The cluster's topics, without Kafka's internal ones."""

@@ -41,7 +41,7 @@ CONNECTION_DESCRIPTOR = Descriptor("*", "connection", "kafka", "*", "1.0")
 
 
 class KafkaMessageQueue(MessageQueue):
-    """A message queue on a Kafka topic, read through a consumer group (see the module docstring)."""
+    """A message queue on a Kafka topic, read through a consumer group (see module docstring)."""
 
     CONFIG_KEYS = (*QUEUE_KEYS, *CONNECTION_KEYS, LISTEN_INTERVAL_KEY)
 
@@ -166,7 +166,7 @@ class KafkaMessageQueue(MessageQueue):
             self._cond.notify_all()
 
     def is_full(self) -> bool:
-        return len(self._buffer) >= self._config["options.max_buffer"]
+        return len(self._buffer) >= int(self._config["options.max_buffer"])
 
     def on_partitions_revoked(self, partitions: set[int]) -> None:
         """Another consumer gets these partitions: forget what we buffered and received of them."""
