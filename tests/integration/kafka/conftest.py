@@ -1,0 +1,53 @@
+"""Helpers for the Kafka tests: topics of the test's own and queues that close themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from sluice.kafka import KafkaConnection, KafkaMessageQueue
+from sluice.testing.plugin import Broker
+
+QueueFactory = Callable[..., KafkaMessageQueue]
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    connection = KafkaConnection()
+    connection.configure({"connection.uri": bootstrap, "options.num_partitions": partitions})
+    connection.open(None)
+    try:
+        connection.create_queue(topic)
+    finally:
+        connection.close(None)
+
+
+@pytest.fixture
+def make_queue(kafka_broker: Broker, unique_name: str) -> Iterator[QueueFactory]:
+    """``make_queue(partitions=3, **config)``: an opened queue on the test's topic."""
+    opened: list[KafkaMessageQueue] = []
+    created: set[str] = set()
+
+    def make(partitions: int = 3, **config: Any) -> KafkaMessageQueue:
+        settings: dict[str, Any] = {
+            "connection.uri": kafka_broker.bootstrap,
+            "topic": unique_name,
+            "group_id": f"{unique_name}-group",
+            "from_beginning": True,
+            "autocommit": False,
+            "options.session_timeout": 6000,
+            **config,
+        }
+        if settings["topic"] not in created:
+            create_topic(kafka_broker.bootstrap, settings["topic"], partitions)
+            created.add(settings["topic"])
+        queue = KafkaMessageQueue(settings["topic"])
+        queue.configure(settings)
+        queue.open(None)
+        opened.append(queue)
+        return queue
+
+    yield make
+    for queue in opened:
+        queue.close(None)
