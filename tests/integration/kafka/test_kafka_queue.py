@@ -100,7 +100,9 @@ def test_peek_neither_commits_nor_changes_the_backlog(make_queue: QueueFactory) 
     assert again.read_message_count() == 0
 
 
-def test_completing_out_of_order_never_skips_an_uncompleted_message(make_queue: QueueFactory) -> None:
+def test_completing_out_of_order_never_skips_an_uncompleted_message(
+    make_queue: QueueFactory,
+) -> None:
     """Kafka keeps one position per partition, so completing later messages cannot commit past
     an earlier one that is not completed: after a restart it comes again (with the later ones)."""
     queue = make_queue(partitions=1)
@@ -171,3 +173,13 @@ def test_write_partition_pins_every_message(make_queue: QueueFactory) -> None:
     queue = make_queue(partitions=3, **{"options.write_partition": 2})
     send_all(queue, ["a", "b", "c"])
     assert {m.partition for m in drain(queue, 3)} == {2}
+
+
+def test_without_from_beginning_nothing_sent_after_open_is_missed(make_queue: QueueFactory) -> None:
+    """A new group starts at the end of the topic as of open(), not as of its (later) group join."""
+    make_queue(group_id="earlier-writer").send(None, MessageEnvelope(None, "t", "before open"))
+    queue = make_queue(from_beginning=False)
+    queue.send(None, MessageEnvelope(None, "t", "after open"))
+    got = queue.receive(None, WAIT_MS)
+    assert got is not None and got.message == b"after open"
+    assert queue.receive(None, 1500) is None

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -170,22 +170,32 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
     ) -> None:
         """Start ``options['read_partitions']`` consumers of ``topic`` in ``group_id``.
 
-        Other options: ``from_beginning`` (bool), ``session_timeout`` (ms).
+        Other options: ``from_beginning`` (bool), ``session_timeout`` (ms), ``start_offsets``
+        ({partition: offset} where a partition without a committed offset starts; partitions
+        not in it start at 0).
         """
         self._check_open()
         key = (topic, group_id, id(listener))
         if key in self._subscriptions:
             return
         session_ms = int(options.get("session_timeout", 10000))
+        start_offsets = options.get("start_offsets")
+        reset = (
+            "earliest"
+            if options.get("from_beginning")
+            else "none"
+            if start_offsets is not None
+            else "latest"
+        )
         consumer_config = {
             **self.client_config(),
-            "auto_offset_reset": "earliest" if options.get("from_beginning") else "latest",
+            "auto_offset_reset": reset,
             "session_timeout_ms": session_ms,
             "heartbeat_interval_ms": max(100, session_ms // 3),
             "max_poll_records": 500,
         }
         subscriptions = [
-            Subscription(topic, group_id, consumer_config, listener, index)
+            Subscription(topic, group_id, consumer_config, listener, index, start_offsets)
             for index in range(max(1, int(options.get("read_partitions", 1))))
         ]
         timeout = self._config["options.request_timeout"] / 1000
@@ -236,6 +246,21 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         self._owner(topic, group_id, partition, listener).call(
             lambda consumer: consumer.seek(tp, offset)
         )
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """The current end offset of each partition of ``topic`` ({} if it does not exist yet)."""
+        self._check_open()
+        consumer = KafkaConsumer(**self.client_config())
+        try:
+            partitions = consumer.partitions_for_topic(topic) or set()
+            tps = [TopicPartition(topic, p) for p in partitions]
+            return (
+                {tp.partition: offset for tp, offset in consumer.end_offsets(tps).items()}
+                if tps
+                else {}
+            )
+        finally:
+            consumer.close()
 
     # ---- administration ------------------------------------------------------------------
 

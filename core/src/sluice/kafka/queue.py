@@ -71,6 +71,7 @@ class KafkaMessageQueue(MessageQueue):
         self._pending: dict[int, set[int]] = {}  # received, not completed, by partition
         self._done: dict[int, int] = {}  # highest completed offset + 1, by partition
         self._committed: dict[int, int] = {}  # last offset this queue committed, by partition
+        self._start_offsets: dict[int, int] | None = None  # where to start without a commit
 
     # ---- configuration and references ----------------------------------------------------
 
@@ -112,6 +113,11 @@ class KafkaMessageQueue(MessageQueue):
             connection.use_config(self._config)
         connection.open(correlation_id)
         self._connection = connection
+        # Without from_beginning a new group starts where the topic ended when the queue opened
+        # (not when the group join completes), so nothing sent after open() is missed.
+        self._start_offsets = (
+            None if self._config["from_beginning"] else connection.end_offsets(self.topic)
+        )
         self._opened = True
         if self._config["options.autosubscribe"]:
             self._subscribe()
@@ -145,6 +151,7 @@ class KafkaMessageQueue(MessageQueue):
                 "from_beginning": self._config["from_beginning"],
                 "read_partitions": self._config["read_partitions"],
                 "session_timeout": self._config["options.session_timeout"],
+                "start_offsets": self._start_offsets,
             }
             connection.subscribe(self.topic, self.group_id, options, self)
             self._subscribed = True

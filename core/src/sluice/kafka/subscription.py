@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
 
 log = logging.getLogger("sluice.kafka")
 
@@ -43,8 +43,9 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             callback({tp.partition for tp in revoked})
 
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self._subscription.assigned = frozenset(tp.partition for tp in assigned)
-        self._subscription.assigned_event.set()
+        subscription = self._subscription
+        subscription.assigned = frozenset(tp.partition for tp in assigned)
+        subscription.assigned_event.set()
         log.debug(
             "%s assigned %s", self._subscription.name, sorted(tp.partition for tp in assigned)
         )
@@ -60,12 +61,16 @@ class Subscription(threading.Thread):
         consumer_config: dict[str, Any],
         listener: KafkaMessageListener,
         index: int = 0,
+        start_offsets: dict[int, int] | None = None,
     ) -> None:
         super().__init__(name=f"sluice-kafka-{topic}-{group_id}-{index}", daemon=True)
         self.topic = topic
         self.group_id = group_id
         self.listener = listener
         self._config = consumer_config
+        # Where partitions without a committed offset start (the consumer runs with
+        # auto_offset_reset="none" and asks us); None: kafka-python's reset policy decides.
+        self._start_offsets = start_offsets
         self._work: queue.SimpleQueue[tuple[Callable[[KafkaConsumer], Any], Future[Any]]] = (
             queue.SimpleQueue()
         )
@@ -138,6 +143,18 @@ class Subscription(threading.Thread):
             consumer.resume(*consumer.paused())
         try:
             batches = consumer.poll(timeout_ms=POLL_MS)
+        except NoOffsetForPartitionError as exc:
+            for tp in exc.args[0]:
+                consumer.seek(tp, (self._start_offsets or {}).get(tp.partition, 0))
+            return
+        except OffsetOutOfRangeError as exc:
+            log.warning(
+                "%s: committed offsets out of range (%s); reading from the earliest", self.name, exc
+            )
+            consumer.seek_to_beginning(
+                *(exc.args[0] if exc.args and isinstance(exc.args[0], dict) else ())
+            )
+            return
         except KafkaError as exc:
             log.warning("%s: poll failed (%s); retrying", self.name, exc)
             self._stopping.wait(POLL_MS / 1000)
