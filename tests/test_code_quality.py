@@ -21,4 +21,6 @@ def test_linter_is_clean(command: list[str]) -> None:
     result = subprocess.run(
         [str(BIN / command[0]), *command[1:]], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
-    assert result.returncode == 0, f"{' '.join(command)} found problems:\n{result.stdout}{result.stderr}"
+    assert result.returncode == 0, (
+        f"{' '.join(command)} found problems:\n{result.stdout}{result.stderr}"
+    )

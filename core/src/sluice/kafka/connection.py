@@ -25,6 +25,7 @@ from pip_services3_commons.run import IOpenable
 from ..queues.config import read_config, to_config_params
 from ..queues.envelope import normalize_headers, to_bytes
 from .config import CONNECTION_KEYS, bootstrap_servers, client_config
+from .offsets import topic_end_offsets
 from .subscription import KafkaMessageListener, Subscription
 
 __all__ = ["KafkaConnection"]
@@ -250,15 +251,9 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
     def end_offsets(self, topic: str) -> dict[int, int]:
         """The current end offset of each partition of ``topic`` ({} if it does not exist yet)."""
         self._check_open()
-        consumer = KafkaConsumer(**self.client_config())
+        consumer = KafkaConsumer(**self.client_config(), fetch_max_wait_ms=10)
         try:
-            partitions = consumer.partitions_for_topic(topic) or set()
-            tps = [TopicPartition(topic, p) for p in partitions]
-            return (
-                {tp.partition: offset for tp, offset in consumer.end_offsets(tps).items()}
-                if tps
-                else {}
-            )
+            return topic_end_offsets(consumer, topic)
         finally:
             consumer.close()
 

@@ -30,6 +30,7 @@ from ..queues.capabilities import MessagingCapabilities
 from ..queues.envelope import MessageEnvelope
 from .config import CONNECTION_KEYS, QUEUE_KEYS
 from .connection import KafkaConnection
+from .offsets import end_offsets
 from .subscription import Subscription
 
 __all__ = ["KafkaMessageQueue"]
@@ -304,7 +305,7 @@ class KafkaMessageQueue(MessageQueue):
 
     def _skip_to_end(self, consumer: KafkaConsumer) -> None:
         assigned = list(consumer.assignment())
-        ends = _end_offsets(consumer, assigned)
+        ends = end_offsets(consumer, assigned)
         with self._cond:
             self._drop_buffered(lambda m: True)
             for tp in assigned:
@@ -377,20 +378,6 @@ def _offset_meta(offset: int) -> OffsetAndMetadata:
 # ---- offsets (run on the consumer's thread) ----------------------------------------------
 
 
-def _end_offsets(consumer: KafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-    """End offsets, corrected by the high watermark of fetches where known.
-
-    Some brokers (Tansu 0.6) answer ListOffsets wrongly; the high watermark that every fetch
-    response carries is right, so the larger of the two is used.
-    """
-    ends: dict[TopicPartition, int] = dict(consumer.end_offsets(tps)) if tps else {}
-    assigned = consumer.assignment()
-    for tp in tps:
-        highwater = consumer.highwater(tp) if tp in assigned else None
-        ends[tp] = max(ends.get(tp) or 0, highwater or 0)
-    return ends
-
-
 def _backlog(
     consumer: KafkaConsumer,
     topic: str,
@@ -401,7 +388,7 @@ def _backlog(
     what this consumer has fetched but not completed, its position, or the reset point)."""
     partitions = consumer.partitions_for_topic(topic) or set()
     tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-    ends = _end_offsets(consumer, tps)
+    ends = end_offsets(consumer, tps)
     assigned = consumer.assignment()
     beginnings = consumer.beginning_offsets(tps) if tps else {}
     backlog: dict[int, int] = {}
