@@ -107,7 +107,7 @@ def test_completing_out_of_order_never_skips_an_uncompleted_message(
     an earlier one that is not completed: after a restart it comes again (with the later ones)."""
     queue = make_queue(partitions=1)
     sent = send_all(queue, ["first", "second", "third"])
-    first, second, third = drain(queue, 3, complete=False)
+    _, second, third = drain(queue, 3, complete=False)
     queue.complete(third)
     queue.complete(second)
     assert queue.read_message_count() == 3

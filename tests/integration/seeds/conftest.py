@@ -15,7 +15,7 @@ SEEDS = HERE.parents[2].parent / "shared" / "seeds"
 
 
 def seed_example(prefix: str) -> str | None:
-    """The python code block under '### Examples' of seed ``prefix``, dedented; None without seeds."""
+    """The python block under "### Examples" of seed ``prefix``, dedented; None without seeds."""
     found = sorted(SEEDS.glob(f"{prefix}_*.txt"))
     if not found:
         return None
