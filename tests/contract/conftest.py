@@ -15,6 +15,7 @@ import pytest
 
 from sluice.queues import MessageQueue, queue_from_uri
 from sluice.testing.plugin import KAFKA_ENV, MQTT_ENV, ExternalBroker, external_broker
+from sluice.testing.topics import create_kafka_topic
 
 KAFKA_PARTITIONS = 3
 
@@ -47,18 +48,6 @@ def _kafka_uri(bootstrap: str, topic: str) -> str:
     )
 
 
-def _create_kafka_topic(bootstrap: str, topic: str) -> None:
-    from sluice.kafka import KafkaConnection
-
-    connection = KafkaConnection()
-    connection.configure({"connection.uri": bootstrap, "options.num_partitions": KAFKA_PARTITIONS})
-    connection.open(None)
-    try:
-        connection.create_queue(topic)
-    finally:
-        connection.close(None)
-
-
 def _transports() -> list[str]:
     kafka = ["kafka-external"] if os.environ.get(KAFKA_ENV) else ["kafka-noida", "kafka-tansu"]
     return ["memory", *kafka, "mqtt"]
@@ -79,7 +68,9 @@ def queue_kit(request: pytest.FixtureRequest, unique_name: str) -> Iterator[Queu
         assert broker is not None
         bootstrap = broker.bootstrap
         kit = QueueKit(
-            transport, _kafka_uri(bootstrap, topic), lambda: _create_kafka_topic(bootstrap, topic)
+            transport,
+            _kafka_uri(bootstrap, topic),
+            lambda: create_kafka_topic(bootstrap, topic, KAFKA_PARTITIONS),
         )
     else:
         broker = external_broker(MQTT_ENV, "mqtt", 1883) or request.getfixturevalue(

@@ -7,20 +7,11 @@ from typing import Any
 
 import pytest
 
-from sluice.kafka import KafkaConnection, KafkaMessageQueue
+from sluice.kafka import KafkaMessageQueue
 from sluice.testing.plugin import Broker
+from sluice.testing.topics import create_kafka_topic
 
 QueueFactory = Callable[..., KafkaMessageQueue]
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    connection = KafkaConnection()
-    connection.configure({"connection.uri": bootstrap, "options.num_partitions": partitions})
-    connection.open(None)
-    try:
-        connection.create_queue(topic)
-    finally:
-        connection.close(None)
 
 
 @pytest.fixture
@@ -40,7 +31,7 @@ def make_queue(kafka_broker: Broker, unique_name: str) -> Iterator[QueueFactory]
             **config,
         }
         if settings["topic"] not in created:
-            create_topic(kafka_broker.bootstrap, settings["topic"], partitions)
+            create_kafka_topic(kafka_broker.bootstrap, settings["topic"], partitions)
             created.add(settings["topic"])
         queue = KafkaMessageQueue(settings["topic"])
         queue.configure(settings)

@@ -8,12 +8,11 @@ from __future__ import annotations
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from sluice.testing import BrokerProcess
-
-from .conftest import create_topic
+from sluice.testing.topics import create_kafka_topic
 
 
 def ten_messages(bootstrap: str, topic: str) -> None:
-    create_topic(bootstrap, topic, 1)
+    create_kafka_topic(bootstrap, topic, 1)
     producer = KafkaProducer(bootstrap_servers=bootstrap)
     for i in range(10):
         producer.send(topic, f"m{i}".encode(), partition=0)

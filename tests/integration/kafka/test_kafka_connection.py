@@ -16,8 +16,7 @@ from sluice.kafka import KafkaConnection, KafkaMessageQueue
 from sluice.queues import MessageEnvelope
 from sluice.testing import wait_until
 from sluice.testing.plugin import Broker
-
-from .conftest import create_topic
+from sluice.testing.topics import create_kafka_topic
 
 
 class Collector:
@@ -102,7 +101,7 @@ def test_publish_subscribe_commit_and_seek(connection: KafkaConnection, unique_n
 def test_two_queues_share_one_connection_through_references(
     connection: KafkaConnection, unique_name: str, kafka_broker: Broker
 ) -> None:
-    create_topic(kafka_broker.bootstrap, unique_name, 1)
+    create_kafka_topic(kafka_broker.bootstrap, unique_name, 1)
     references = References.from_tuples(
         Descriptor("sluice", "connection", "kafka", "default", "1.0"), connection
     )

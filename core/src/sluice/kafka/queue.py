@@ -65,7 +65,6 @@ class KafkaMessageQueue(MessageQueue):
         )
         self._connection: KafkaConnection | None = None
         self._shared_connection: KafkaConnection | None = None
-        self._opened = False
         self._subscribed = False
         self._cond = threading.Condition()
         self._buffer: collections.deque[MessageEnvelope] = collections.deque()
@@ -98,9 +97,6 @@ class KafkaMessageQueue(MessageQueue):
         self._shared_connection = None
 
     # ---- lifecycle -----------------------------------------------------------------------
-
-    def is_open(self) -> bool:
-        return self._opened
 
     def _open_with_params(
         self,

@@ -59,6 +59,10 @@ class MessageQueue(_PipMessageQueue, ICleanable):  # type: ignore[misc]
         self._name: str | None = name
         self._config: dict[str, Any] = read_config({}, self.CONFIG_KEYS, self._component())
         self._listen_stop = threading.Event()
+        self._opened = False
+
+    def is_open(self) -> bool:
+        return self._opened
 
     # ---- configuration -------------------------------------------------------------------
 

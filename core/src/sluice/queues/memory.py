@@ -110,12 +110,8 @@ class MemoryMessageQueue(MessageQueue):
         )
         self._topic: _Topic = _Topic(None)
         self._dead_letters: _Topic = _Topic(None)
-        self._opened = False
 
     # ---- lifecycle -----------------------------------------------------------------------
-
-    def is_open(self) -> bool:
-        return self._opened
 
     def _open_with_params(
         self,

@@ -68,8 +68,25 @@ def wait_for_port(
     raise BrokerError(f"nothing listened on {host}:{port} within {timeout:.0f} s")
 
 
+class BrokerAddress:
+    """Where a broker listens, and its address the way Kafka and MQTT clients write it."""
+
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port``, as Kafka clients want it."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+
 @dataclass
-class BrokerProcess:
+class BrokerProcess(BrokerAddress):
     """One broker process we started: where it listens and how to stop or restart it."""
 
     name: str  # "noida", "tansu", "mosquitto"
@@ -86,15 +103,6 @@ class BrokerProcess:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
-
-    @property
-    def bootstrap(self) -> str:
-        """``host:port``, as Kafka clients want it."""
-        return f"{self.host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}"
 
     def start(self, timeout: float = 20.0) -> BrokerProcess:
         if _accepts(self.host, self.port):

@@ -21,28 +21,20 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from .brokers import BrokerProcess, start_mosquitto, start_noida, start_tansu
+from .brokers import BrokerAddress, BrokerProcess, start_mosquitto, start_noida, start_tansu
 
 KAFKA_ENV = "SLUICE_TEST_KAFKA_BOOTSTRAP"
 MQTT_ENV = "SLUICE_TEST_MQTT_URL"
 
 
 @dataclass(frozen=True)
-class ExternalBroker:
+class ExternalBroker(BrokerAddress):
     """A broker the tests did not start (named by an environment variable); never stopped."""
 
     name: str
     scheme: str
     host: str
     port: int
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}"
 
 
 Broker = BrokerProcess | ExternalBroker
