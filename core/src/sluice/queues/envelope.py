@@ -77,17 +77,18 @@ class MessageEnvelope(_PipEnvelope):  # type: ignore[misc]
         return f"[{self.correlation_id or '---'},{self.message_type or '---'},{payload}]"
 
     def to_json(self) -> dict[str, Any]:
-        """The envelope as a JSON-ready dict; the payload is base64 (so bytes survive)."""
+        """The envelope as a JSON-ready dict; payload and headers are base64 (so bytes survive)."""
         sent = self.sent_time or datetime.datetime.now(datetime.UTC)
-        return {
+        doc: dict[str, Any] = {
             "message_id": self.message_id,
             "correlation_id": self.correlation_id,
             "message_type": self.message_type,
             "sent_time": sent.isoformat(),
-            "message": None
-            if self.message is None
-            else base64.b64encode(self.message).decode("ascii"),
+            "message": None if self.message is None else _b64(self.message),
         }
+        if self.headers:
+            doc["headers"] = {name: _b64(value) for name, value in self.headers}
+        return doc
 
     @staticmethod
     def from_json(value: str | bytes | dict[str, Any] | None) -> MessageEnvelope | None:
@@ -108,7 +109,17 @@ class MessageEnvelope(_PipEnvelope):  # type: ignore[misc]
         except (ValueError, TypeError):
             return None
         envelope.sent_time = DateTimeConverter.to_nullable_datetime(doc.get("sent_time"))
+        headers = doc.get("headers")
+        if isinstance(headers, dict):
+            try:
+                envelope.headers = [(str(n), base64.b64decode(v)) for n, v in headers.items()]
+            except (ValueError, TypeError):
+                return None
         return envelope
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def normalize_headers(headers: list[Header] | dict[str, str | bytes] | None) -> list[Header]:

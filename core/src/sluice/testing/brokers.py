@@ -180,6 +180,15 @@ def _make(
     )
 
 
+def _launch(broker: BrokerProcess) -> BrokerProcess:
+    """Start a new broker; if it cannot start, remove its working directory too."""
+    try:
+        return broker.start()
+    except BaseException:
+        broker.close()
+        raise
+
+
 def _find_executable(name: str, hint: str) -> str:
     # Debian installs mosquitto in /usr/sbin, which is not on a normal user's PATH.
     search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
@@ -223,7 +232,7 @@ def start_noida(port: int | None = None, workdir: str | Path | None = None) -> B
         "--kafka-port",
         str(port),
     ]
-    return _make("noida", "kafka", port, argv, path, owns).start()
+    return _launch(_make("noida", "kafka", port, argv, path, owns))
 
 
 def start_tansu(port: int | None = None, workdir: str | Path | None = None) -> BrokerProcess:
@@ -241,7 +250,7 @@ def start_tansu(port: int | None = None, workdir: str | Path | None = None) -> B
         "--storage-engine",
         "memory://tansu/",
     ]
-    return _make("tansu", "kafka", port, argv, path, owns).start()
+    return _launch(_make("tansu", "kafka", port, argv, path, owns))
 
 
 def start_mosquitto(
@@ -285,4 +294,4 @@ def start_mosquitto(
     conf.write_text("\n".join(lines) + "\n")
     broker = _make("mosquitto", "mqtt", port, [exe, "-c", str(conf)], path, owns)
     broker.users = dict(users or {})
-    return broker.start()
+    return _launch(broker)
