@@ -26,7 +26,7 @@ log = logging.getLogger("sluice.mqtt")
 
 
 class MqttMessageListener(Protocol):
-    """Receives the messages of a subscription (pip-services' ``on_message(topic, data, packet)``)."""
+    """Receives a subscription's messages: pip-services' ``on_message(topic, data, packet)``."""
 
     def on_message(self, topic: str, data: bytes, packet: paho.MQTTMessage) -> None: ...
 
@@ -108,7 +108,7 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         self._failure = None
         properties = None
         if v5:
-            properties = Properties(PacketTypes.CONNECT)
+            properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             properties.SessionExpiryInterval = config["options.session_expiry"] if keep else 0
         keepalive = max(1, math.ceil(config["options.keepalive_timeout"] / 1000))
         try:
@@ -121,8 +121,9 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
             )
         except OSError as exc:
             raise ConnectionError(
-                f"Cannot connect to the MQTT broker at {host}:{port}: {exc}. Check connection.host and "
-                "connection.port (or connection.uri) and that the broker is running."
+                f"Cannot connect to the MQTT broker at {host}:{port}: {exc}. "
+                "Check connection.host and connection.port (or connection.uri) "
+                "and that the broker is running."
             ) from None
         client.loop_start()
         if not self._connected.wait(config["options.connect_timeout"] / 1000) or self._failure:
@@ -137,7 +138,8 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
                 )
             raise ConnectionError(
                 f"No answer from the MQTT broker at {host}:{port} within "
-                f"{config['options.connect_timeout']} ms. Check the address and options.connect_timeout."
+                f"{config['options.connect_timeout']} ms. "
+                "Check the address and options.connect_timeout."
             )
         self._client = client
 
@@ -190,7 +192,7 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
                 for listener in registered
             ]
         for listener in listeners:
-            listener.on_message(message.topic, message.payload, message)
+            listener.on_message(message.topic, bytes(message.payload), message)
 
     # ---- messaging -----------------------------------------------------------------------
 
@@ -220,12 +222,14 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         Registered before ``open()``, it receives what a persistent session redelivers at once.
         """
         with self._lock:
-            qos, listeners = self._subscriptions.setdefault(topic, (None, []))
+            _, listeners = self._subscriptions.setdefault(topic, (None, []))
             if listener not in listeners:
                 listeners.append(listener)
 
     def subscribe(self, topic: str, qos: int, listener: MqttMessageListener) -> None:
-        """Deliver messages matching ``topic`` (+ and # allowed) to ``listener``; waits for SUBACK."""
+        """Deliver messages matching ``topic`` (+ and # allowed) to ``listener``.
+
+        Waits for the broker's SUBACK."""
         client = self._check_open()
         self.add_listener(topic, listener)
         with self._lock:

@@ -138,7 +138,7 @@ class MqttMessageQueue(MessageQueue):
         return self._connection
 
     def subscribe(self, correlation_id: str | None = None) -> None:
-        """Subscribe to the topic (filter) at the configured QoS; done at the first read otherwise."""
+        """Subscribe to the topic (filter) at the configured QoS (else done at the first read)."""
         if not self._subscribed:
             self._conn().subscribe(self.topic, self.qos, self)
             self._subscribed = True
@@ -245,7 +245,7 @@ class MqttMessageQueue(MessageQueue):
         dead.headers += [(name, value.encode()) for name, value in origin]
         properties = None
         if str(self._config["options.protocol_version"]).startswith("5"):
-            properties = Properties(PacketTypes.PUBLISH)
+            properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
             properties.UserProperty = origin
         self._publish(self.dead_letter_topic, dead, True, properties)
         self.complete(message)
