@@ -8,8 +8,8 @@ import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from sluice.queues import ConfigError, MessageEnvelope, UnknownConfigKeyWarning
 from sluice.mqtt import MqttMessageQueue
+from sluice.queues import ConfigError, MessageEnvelope, UnknownConfigKeyWarning
 from sluice.testing import BrokerProcess, wait_until
 
 from .conftest import QueueFactory, receive_all

@@ -209,12 +209,25 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         retain: bool = False,
         properties: Properties | None = None,
     ) -> None:
-        """Publish and, for QoS >= 1, wait until the broker has it."""
+        """Publish and, for QoS >= 1, wait until the broker has it.
+
+        While the connection is down paho keeps a QoS >= 1 message and sends it on reconnect;
+        this waits for that too (up to ``options.connect_timeout``).
+        """
         info = self._check_open().publish(topic, payload, qos, retain, properties)
-        if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS and info.rc != MQTTErrorCode.MQTT_ERR_NO_CONN:
+        if info.rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
             raise ConnectionError(f"Publishing to '{topic}' failed: {paho.error_string(info.rc)}")
-        if qos > 0:
-            info.wait_for_publish(self._config["options.connect_timeout"] / 1000)
+        if qos == 0:
+            return
+        timeout = self._config["options.connect_timeout"] / 1000
+        # wait_for_publish() gives up at once on a message queued while disconnected, so wait
+        # on the same condition paho signals when the broker acknowledges it.
+        with info._condition:
+            if not info._condition.wait_for(lambda: info._published, timeout):
+                raise TimeoutError(
+                    f"The MQTT broker at {self.address} did not acknowledge a message on '{topic}' "
+                    f"within {timeout:.0f} s; paho keeps it and sends it once reconnected."
+                )
 
     def add_listener(self, topic: str, listener: MqttMessageListener) -> None:
         """Deliver messages matching ``topic`` to ``listener`` without subscribing at the broker.

@@ -8,12 +8,15 @@ from .brokers import (
     start_noida,
     start_tansu,
 )
+from .certificates import Certificates, make_certificates
 from .waiting import wait_until
 
 __all__ = [
     "BrokerError",
     "BrokerProcess",
+    "Certificates",
     "free_port",
+    "make_certificates",
     "start_mosquitto",
     "start_noida",
     "start_tansu",

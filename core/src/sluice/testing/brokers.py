@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .certificates import Certificates
+
 __all__ = [
     "BrokerError",
     "BrokerProcess",
@@ -257,9 +259,10 @@ def start_mosquitto(
     port: int | None = None,
     workdir: str | Path | None = None,
     users: dict[str, str] | None = None,
+    tls: Certificates | None = None,
 ) -> BrokerProcess:
-    """mosquitto with its own config, persistence (sessions survive a restart) and, when
-    ``users`` is given, a password file and no anonymous access."""
+    """mosquitto with its own config, persistence (sessions survive a restart), when ``users``
+    is given a password file and no anonymous access, and when ``tls`` is given TLS (mqtts)."""
     exe = _find_executable(
         "mosquitto", "Install Debian's package: apt-get install -y mosquitto (or run `make setup`)."
     )
@@ -290,8 +293,12 @@ def start_mosquitto(
         lines += ["allow_anonymous false", f"password_file {passwd}"]
     else:
         lines.append("allow_anonymous true")
+    if tls:
+        lines += [f"cafile {tls.ca}", f"certfile {tls.cert}", f"keyfile {tls.key}"]
     conf = path / "mosquitto.conf"
     conf.write_text("\n".join(lines) + "\n")
-    broker = _make("mosquitto", "mqtt", port, [exe, "-c", str(conf)], path, owns)
+    broker = _make(
+        "mosquitto", "mqtts" if tls else "mqtt", port, [exe, "-c", str(conf)], path, owns
+    )
     broker.users = dict(users or {})
     return _launch(broker)
