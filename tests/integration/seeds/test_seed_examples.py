@@ -15,6 +15,7 @@ from kafka import KafkaConsumer, TopicPartition
 from pip_services3_commons.config import ConfigParams
 
 from sluice.kafka import KafkaMessageQueue
+from sluice.mqtt import MqttMessageQueue
 from sluice.queues import MessageEnvelope, UnknownConfigKeyWarning
 from sluice.testing.plugin import Broker
 
@@ -95,3 +96,20 @@ def test_seed_000_example_corrected(kafka_broker: Broker) -> None:
     finally:
         probe.close()
     assert committed == message.offset + 1, "complete() did not commit"
+
+
+def test_seed_002_example(mosquitto_broker: Broker) -> None:
+    # The example hard-codes port 1883, where the machine's own mosquitto (not ours) listens;
+    # the only change to its text is that port literal, pointed at the test's broker.
+    code = example("seed002_mqtt")
+    assert '"connection.port", 1883' in code
+    code = code.replace('"connection.port", 1883', f'"connection.port", {mosquitto_broker.port}')
+    namespace: dict[str, Any] = {
+        "MqttMessageQueue": MqttMessageQueue,
+        "MessageEnvelope": MessageEnvelope,
+        "ConfigParams": ConfigParams,
+    }
+    run(code, namespace)
+    message = namespace["message"]
+    assert message is not None, "the example's receive() got nothing"
+    assert (message.message_type, message.get_message_as_string()) == ("mymessage", "ABC")

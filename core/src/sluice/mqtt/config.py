@@ -77,8 +77,9 @@ QUEUE_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey(
         "options.autosubscribe",
         bool,
-        False,
-        "Subscribe when the queue opens, not at the first read.",
+        True,
+        "Subscribe when the queue opens (default; the seed's is false), so nothing published "
+        "after open() is missed. False: at the first read (for queues that only publish).",
     ),
     ConfigKey("options.qos", int, 0, "Quality of service: 0, 1 or 2.", choices=(0, 1, 2)),
     ConfigKey("options.retain", bool, False, "Publish retained messages."),

@@ -5,6 +5,8 @@
   and one never acknowledged is redelivered by the broker to the next connection of the same
   persistent session (stable ``client_id``, QoS >= 1).
 - ``peek_batch`` and ``move_to_dead_letter`` work (local buffer; republish with the reason).
+- The queue subscribes when it opens (``options.autosubscribe`` defaults to true, unlike the
+  seed), so a message published after ``open()`` is never missed.
 - ``read_message_count`` counts the local buffer: MQTT cannot see the broker's backlog, so
   ``can_message_count`` is false.
 - With ``serialize_envelope`` true the envelope travels as JSON, so ``message_id`` is stable
