@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sluice.queues import MessageEnvelope
-from sluice.testing import BrokerProcess, make_certificates, start_mosquitto
+from sluice.testing import BrokerProcess, make_certificates, start_mosquitto, wait_until
 
 from .conftest import QueueFactory, receive_all
 
@@ -112,3 +112,19 @@ def test_tls_with_the_broker_ca(make_queue: QueueFactory, tmp_path: Path) -> Non
             make_queue(broker, **{"connection.protocol": "mqtts"})  # system CAs do not trust it
     finally:
         broker.close()
+
+
+def test_a_clean_session_subscribes_again_after_a_broker_restart(
+    make_queue: QueueFactory, private_mosquitto: BrokerProcess
+) -> None:
+    fast = {"options.reconnect_timeout": 200}
+    reader = make_queue(private_mosquitto, **fast)  # no client id: the broker forgets it on restart
+    writer = make_queue(private_mosquitto, **fast)
+    private_mosquitto.restart()
+    message = MessageEnvelope(None, "t", "after restart")
+
+    def delivered() -> bool:
+        writer.send(None, message)  # until the reader is back and subscribed again
+        return reader.receive(None, 300) is not None
+
+    wait_until(delivered, timeout=20, interval=0.1, message="a message after the restart")
