@@ -194,6 +194,9 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
             "session_timeout_ms": session_ms,
             "heartbeat_interval_ms": max(100, session_ms // 3),
             "max_poll_records": 500,
+            # A topic created (or auto-created) just before the subscription may be missing
+            # from the first metadata answer; refresh soon instead of after 5 minutes.
+            "metadata_max_age_ms": 5000,
         }
         subscriptions = [
             Subscription(topic, group_id, consumer_config, listener, index, start_offsets)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,8 @@ from .offsets import end_offsets
 from .subscription import Subscription
 
 __all__ = ["KafkaMessageQueue"]
+
+log = logging.getLogger("sluice.kafka")
 
 #: Header names Sluice writes; they are envelope fields on the receiving side, not user headers.
 ID_HEADER, TYPE_HEADER, CORRELATION_HEADER = "message_id", "message_type", "correlation_id"
@@ -181,7 +184,7 @@ class KafkaMessageQueue(MessageQueue):
                 self._done.pop(partition, None)
                 self._committed.pop(partition, None)
 
-    def _drop_buffered(self, doomed: Any) -> None:
+    def _drop_buffered(self, doomed: Callable[[MessageEnvelope], bool]) -> None:
         self._buffer = collections.deque(m for m in self._buffer if not doomed(m))
 
     # ---- sending -------------------------------------------------------------------------
@@ -217,8 +220,9 @@ class KafkaMessageQueue(MessageQueue):
                 self._cond.wait(remaining)
             message = self._buffer.popleft()
             self._pending.setdefault(_partition(message), set()).add(_offset(message))
-            if self._config["autocommit"]:
-                self._commit_completed(message)  # queued in order; no need to wait
+            commit = self._commit_completed(message) if self._config["autocommit"] else None
+        if commit is not None:  # queued in order; not waited for, but a failure is reported
+            commit.add_done_callback(_report_failed_commit)
         return message
 
     def read_message_count(self) -> int:
@@ -357,6 +361,11 @@ def _to_envelope(record: ConsumerRecord) -> MessageEnvelope:
     if record.timestamp is not None and record.timestamp >= 0:
         envelope.sent_time = datetime.datetime.fromtimestamp(record.timestamp / 1000, datetime.UTC)
     return envelope
+
+
+def _report_failed_commit(commit: Future[None]) -> None:
+    if commit.exception() is not None:
+        log.error("autocommit failed (the message will be delivered again): %s", commit.exception())
 
 
 def _partition(message: MessageEnvelope) -> int:
