@@ -59,13 +59,15 @@ def test_admin_creates_lists_and_deletes_topics(
 
 def test_publish_subscribe_commit_and_seek(connection: KafkaConnection, unique_name: str) -> None:
     connection.create_queue(unique_name)
+    # Recent timestamps: a broker's retention deletes records stamped older than 7 days.
+    stamp = int(time.time() * 1000) - 60_000
     connection.publish(
         unique_name,
         [
             {
                 "value": f"v{i}",
                 "key": "k",
-                "timestamp": 1_700_000_000_000 + i,
+                "timestamp": stamp + i,
                 "headers": {"h": "x"},
             }
             for i in range(3)
@@ -81,7 +83,7 @@ def test_publish_subscribe_commit_and_seek(connection: KafkaConnection, unique_n
     assert len(listener.records) == 3
     record = listener.records[0]
     assert (record.value, record.key, record.headers) == (b"v0", b"k", [("h", b"x")])
-    assert record.timestamp == 1_700_000_000_000
+    assert record.timestamp == stamp
 
     partition = record.partition
     connection.commit(unique_name, group, partition, 2, listener)
