@@ -36,11 +36,11 @@ def test_two_queues_in_one_group_split_the_partitions(make_queue: QueueFactory) 
     for queue in (first, second):
         queue.peek(None)  # subscribe both before any rebalance settles
     wait_until(
-        lambda: all(queue._subscribe()[0].assigned for queue in (first, second)),
+        lambda: all(queue.subscriptions()[0].assigned for queue in (first, second)),
         timeout=30,
         message="both consumers to own partitions",
     )
-    owned = [queue._subscribe()[0].assigned for queue in (first, second)]
+    owned = [queue.subscriptions()[0].assigned for queue in (first, second)]
     assert owned[0].isdisjoint(owned[1]) and owned[0] | owned[1] == {0, 1, 2, 3}
 
     sent = send_all(first, [f"m{i}" for i in range(40)])
@@ -161,7 +161,7 @@ def test_clear_commits_to_the_end(make_queue: QueueFactory) -> None:
 def test_read_partitions_runs_that_many_consumers(make_queue: QueueFactory) -> None:
     queue = make_queue(partitions=4, read_partitions=2)
     queue.peek(None)
-    consumers = queue._subscribe()
+    consumers = queue.subscriptions()
     assert len(consumers) == 2
     wait_until(lambda: all(c.assigned for c in consumers), timeout=30, message="both assigned")
     assert consumers[0].assigned | consumers[1].assigned == {0, 1, 2, 3}

@@ -13,8 +13,6 @@ from __future__ import annotations
 import collections
 import datetime
 import logging
-import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -22,11 +20,10 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import OffsetAndMetadata
-from pip_services3_commons.refer import Descriptor, IReferences
-from pip_services3_components.auth import CredentialParams
-from pip_services3_components.connect import ConnectionParams
+from pip_services3_commons.refer import Descriptor
 
-from ..queues.base import LISTEN_INTERVAL_KEY, MessageQueue
+from ..queues.base import LISTEN_INTERVAL_KEY
+from ..queues.broker import BrokerQueue
 from ..queues.capabilities import MessagingCapabilities
 from ..queues.envelope import MessageEnvelope
 from .config import CONNECTION_KEYS, QUEUE_KEYS
@@ -41,13 +38,14 @@ log = logging.getLogger("sluice.kafka")
 #: Header names Sluice writes; they are envelope fields on the receiving side, not user headers.
 ID_HEADER, TYPE_HEADER, CORRELATION_HEADER = "message_id", "message_type", "correlation_id"
 _ENVELOPE_HEADERS = {ID_HEADER, TYPE_HEADER, CORRELATION_HEADER}
-CONNECTION_DESCRIPTOR = Descriptor("*", "connection", "kafka", "*", "1.0")
 
 
-class KafkaMessageQueue(MessageQueue):
+class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
     """A message queue on a Kafka topic, read through a consumer group (see module docstring)."""
 
     CONFIG_KEYS = (*QUEUE_KEYS, *CONNECTION_KEYS, LISTEN_INTERVAL_KEY)
+    CONNECTION_CLASS = KafkaConnection
+    CONNECTION_DESCRIPTOR = Descriptor("*", "connection", "kafka", "*", "1.0")
 
     def __init__(self, name: str | None = None) -> None:
         super().__init__(
@@ -66,21 +64,12 @@ class KafkaMessageQueue(MessageQueue):
                 can_order=True,
             ),
         )
-        self._connection: KafkaConnection | None = None
-        self._shared_connection: KafkaConnection | None = None
-        self._subscribed = False
-        self._cond = threading.Condition()
-        self._buffer: collections.deque[MessageEnvelope] = collections.deque()
         self._pending: dict[int, set[int]] = {}  # received, not completed, by partition
         self._done: dict[int, int] = {}  # highest completed offset + 1, by partition
         self._committed: dict[int, int] = {}  # last offset this queue committed, by partition
         self._start_offsets: dict[int, int] | None = None  # where to start without a commit
 
     # ---- configuration and references ----------------------------------------------------
-
-    @property
-    def topic(self) -> str:
-        return str(self._config["topic"] or self._config["queue"] or self.get_name())
 
     @property
     def group_id(self) -> str:
@@ -90,62 +79,23 @@ class KafkaMessageQueue(MessageQueue):
     def dead_letter_topic(self) -> str:
         return str(self._config["options.dead_letter_topic"] or f"{self.topic}.dlq")
 
-    def set_references(self, references: IReferences) -> None:
-        super().set_references(references)
-        shared = references.get_one_optional(CONNECTION_DESCRIPTOR)
-        if isinstance(shared, KafkaConnection):
-            self._shared_connection = shared
-
-    def unset_references(self) -> None:
-        self._shared_connection = None
-
-    # ---- lifecycle -----------------------------------------------------------------------
-
-    def _open_with_params(
-        self,
-        correlation_id: str | None,
-        connections: list[ConnectionParams],
-        credential: CredentialParams | None,
-    ) -> None:
-        connection = self._shared_connection
-        if connection is None:
-            connection = KafkaConnection()
-            connection.use_config(self._config)
-        connection.open(correlation_id)
-        self._connection = connection
+    def _after_open(self, connection: KafkaConnection) -> None:
         # Without from_beginning a new group starts where the topic ended when the queue opened
         # (not when the group join completes), so nothing sent after open() is missed.
         self._start_offsets = (
             None if self._config["from_beginning"] else connection.end_offsets(self.topic)
         )
-        self._opened = True
-        if self._config["options.autosubscribe"]:
-            self._subscribe()
 
-    def close(self, correlation_id: str | None = None) -> None:
-        """Stop reading; commits already made stay, messages not completed will come again."""
-        self._stop_listening()
-        connection, self._connection = self._connection, None
-        self._opened = False
-        if connection is not None:
-            connection.unsubscribe(self.topic, self.group_id, self)
-            if connection is not self._shared_connection:
-                connection.close(correlation_id)
-        with self._cond:
-            self._subscribed = False
-            self._buffer.clear()
-            self._pending.clear()
-            self._done.clear()
-            self._committed.clear()
-            self._cond.notify_all()
+    def _detach(self, connection: KafkaConnection) -> None:
+        """Stop this queue's consumers; commits already made stay, the rest will come again."""
+        connection.unsubscribe(self.topic, self.group_id, self)
 
-    def _conn(self) -> KafkaConnection:
-        if self._connection is None:
-            raise ConnectionError(f"{self} is not opened; call open() first.")
-        return self._connection
+    def _forget(self) -> None:
+        self._pending.clear()
+        self._done.clear()
+        self._committed.clear()
 
-    def _subscribe(self) -> list[Subscription]:
-        connection = self._conn()
+    def _subscribe(self) -> None:
         if not self._subscribed:
             options = {
                 "from_beginning": self._config["from_beginning"],
@@ -153,12 +103,16 @@ class KafkaMessageQueue(MessageQueue):
                 "session_timeout": self._config["options.session_timeout"],
                 "start_offsets": self._start_offsets,
             }
-            connection.subscribe(self.topic, self.group_id, options, self)
+            self._conn().subscribe(self.topic, self.group_id, options, self)
             self._subscribed = True
-        return connection.subscriptions(self.topic, self.group_id, self)
+
+    def subscriptions(self) -> list[Subscription]:
+        """This queue's consumers (subscribing first if needed)."""
+        self._subscribe()
+        return self._conn().subscriptions(self.topic, self.group_id, self)
 
     def _wait_assigned(self) -> list[Subscription]:
-        subscriptions = self._subscribe()
+        subscriptions = self.subscriptions()
         timeout = 2 * self._config["options.session_timeout"] / 1000 + 5
         for subscription in subscriptions:
             subscription.wait_assigned(timeout)
@@ -167,10 +121,7 @@ class KafkaMessageQueue(MessageQueue):
     # ---- the listener side: called on the consumer's thread ------------------------------
 
     def on_message(self, topic: str, partition: int, message: ConsumerRecord) -> None:
-        envelope = _to_envelope(message)
-        with self._cond:
-            self._buffer.append(envelope)
-            self._cond.notify_all()
+        self._buffer_message(_to_envelope(message))
 
     def is_full(self) -> bool:
         return len(self._buffer) >= int(self._config["options.max_buffer"])
@@ -197,28 +148,11 @@ class KafkaMessageQueue(MessageQueue):
 
     # ---- reading -------------------------------------------------------------------------
 
-    def peek(self, correlation_id: str | None = None) -> MessageEnvelope | None:
-        batch = self.peek_batch(correlation_id, 1)
-        return batch[0] if batch else None
-
-    def peek_batch(self, correlation_id: str | None, message_count: int) -> list[MessageEnvelope]:
-        """Up to ``message_count`` buffered messages; nothing is removed or committed."""
-        self._check_open(correlation_id)
-        self._subscribe()
-        with self._cond:
-            return list(self._buffer)[: max(0, message_count)]
-
     def receive(self, correlation_id: str | None, wait_timeout: int = 0) -> MessageEnvelope | None:
-        self._check_open(correlation_id)
-        self._subscribe()
-        deadline = time.monotonic() + max(0, wait_timeout) / 1000
+        message = self._take(correlation_id, wait_timeout)
+        if message is None:
+            return None
         with self._cond:
-            while not self._buffer:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._opened:
-                    return None
-                self._cond.wait(remaining)
-            message = self._buffer.popleft()
             self._pending.setdefault(_partition(message), set()).add(_offset(message))
             commit = self._commit_completed(message) if self._config["autocommit"] else None
         if commit is not None:  # queued in order; not waited for, but a failure is reported
@@ -280,7 +214,7 @@ class KafkaMessageQueue(MessageQueue):
                 self._drop_buffered(lambda m: m.partition == partition and _offset(m) >= offset)
             consumer.seek(tp, offset)
 
-        owner = next((s for s in self._subscribe() if partition in s.assigned), None)
+        owner = next((s for s in self.subscriptions() if partition in s.assigned), None)
         if owner is not None:
             owner.call(seek_back)
 

@@ -15,21 +15,18 @@
 
 from __future__ import annotations
 
-import collections
 import datetime
 import json
-import threading
 import time
 from typing import Any
 
 import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
-from pip_services3_commons.refer import Descriptor, IReferences
-from pip_services3_components.auth import CredentialParams
-from pip_services3_components.connect import ConnectionParams
+from pip_services3_commons.refer import Descriptor
 
-from ..queues.base import LISTEN_INTERVAL_KEY, MessageQueue
+from ..queues.base import LISTEN_INTERVAL_KEY
+from ..queues.broker import BrokerQueue
 from ..queues.capabilities import MessagingCapabilities
 from ..queues.envelope import MessageEnvelope
 from .config import CONNECTION_KEYS, QUEUE_KEYS, persistent
@@ -37,21 +34,16 @@ from .connection import MqttConnection
 
 __all__ = ["MqttMessageQueue"]
 
-CONNECTION_DESCRIPTOR = Descriptor("*", "connection", "mqtt", "*", "1.0")
 
-
-class MqttMessageQueue(MessageQueue):
+class MqttMessageQueue(BrokerQueue[MqttConnection]):
     """A message queue on an MQTT topic or topic filter (see the module docstring)."""
 
     CONFIG_KEYS = (*QUEUE_KEYS, *CONNECTION_KEYS, LISTEN_INTERVAL_KEY)
+    CONNECTION_CLASS = MqttConnection
+    CONNECTION_DESCRIPTOR = Descriptor("*", "connection", "mqtt", "*", "1.0")
 
     def __init__(self, name: str | None = None) -> None:
         super().__init__(name, self._capabilities_for(self._defaults()))
-        self._connection: MqttConnection | None = None
-        self._shared_connection: MqttConnection | None = None
-        self._subscribed = False
-        self._cond = threading.Condition()
-        self._buffer: collections.deque[MessageEnvelope] = collections.deque()
 
     @classmethod
     def _defaults(cls) -> dict[str, Any]:
@@ -81,10 +73,6 @@ class MqttMessageQueue(MessageQueue):
         self._capabilities = self._capabilities_for(self._config)
 
     @property
-    def topic(self) -> str:
-        return str(self._config["topic"] or self._config["queue"] or self.get_name())
-
-    @property
     def qos(self) -> int:
         return int(self._config["options.qos"])
 
@@ -92,55 +80,19 @@ class MqttMessageQueue(MessageQueue):
     def dead_letter_topic(self) -> str:
         return str(self._config["options.dead_letter_topic"] or f"{self.topic.rstrip('/#+')}/dlq")
 
-    def set_references(self, references: IReferences) -> None:
-        super().set_references(references)
-        shared = references.get_one_optional(CONNECTION_DESCRIPTOR)
-        if isinstance(shared, MqttConnection):
-            self._shared_connection = shared
-
-    def unset_references(self) -> None:
-        self._shared_connection = None
-
-    # ---- lifecycle -----------------------------------------------------------------------
-
-    def _open_with_params(
-        self,
-        correlation_id: str | None,
-        connections: list[ConnectionParams],
-        credential: CredentialParams | None,
-    ) -> None:
-        connection = self._shared_connection
-        if connection is None:
-            connection = MqttConnection()
-            connection.use_config(self._config)
+    def _before_open(self, connection: MqttConnection) -> None:
+        # Listen before connecting: a persistent session redelivers right after CONNACK.
         connection.add_listener(self.topic, self)
-        connection.open(correlation_id)
-        self._connection = connection
-        self._opened = True
-        if self._config["options.autosubscribe"]:
-            self.subscribe(correlation_id)
 
-    def close(self, correlation_id: str | None = None) -> None:
-        """Disconnect; messages not acknowledged stay with the broker's session."""
-        self._stop_listening()
-        connection, self._connection = self._connection, None
-        self._opened = False
-        if connection is not None:
-            connection.unsubscribe(self.topic, self)
-            if connection is not self._shared_connection:
-                connection.close(correlation_id)
-        with self._cond:
-            self._subscribed = False
-            self._buffer.clear()
-            self._cond.notify_all()
-
-    def _conn(self) -> MqttConnection:
-        if self._connection is None:
-            raise ConnectionError(f"{self} is not opened; call open() first.")
-        return self._connection
+    def _detach(self, connection: MqttConnection) -> None:
+        """Stop delivering here; messages not acknowledged stay with the broker's session."""
+        connection.unsubscribe(self.topic, self)
 
     def subscribe(self, correlation_id: str | None = None) -> None:
         """Subscribe to the topic (filter) at the configured QoS (else done at the first read)."""
+        self._subscribe()
+
+    def _subscribe(self) -> None:
         if not self._subscribed:
             self._conn().subscribe(self.topic, self.qos, self)
             self._subscribed = True
@@ -150,9 +102,7 @@ class MqttMessageQueue(MessageQueue):
     def on_message(self, topic: str, data: bytes, packet: paho.MQTTMessage) -> None:
         envelope = self._to_envelope(topic, data)
         envelope.set_reference((packet.mid, packet.qos))
-        with self._cond:
-            self._buffer.append(envelope)
-            self._cond.notify_all()
+        self._buffer_message(envelope)
 
     def _to_envelope(self, topic: str, data: bytes) -> MessageEnvelope:
         envelope = (
@@ -181,34 +131,14 @@ class MqttMessageQueue(MessageQueue):
 
     # ---- reading -------------------------------------------------------------------------
 
-    def peek(self, correlation_id: str | None = None) -> MessageEnvelope | None:
-        batch = self.peek_batch(correlation_id, 1)
-        return batch[0] if batch else None
-
-    def peek_batch(self, correlation_id: str | None, message_count: int) -> list[MessageEnvelope]:
-        """Up to ``message_count`` messages received but not yet handed out (the local buffer)."""
-        self._check_open(correlation_id)
-        self.subscribe(correlation_id)
-        with self._cond:
-            return list(self._buffer)[: max(0, message_count)]
-
     def read_message_count(self) -> int:
         """Messages in the local buffer (MQTT cannot see the broker's backlog)."""
         with self._cond:
             return len(self._buffer)
 
     def receive(self, correlation_id: str | None, wait_timeout: int = 0) -> MessageEnvelope | None:
-        self._check_open(correlation_id)
-        self.subscribe(correlation_id)
-        deadline = time.monotonic() + max(0, wait_timeout) / 1000
-        with self._cond:
-            while not self._buffer:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._opened:
-                    return None
-                self._cond.wait(remaining)
-            message = self._buffer.popleft()
-        if self._config["autocommit"]:
+        message = self._take(correlation_id, wait_timeout)
+        if message is not None and self._config["autocommit"]:
             self.complete(message)
         return message
 
