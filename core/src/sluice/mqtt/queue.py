@@ -53,15 +53,15 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
     def _capabilities_for(config: dict[str, Any]) -> MessagingCapabilities:
         durable = persistent(config) and int(config["options.qos"]) > 0
         return MessagingCapabilities(
-            False,
-            True,
-            True,
-            True,
-            True,
-            False,
-            True,
-            True,
-            True,
+            can_message_count=False,
+            can_send=True,
+            can_receive=True,
+            can_peek=True,
+            can_peek_batch=True,
+            can_renew_lock=False,
+            can_abandon=True,
+            can_dead_letter=True,
+            can_clear=True,
             can_persist=durable,
             can_order=True,
         )
