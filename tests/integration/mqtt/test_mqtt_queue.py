@@ -169,3 +169,20 @@ def test_config_errors_name_the_key() -> None:
     queue = MqttMessageQueue()
     queue.configure({"queue": "pip/alias", "connection.protocol": "mqtt"})
     assert queue.topic == "pip/alias"
+
+
+def test_plan_batch_needs_a_persistent_session(
+    make_queue: QueueFactory, mosquitto_broker: BrokerProcess, unique_name: str
+) -> None:
+    from sluice.batch import plan_batch
+
+    with pytest.raises(ValueError, match="persistent session"):
+        plan_batch(make_queue(mosquitto_broker))
+    spec = plan_batch(make_queue(mosquitto_broker, client_id=f"{unique_name}-s"), max_messages=100)
+    assert spec is not None
+    assert (spec.kind, spec.topic, spec.client_id, spec.max_messages) == (
+        "mqtt",
+        f"sluice/{unique_name}",
+        f"{unique_name}-s",
+        100,
+    )

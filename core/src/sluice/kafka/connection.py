@@ -260,6 +260,30 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         finally:
             consumer.close()
 
+    def group_offsets(
+        self, topic: str, group_id: str
+    ) -> tuple[dict[int, int | None], dict[int, int], dict[int, int]]:
+        """(committed, beginning, end) offsets by partition, without joining the group."""
+        self._check_open()
+        consumer = KafkaConsumer(
+            **self.client_config(),
+            group_id=group_id,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=10,
+        )
+        try:
+            ends = topic_end_offsets(consumer, topic)
+            tps = [TopicPartition(topic, p) for p in ends]
+            beginnings = (
+                {tp.partition: o for tp, o in consumer.beginning_offsets(tps).items()}
+                if tps
+                else {}
+            )
+            committed = {tp.partition: consumer.committed(tp) for tp in tps}
+            return committed, beginnings, ends
+        finally:
+            consumer.close(autocommit=False)
+
     # ---- administration ------------------------------------------------------------------
 
     def _connect_to_admin(self) -> KafkaAdminClient:

@@ -22,6 +22,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import OffsetAndMetadata
 from pip_services3_commons.refer import Descriptor
 
+from ..batch import BatchSpec, OffsetRange, limit_ranges
 from ..queues.base import LISTEN_INTERVAL_KEY
 from ..queues.broker import BrokerQueue
 from ..queues.capabilities import MessagingCapabilities
@@ -175,6 +176,25 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
             offsets = [_offset(m) for m in self._buffer if m.partition == partition]
             offsets += self._pending.get(partition, ())
         return min(offsets, default=None)
+
+    def plan_batch(self, max_messages: int | None = None) -> BatchSpec:
+        """The group's waiting messages as a BatchSpec; nothing is committed (see sluice.batch)."""
+        self._check_open(None)
+        committed, beginnings, ends = self._conn().group_offsets(self.topic, self.group_id)
+        ranges = []
+        for partition, end in sorted(ends.items()):
+            start = committed.get(partition)
+            if start is None:
+                start = (
+                    beginnings[partition]
+                    if self._config["from_beginning"]
+                    else (self._start_offsets or {}).get(partition, 0)
+                )
+            if end > start:
+                ranges.append(OffsetRange(partition, start, end))
+        if max_messages is not None:
+            ranges = limit_ranges(ranges, max_messages)
+        return BatchSpec("kafka", self.topic, group_id=self.group_id, ranges=tuple(ranges))
 
     # ---- acknowledging -------------------------------------------------------------------
 

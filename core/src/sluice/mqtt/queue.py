@@ -25,6 +25,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from pip_services3_commons.refer import Descriptor
 
+from ..batch import BatchSpec
 from ..queues.base import LISTEN_INTERVAL_KEY
 from ..queues.broker import BrokerQueue
 from ..queues.capabilities import MessagingCapabilities
@@ -141,6 +142,16 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
         if message is not None and self._config["autocommit"]:
             self.complete(message)
         return message
+
+    def plan_batch(self, max_messages: int | None = None) -> BatchSpec:
+        """This queue's topic filter and persistent session as a BatchSpec (see sluice.batch)."""
+        client_id = self._config.get("client_id")
+        if not client_id or not persistent(self._config):
+            raise ValueError(
+                "An MQTT batch needs a persistent session: configure client_id "
+                "(and leave options.clean_session false)."
+            )
+        return BatchSpec("mqtt", self.topic, client_id=str(client_id), max_messages=max_messages)
 
     # ---- acknowledging -------------------------------------------------------------------
 
