@@ -39,6 +39,13 @@ def test_json_round_trip_keeps_bytes_and_ids() -> None:
     ) == (original.message_id, "c1", "t", b"\x01\x02")
 
 
+def test_json_round_trip_keeps_key_and_headers() -> None:
+    original = MessageEnvelope(None, "t", "x", key=b"\x00k", headers={"h": b"\xff"})
+    restored = MessageEnvelope.from_json(json.dumps(original.to_json()))
+    assert restored is not None
+    assert (restored.key, restored.headers) == (b"\x00k", [("h", b"\xff")])
+
+
 def test_from_json_rejects_what_is_not_an_envelope() -> None:
     assert MessageEnvelope.from_json(b"not json") is None
     assert MessageEnvelope.from_json('{"value": 1}') is None

@@ -1,11 +1,15 @@
-"""The MQTT configuration keys (seed 002 plus Sluice's session, TLS and acknowledgement keys)."""
+"""The MQTT configuration keys (seed 002 plus Sluice's session, TLS and acknowledgement keys),
+and what they mean for the client: the broker's address, the protocol and the session."""
 
 from __future__ import annotations
 
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, NamedTuple
+from urllib.parse import unquote, urlsplit
 
-from ..queues.config import ConfigKey
+import paho.mqtt.client as paho
+from paho.mqtt.enums import MQTTProtocolVersion
+
+from ..queues.config import ConfigError, ConfigKey
 
 #: Keys of MqttConnection; a queue that owns its connection accepts them too.
 CONNECTION_KEYS: tuple[ConfigKey, ...] = (
@@ -19,21 +23,28 @@ CONNECTION_KEYS: tuple[ConfigKey, ...] = (
         "options.protocol_version",
         str,
         "3.1.1",
-        "MQTT protocol: '3.1.1' or '5'.",
-        choices=("3.1.1", "5", "5.0", "3.1"),
+        "MQTT protocol: '3.1.1' or '5' ('3.1' for old brokers).",
+        choices=("3.1", "3.1.1", "5", "5.0"),
     ),
     ConfigKey(
         "options.clean_session",
         bool,
         None,
         "Start a fresh session. Default: false when client_id is given (persistent session), "
-        "true otherwise. MQTT 5: clean_start.",
+        "true otherwise.",
+    ),
+    ConfigKey(
+        "options.clean_start",
+        bool,
+        None,
+        "MQTT 5 name of options.clean_session (it wins over clean_session under MQTT 5).",
     ),
     ConfigKey(
         "options.session_expiry",
         int,
         86400,
-        "MQTT 5: seconds the broker keeps a persistent session while the client is away.",
+        "MQTT 5: seconds the broker keeps a persistent session while the client is away "
+        "(0: the session ends with the connection).",
     ),
     ConfigKey(
         "options.retry_connect", bool, True, "Reconnect automatically when the connection drops."
@@ -50,12 +61,13 @@ CONNECTION_KEYS: tuple[ConfigKey, ...] = (
         3000,
         "Milliseconds between keep-alive pings (MQTT counts whole seconds, at least 1).",
     ),
-    ConfigKey("options.ssl_cafile", str, None, "CA certificate file for TLS (mqtts)."),
+    ConfigKey("options.ssl_cafile", str, None, "CA certificate file for TLS (mqtts, wss)."),
     ConfigKey("options.ssl_certfile", str, None, "Client certificate file for TLS."),
     ConfigKey("options.ssl_keyfile", str, None, "Client private key file for TLS."),
     ConfigKey(
         "options.ssl_insecure", bool, False, "Do not check the broker's host name (tests only)."
     ),
+    ConfigKey("options.ws_path", str, "/mqtt", "HTTP path of an MQTT-over-WebSocket (ws, wss)."),
 )
 
 #: Keys of MqttMessageQueue (seed 002), beyond the connection's.
@@ -87,30 +99,130 @@ QUEUE_KEYS: tuple[ConfigKey, ...] = (
         "options.dead_letter_topic",
         str,
         None,
-        "Topic of move_to_dead_letter (default '<topic>/dlq').",
+        "Topic of move_to_dead_letter (default '<topic>/dlq'; for a filter, its part before "
+        "the first wildcard + '/dlq').",
     ),
 )
 
-_TLS_PROTOCOLS = {"mqtts", "ssl", "tls", "wss"}
+_PROTOCOLS = {
+    # connection.protocol or URI scheme -> (TLS, paho transport)
+    "mqtt": (False, "tcp"),
+    "tcp": (False, "tcp"),
+    "mqtts": (True, "tcp"),
+    "ssl": (True, "tcp"),
+    "tls": (True, "tcp"),
+    "ws": (False, "websockets"),
+    "wss": (True, "websockets"),
+}
+
+_DEFAULT_PORTS = {
+    (False, "tcp"): 1883,
+    (True, "tcp"): 8883,
+    (False, "websockets"): 80,
+    (True, "websockets"): 443,
+}
 
 
-def broker_address(config: dict[str, Any]) -> tuple[str, int, bool]:
-    """(host, port, tls) from connection.uri or connection.host/port/protocol."""
+class Endpoint(NamedTuple):
+    """Where and how to reach the broker."""
+
+    host: str
+    port: int
+    tls: bool
+    transport: str  # paho's "tcp" or "websockets"
+
+
+def broker_address(config: dict[str, Any]) -> Endpoint:
+    """The broker's endpoint from connection.uri or connection.host/port/protocol."""
     uri = config.get("connection.uri")
     protocol = str(config.get("connection.protocol") or "").lower()
     if uri:
         parts = urlsplit(uri if "://" in uri else f"mqtt://{uri}")
-        protocol = protocol or parts.scheme
-        host, port = parts.hostname or "localhost", parts.port
+        protocol = protocol or parts.scheme.lower()
+        host, port = parts.hostname, parts.port
     else:
-        host, port = config.get("connection.host") or "localhost", config.get("connection.port")
-    tls = protocol in _TLS_PROTOCOLS or bool(config.get("options.ssl_cafile"))
-    return str(host), int(port or (8883 if tls else 1883)), tls
+        host, port = config.get("connection.host"), config.get("connection.port")
+    if protocol and protocol not in _PROTOCOLS:
+        raise ConfigError(
+            f"connection.protocol '{protocol}' is not an MQTT protocol; "
+            f"use one of {', '.join(sorted(_PROTOCOLS))}."
+        )
+    tls, transport = _PROTOCOLS[protocol or "mqtt"]
+    tls = tls or bool(config.get("options.ssl_cafile"))
+    return Endpoint(
+        str(host or "localhost"), int(port or _DEFAULT_PORTS[tls, transport]), tls, transport
+    )
+
+
+def credentials(config: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(username, password): credential.* keys, else the user info of connection.uri."""
+    username, password = config.get("credential.username"), config.get("credential.password")
+    uri = config.get("connection.uri")
+    if not username and uri and "@" in uri:
+        parts = urlsplit(uri if "://" in uri else f"mqtt://{uri}")
+        username = unquote(parts.username) if parts.username else None
+        password = unquote(parts.password) if parts.password else None
+    return username, password
+
+
+def protocol_version(config: dict[str, Any]) -> MQTTProtocolVersion:
+    """paho's protocol constant for options.protocol_version."""
+    version = str(config.get("options.protocol_version") or "3.1.1")
+    return {"3.1": paho.MQTTv31, "5": paho.MQTTv5, "5.0": paho.MQTTv5}.get(version, paho.MQTTv311)
 
 
 def persistent(config: dict[str, Any]) -> bool:
-    """Whether the session outlives the connection (a stable client id and no clean session)."""
-    clean = config.get("options.clean_session")
+    """Whether the session outlives the connection: a stable client id, no clean session/start
+    and, under MQTT 5, a session expiry above 0."""
+    v5 = protocol_version(config) == paho.MQTTv5
+    clean = config.get("options.clean_start") if v5 else None
+    if clean is None:
+        clean = config.get("options.clean_session")
     if clean is None:
         clean = not config.get("client_id")
+    if v5 and not config.get("options.session_expiry"):
+        return False
     return bool(config.get("client_id")) and not clean
+
+
+def check_topic_filter(topic: str, key: str = "topic") -> str:
+    """``topic`` if it is a valid MQTT topic filter (``+`` a whole level, ``#`` the last one)."""
+    levels = topic.split("/")
+    for index, level in enumerate(levels):
+        bad_plus = "+" in level and level != "+"
+        bad_hash = "#" in level and (level != "#" or index != len(levels) - 1)
+        if bad_plus or bad_hash:
+            raise ConfigError(
+                f"config key '{key}': '{topic}' is not a valid MQTT topic filter: '+' must be a "
+                "whole level and '#' the whole last level (e.g. 'plant/+/temp', 'plant/#')."
+            )
+    if not topic or "\x00" in topic:
+        raise ConfigError(f"config key '{key}': an MQTT topic cannot be empty or contain NUL.")
+    return topic
+
+
+def is_filter(topic: str) -> bool:
+    """Whether ``topic`` holds a wildcard (so it can be subscribed to but not published to)."""
+    return "+" in topic or "#" in topic
+
+
+def dead_letter_topic(config: dict[str, Any], topic: str) -> str:
+    """options.dead_letter_topic, or ``<topic>/dlq``; for a filter, its part before the first
+    wildcard plus ``/dlq``. Never a topic the queue's own filter would read back."""
+    configured = config.get("options.dead_letter_topic")
+    key = "options.dead_letter_topic"
+    if configured:
+        name = check_topic_filter(str(configured), key)
+    elif is_filter(topic):
+        prefix = topic.split("+", 1)[0].split("#", 1)[0].rstrip("/")
+        name = f"{prefix}/dlq" if prefix else "dlq"
+    else:
+        name = f"{topic}/dlq"
+    if is_filter(name):
+        raise ConfigError(f"config key '{key}': '{name}' holds a wildcard; name one topic.")
+    if paho.topic_matches_sub(topic, name):
+        raise ConfigError(
+            f"The dead-letter topic '{name}' matches the queue's own filter '{topic}', so dead "
+            f"letters would come back to it: set '{key}' to a topic outside the filter."
+        )
+    return name

@@ -1,12 +1,19 @@
 """MqttConnection: one paho-mqtt 2.x client with manual acknowledgements, shareable by queues
-through the reference ``*:connection:mqtt:*:1.0``."""
+through the reference ``*:connection:mqtt:*:1.0``.
+
+Every successful CONNACK starts a new *generation* of the connection. A message is
+acknowledged only on the generation it arrived on: after a reconnect its packet id may
+belong to another message, and a persistent session redelivers it anyway.
+"""
 
 from __future__ import annotations
 
 import logging
 import math
+import ssl
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import paho.mqtt.client as paho
@@ -18,17 +25,39 @@ from pip_services3_commons.refer import IReferenceable, IReferences
 from pip_services3_commons.run import IOpenable
 
 from ..queues.config import read_config, to_config_params
-from .config import CONNECTION_KEYS, broker_address, persistent
+from .config import (
+    CONNECTION_KEYS,
+    Endpoint,
+    broker_address,
+    credentials,
+    persistent,
+    protocol_version,
+)
 
 __all__ = ["MqttConnection", "MqttMessageListener"]
 
 log = logging.getLogger("sluice.mqtt")
 
+_CREDENTIAL_REFUSALS = {134, 135, 140}  # bad user name or password, not authorized, bad method
+_FAILURE = 0x80
+
 
 class MqttMessageListener(Protocol):
-    """Receives a subscription's messages: pip-services' ``on_message(topic, data, packet)``."""
+    """Receives a subscription's messages: pip-services' ``on_message(topic, data, packet)``.
+
+    A listener may also define ``on_connected(session_present: bool)``, called on paho's
+    network thread after every (re)connection, before the messages of the new connection.
+    """
 
     def on_message(self, topic: str, data: bytes, packet: paho.MQTTMessage) -> None: ...
+
+
+@dataclass
+class _Pending:
+    """A SUBSCRIBE waiting for its SUBACK."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    reasons: list[Any] = field(default_factory=list)
 
 
 class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[misc]
@@ -41,8 +70,9 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         # topic filter -> (QoS subscribed at, or None for dispatch only; its listeners)
         self._subscriptions: dict[str, tuple[int | None, list[MqttMessageListener]]] = {}
         self._connected = threading.Event()
-        self._failure: str | None = None
-        self._subacks: dict[int, threading.Event] = {}
+        self._refusal: Any = None  # the CONNACK reason code of a refused connection
+        self._pending: dict[int, _Pending] = {}
+        self._generation = 0
 
     # ---- configuration -------------------------------------------------------------------
 
@@ -52,18 +82,24 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
     def use_config(self, values: Mapping[str, Any]) -> None:
         """Take already validated values (a queue that owns its connection passes its own)."""
         self._config = dict(values)
+        broker_address(self._config)  # a wrong protocol is a configuration error
 
     def set_references(self, references: IReferences) -> None:
         """Nothing to resolve: connection and credentials come from the configuration."""
 
     @property
     def address(self) -> str:
-        host, port, _ = broker_address(self._config)
-        return f"{host}:{port}"
+        endpoint = broker_address(self._config)
+        return f"{endpoint.host}:{endpoint.port}"
 
     @property
     def is_persistent(self) -> bool:
         return persistent(self._config)
+
+    @property
+    def generation(self) -> int:
+        """How many times the broker has accepted this connection (see the module docstring)."""
+        return self._generation
 
     def __repr__(self) -> str:
         return f"MqttConnection({self.address}, open={self.is_open()})"
@@ -77,71 +113,114 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         """Connect and wait for the broker's CONNACK (``options.connect_timeout``)."""
         if self._client is not None:
             return
+        endpoint = broker_address(self._config)
+        client = self._new_client(endpoint)
+        self._connected.clear()
+        self._refusal = None
+        self._connect(client, endpoint)
+        client.loop_start()
+        timeout = self._config["options.connect_timeout"]
+        if self._connected.wait(timeout / 1000) and self._refusal is None:
+            self._client = client
+            return
+        client.disconnect()  # also stops paho's reconnect loop
+        client.loop_stop()
+        if self._refusal is not None:
+            raise self._refused(self._refusal)
+        raise ConnectionError(
+            f"No answer from the MQTT broker at {self.address} within {timeout} ms. "
+            "Check the address and options.connect_timeout."
+        )
+
+    def _new_client(self, endpoint: Endpoint) -> paho.Client:
         config = self._config
-        host, port, tls = broker_address(config)
-        v5 = str(config["options.protocol_version"]).startswith("5")
-        keep = self.is_persistent
+        v5 = protocol_version(config) == paho.MQTTv5
         client = paho.Client(
             CallbackAPIVersion.VERSION2,
             client_id=config.get("client_id") or "",
-            clean_session=None if v5 else not keep,
-            protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
+            clean_session=None if v5 else not self.is_persistent,
+            protocol=protocol_version(config),
+            transport="websockets" if endpoint.transport == "websockets" else "tcp",
             reconnect_on_failure=bool(config["options.retry_connect"]),
             manual_ack=True,
         )
-        if config.get("credential.username"):
-            client.username_pw_set(config["credential.username"], config.get("credential.password"))
-        if tls:
+        username, password = credentials(config)
+        if username:
+            client.username_pw_set(username, password)
+        if endpoint.tls:
             client.tls_set(
                 ca_certs=config.get("options.ssl_cafile"),
                 certfile=config.get("options.ssl_certfile"),
                 keyfile=config.get("options.ssl_keyfile"),
             )
             client.tls_insecure_set(bool(config["options.ssl_insecure"]))
+        if endpoint.transport == "websockets":
+            client.ws_set_options(path=config["options.ws_path"])
         delay = max(1, math.ceil(config["options.reconnect_timeout"] / 1000))
         client.reconnect_delay_set(delay, max(delay, 30))
+        client.connect_timeout = config["options.connect_timeout"] / 1000
         client.on_connect = self._on_connect
         client.on_message = self._on_message
         client.on_subscribe = self._on_subscribe
         client.on_disconnect = self._on_disconnect
-        self._connected.clear()
-        self._failure = None
+        return client
+
+    def _connect(self, client: paho.Client, endpoint: Endpoint) -> None:
+        config = self._config
+        v5 = protocol_version(config) == paho.MQTTv5
         properties = None
         if v5:
             properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
-            properties.SessionExpiryInterval = config["options.session_expiry"] if keep else 0
+            properties.SessionExpiryInterval = (
+                config["options.session_expiry"] if self.is_persistent else 0
+            )
         keepalive = max(1, math.ceil(config["options.keepalive_timeout"] / 1000))
         try:
             client.connect(
-                host,
-                port,
+                endpoint.host,
+                endpoint.port,
                 keepalive,
-                clean_start=not keep if v5 else paho.MQTT_CLEAN_START_FIRST_ONLY,
+                clean_start=not self.is_persistent if v5 else paho.MQTT_CLEAN_START_FIRST_ONLY,
                 properties=properties,
             )
+        except ssl.SSLError as exc:
+            raise ConnectionError(
+                f"The TLS handshake with the MQTT broker at {self.address} failed: {exc}. "
+                "Check options.ssl_cafile (the CA that signed the broker's certificate), "
+                "options.ssl_certfile/ssl_keyfile, and that the port speaks TLS."
+            ) from None
         except OSError as exc:
             raise ConnectionError(
-                f"Cannot connect to the MQTT broker at {host}:{port}: {exc}. "
+                f"Cannot connect to the MQTT broker at {self.address}: {exc}. "
                 "Check connection.host and connection.port (or connection.uri) "
                 "and that the broker is running."
             ) from None
-        client.loop_start()
-        if not self._connected.wait(config["options.connect_timeout"] / 1000) or self._failure:
-            client.disconnect()
-            client.loop_stop()
-            if self._failure:
-                user = config.get("credential.username")
-                raise ConnectionError(
-                    f"The MQTT broker at {host}:{port} refused the connection"
-                    f"{f' of user {user!r}' if user else ''}: {self._failure}. "
-                    "Check credential.username and credential.password."
+
+    def _refused(self, reason: Any) -> ConnectionError:
+        """The error for a refused CONNECT, saying what to change (never showing a password)."""
+        username, _ = credentials(self._config)
+        where = f"The MQTT broker at {self.address}"
+        if reason.value in _CREDENTIAL_REFUSALS:
+            if not username:
+                return ConnectionError(
+                    f"{where} refused an anonymous connection ({reason}). "
+                    "Set credential.username and credential.password."
                 )
-            raise ConnectionError(
-                f"No answer from the MQTT broker at {host}:{port} within "
-                f"{config['options.connect_timeout']} ms. "
-                "Check the address and options.connect_timeout."
+            return ConnectionError(
+                f"{where} refused the credentials of user {username!r} ({reason}). "
+                "Check credential.username and credential.password."
             )
-        self._client = client
+        if reason.value == 132:
+            return ConnectionError(
+                f"{where} does not speak MQTT {self._config['options.protocol_version']} "
+                f"({reason}). Set options.protocol_version."
+            )
+        if reason.value == 133:
+            return ConnectionError(
+                f"{where} rejected client_id {self._config.get('client_id')!r} ({reason}). "
+                "Choose another client_id."
+            )
+        return ConnectionError(f"{where} refused the connection ({reason}).")
 
     def close(self, correlation_id: str | None = None) -> None:
         """Disconnect. A persistent session keeps its subscriptions and unacknowledged messages."""
@@ -149,7 +228,8 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         if client is not None:
             client.disconnect()
             client.loop_stop()
-        self._subscriptions.clear()
+        with self._lock:
+            self._subscriptions.clear()
 
     # ---- paho callbacks (network thread) -------------------------------------------------
 
@@ -157,31 +237,59 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
     ) -> None:
         if reason.is_failure:
-            self._failure = str(reason)
-            client.disconnect()  # stops paho's reconnect loop: credentials will not get better
-        else:
-            with self._lock:
-                filters = [
-                    (t, qos) for t, (qos, _) in self._subscriptions.items() if qos is not None
-                ]
-            if filters:
-                client.subscribe(filters)  # after a reconnect, whether or not a session survived
-            log.info("connected to %s (session present: %s)", self.address, flags.session_present)
+            self._refusal = reason
+            if self._client is not None:  # a reconnection: paho keeps trying
+                log.error("%s", self._refused(reason))
+            self._connected.set()
+            return
+        self._generation += 1
+        if self._generation > 1 and self.is_persistent and not flags.session_present:
+            log.warning(
+                "the MQTT broker at %s lost the persistent session of client %r: "
+                "QoS 1/2 messages published while disconnected are lost; subscribing again",
+                self.address,
+                self._config.get("client_id"),
+            )
+        with self._lock:
+            filters = [(t, qos) for t, (qos, _) in self._subscriptions.items() if qos is not None]
+            listeners = [x for _, registered in self._subscriptions.values() for x in registered]
+        if filters:
+            client.subscribe(filters)  # every time: a clean session has forgotten them
+        for listener in dict.fromkeys(listeners):
+            notify = getattr(listener, "on_connected", None)
+            if notify is not None:
+                notify(flags.session_present)
+        log.info("connected to %s (session present: %s)", self.address, flags.session_present)
         self._connected.set()
 
     def _on_disconnect(
         self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
     ) -> None:
-        if self._client is not None:
+        if self._client is None:
+            return
+        if self._config["options.retry_connect"]:
             log.warning("disconnected from %s (%s); reconnecting", self.address, reason)
+        else:
+            log.error(
+                "disconnected from %s (%s); not reconnecting (options.retry_connect is false)",
+                self.address,
+                reason,
+            )
 
     def _on_subscribe(
         self, client: paho.Client, userdata: Any, mid: int, reasons: Any, properties: Any
     ) -> None:
         with self._lock:
-            event = self._subacks.pop(mid, None)
-        if event is not None:
-            event.set()
+            pending = self._pending.pop(mid, None)
+        if pending is None:  # a subscription renewed after a reconnection
+            for reason in reasons:
+                if reason.value >= _FAILURE:
+                    log.error(
+                        "the MQTT broker at %s refused a subscription: %s", self.address, reason
+                    )
+            return
+        pending.reasons = list(reasons)
+        pending.done.set()
 
     def _on_message(self, client: paho.Client, userdata: Any, message: paho.MQTTMessage) -> None:
         with self._lock:
@@ -191,6 +299,10 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
                 if paho.topic_matches_sub(topic, message.topic)
                 for listener in registered
             ]
+        if not listeners:
+            log.debug(
+                "no queue listens to %r; message %d left unacknowledged", message.topic, message.mid
+            )
         for listener in listeners:
             listener.on_message(message.topic, bytes(message.payload), message)
 
@@ -212,21 +324,28 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         """Publish and, for QoS >= 1, wait until the broker has it.
 
         While the connection is down paho keeps a QoS >= 1 message and sends it on reconnect;
-        this waits for that too (up to ``options.connect_timeout``).
+        this waits for that too (up to ``options.connect_timeout``). A QoS 0 message cannot
+        wait: publishing one while disconnected raises ``ConnectionError``.
         """
         info = self._check_open().publish(topic, payload, qos, retain, properties)
-        if info.rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
-            raise ConnectionError(f"Publishing to '{topic}' failed: {paho.error_string(info.rc)}")
-        if qos == 0:
-            return
+        queued = qos > 0 and info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN
+        if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS and not queued:
+            raise ConnectionError(
+                f"Publishing to '{topic}' at {self.address} failed: {paho.error_string(info.rc)}"
+            )
+        if qos > 0:
+            self._wait_published(info, topic)
+
+    def _wait_published(self, info: paho.MQTTMessageInfo, topic: str) -> None:
         timeout = self._config["options.connect_timeout"] / 1000
-        # wait_for_publish() gives up at once on a message queued while disconnected, so wait
-        # on the same condition paho signals when the broker acknowledges it.
+        # info.wait_for_publish() gives up at once on a message queued while disconnected, so
+        # wait on the condition paho signals when the broker acknowledges it (paho 2.2).
         with info._condition:
             if not info._condition.wait_for(lambda: info._published, timeout):
                 raise TimeoutError(
-                    f"The MQTT broker at {self.address} did not acknowledge a message on '{topic}' "
-                    f"within {timeout:.0f} s; paho keeps it and sends it once reconnected."
+                    f"The MQTT broker at {self.address} did not acknowledge a message on "
+                    f"'{topic}' within {timeout:.0f} s; paho keeps it and sends it once "
+                    "reconnected."
                 )
 
     def add_listener(self, topic: str, listener: MqttMessageListener) -> None:
@@ -242,7 +361,7 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
     def subscribe(self, topic: str, qos: int, listener: MqttMessageListener) -> None:
         """Deliver messages matching ``topic`` (+ and # allowed) to ``listener``.
 
-        Waits for the broker's SUBACK."""
+        Waits for the broker's SUBACK; raises ``ConnectionError`` if the broker refuses."""
         client = self._check_open()
         self.add_listener(topic, listener)
         with self._lock:
@@ -250,27 +369,58 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
             if subscribed is not None and subscribed >= qos:
                 return
             self._subscriptions[topic] = (qos, listeners)
-            done = threading.Event()
+            pending = _Pending()
             result, mid = client.subscribe(topic, qos)
             if result == MQTTErrorCode.MQTT_ERR_SUCCESS and mid is not None:
-                self._subacks[mid] = done
+                self._pending[mid] = pending
             else:  # not connected right now: _on_connect subscribes when the connection is back
-                done.set()
-        if not done.wait(self._config["options.connect_timeout"] / 1000):
+                pending.done.set()
+        if not pending.done.wait(self._config["options.connect_timeout"] / 1000):
             raise ConnectionError(
                 f"The MQTT broker at {self.address} did not confirm the subscription to '{topic}'."
             )
+        self._check_granted(topic, qos, pending.reasons)
 
-    def unsubscribe(self, topic: str, listener: MqttMessageListener) -> None:
-        """Stop delivering to ``listener``; the broker subscription stays while others use it."""
+    def _check_granted(self, topic: str, qos: int, reasons: list[Any]) -> None:
+        for reason in reasons:
+            if reason.value >= _FAILURE:
+                with self._lock:
+                    self._subscriptions.pop(topic, None)
+                raise ConnectionError(
+                    f"The MQTT broker at {self.address} refused the subscription to '{topic}' "
+                    f"({reason}). Check the broker's access rules for this user and topic."
+                )
+            if reason.value < qos:
+                log.warning(
+                    "the MQTT broker at %s granted QoS %d, not %d, on '%s'",
+                    self.address,
+                    reason.value,
+                    qos,
+                    topic,
+                )
+
+    def unsubscribe(self, topic: str, listener: MqttMessageListener, at_broker: bool) -> None:
+        """Stop delivering to ``listener``. With ``at_broker`` (a connection that stays open)
+        the last listener of ``topic`` also unsubscribes at the broker, so the broker stops
+        sending what nobody would acknowledge."""
         with self._lock:
-            _, listeners = self._subscriptions.get(topic, (0, []))
+            subscribed, listeners = self._subscriptions.get(topic, (None, []))
             if listener in listeners:
                 listeners.remove(listener)
-            if not listeners:
-                self._subscriptions.pop(topic, None)
+            if listeners:
+                return
+            self._subscriptions.pop(topic, None)
+        if at_broker and subscribed is not None and self._client is not None:
+            self._client.unsubscribe(topic)
 
-    def ack(self, mid: int, qos: int) -> None:
-        """Acknowledge a received message (PUBACK / PUBREC); nothing to do for QoS 0."""
-        if qos > 0 and self._client is not None:
-            self._client.ack(mid, qos)
+    def ack(self, mid: int, qos: int, generation: int) -> bool:
+        """Acknowledge a message (PUBACK, or PUBCOMP for QoS 2) that arrived on ``generation``.
+
+        Does nothing (and returns False) for QoS 0, on a closed connection, or when the
+        connection has been re-established since: the packet id may then be another message's.
+        """
+        client = self._client
+        if qos == 0 or client is None or generation != self._generation:
+            return False
+        client.ack(mid, qos)
+        return True

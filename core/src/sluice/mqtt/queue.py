@@ -1,16 +1,27 @@
 """MqttMessageQueue (seed 002) on paho-mqtt 2.x, doing better than the seed where MQTT allows.
 
-- ``complete`` and ``abandon`` work, through manual acknowledgements: with ``autocommit``
-  false a message is acknowledged only by ``complete``; an abandoned one is handed out again,
-  and one never acknowledged is redelivered by the broker to the next connection of the same
-  persistent session (stable ``client_id``, QoS >= 1).
-- ``peek_batch`` and ``move_to_dead_letter`` work (local buffer; republish with the reason).
+- ``complete`` and ``abandon`` work, through manual acknowledgements (QoS 1): with
+  ``autocommit`` false a message is acknowledged only by ``complete``; an abandoned one is
+  handed out again first, and one never acknowledged is redelivered by the broker to the next
+  connection of the same persistent session (stable ``client_id``). With ``autocommit`` true a
+  message is acknowledged when ``receive`` hands it out; ``abandon`` still hands it out again
+  from the local buffer, but the broker will not redeliver it.
+- QoS 2: paho answers PUBREC by itself, so the broker counts a QoS 2 message as delivered
+  the moment it arrives and never sends it again; the queue completes the exchange (PUBCOMP)
+  at once. ``can_persist`` is therefore true only for QoS 1 on a persistent session.
+- ``peek``, ``peek_batch``, ``clear`` and ``read_message_count`` work on the local buffer
+  (messages received and not yet handed out): MQTT cannot see the broker's backlog, so
+  ``can_message_count`` is false.
+- ``move_to_dead_letter`` republishes to ``options.dead_letter_topic`` with the reason and the
+  original topic: as MQTT 5 user properties, and as envelope headers (under MQTT 3.1.1 the
+  dead letter is always an envelope, so they survive).
 - The queue subscribes when it opens (``options.autosubscribe`` defaults to true, unlike the
   seed), so a message published after ``open()`` is never missed.
-- ``read_message_count`` counts the local buffer: MQTT cannot see the broker's backlog, so
-  ``can_message_count`` is false.
 - With ``serialize_envelope`` true the envelope travels as JSON, so ``message_id`` is stable
-  across redeliveries; raw payloads get a new id each time they are received.
+  across redeliveries and consumers can de-duplicate by it. Raw payloads (serialize_envelope
+  false, or another publisher) get a new ``message_id`` each time they are received, so
+  de-duplication needs envelopes. Under MQTT 5 the headers of a raw payload travel as user
+  properties.
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -29,11 +41,40 @@ from ..batch import BatchSpec
 from ..queues.base import LISTEN_INTERVAL_KEY
 from ..queues.broker import BrokerQueue
 from ..queues.capabilities import MessagingCapabilities
-from ..queues.envelope import MessageEnvelope
-from .config import CONNECTION_KEYS, QUEUE_KEYS, persistent
+from ..queues.envelope import Header, MessageEnvelope
+from .config import (
+    CONNECTION_KEYS,
+    QUEUE_KEYS,
+    broker_address,
+    check_topic_filter,
+    dead_letter_topic,
+    is_filter,
+    persistent,
+    protocol_version,
+)
 from .connection import MqttConnection
 
 __all__ = ["MqttMessageQueue"]
+
+REASON_HEADER = "sluice.reason"
+ORIGINAL_TOPIC_HEADER = "sluice.original_topic"
+
+
+@dataclass
+class _Delivery:
+    """Where a received message came from, so it is acknowledged once, on its own connection."""
+
+    connection: MqttConnection
+    mid: int
+    qos: int
+    generation: int
+    acked: bool = False
+    handed_out: bool = False
+
+    def ack(self) -> None:
+        if not self.acked:
+            self.acked = True
+            self.connection.ack(self.mid, self.qos, self.generation)
 
 
 class MqttMessageQueue(BrokerQueue[MqttConnection]):
@@ -44,15 +85,15 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
     CONNECTION_DESCRIPTOR = Descriptor("*", "connection", "mqtt", "*", "1.0")
 
     def __init__(self, name: str | None = None) -> None:
-        super().__init__(name, self._capabilities_for(self._defaults()))
+        super().__init__(name, self._capabilities_for(self._defaults(), durable=False))
+        self._listening_to: MqttConnection | None = None
 
     @classmethod
     def _defaults(cls) -> dict[str, Any]:
         return {k.name: k.default for k in cls.CONFIG_KEYS}
 
     @staticmethod
-    def _capabilities_for(config: dict[str, Any]) -> MessagingCapabilities:
-        durable = persistent(config) and int(config["options.qos"]) > 0
+    def _capabilities_for(config: dict[str, Any], durable: bool) -> MessagingCapabilities:
         return MessagingCapabilities(
             can_message_count=False,
             can_send=True,
@@ -63,7 +104,7 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
             can_abandon=True,
             can_dead_letter=True,
             can_clear=True,
-            can_persist=durable,
+            can_persist=durable and int(config["options.qos"]) == 1,
             can_order=True,
         )
 
@@ -71,7 +112,10 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
 
     def configure(self, config: Any) -> None:
         super().configure(config)
-        self._capabilities = self._capabilities_for(self._config)
+        if self._config["topic"] or self._config["queue"]:
+            check_topic_filter(self.topic, "topic" if self._config["topic"] else "queue")
+        broker_address(self._config)  # an unknown connection.protocol fails here, not at open
+        self._capabilities = self._capabilities_for(self._config, persistent(self._config))
 
     @property
     def qos(self) -> int:
@@ -79,15 +123,24 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
 
     @property
     def dead_letter_topic(self) -> str:
-        return str(self._config["options.dead_letter_topic"] or f"{self.topic.rstrip('/#+')}/dlq")
+        return dead_letter_topic(self._config, self.topic)
+
+    @property
+    def _v5(self) -> bool:
+        return protocol_version(self._config) == paho.MQTTv5
 
     def _before_open(self, connection: MqttConnection) -> None:
         # Listen before connecting: a persistent session redelivers right after CONNACK.
+        self._listening_to = connection
         connection.add_listener(self.topic, self)
+
+    def _after_open(self, connection: MqttConnection) -> None:
+        # A shared connection's session, not this queue's keys, decides what survives.
+        self._capabilities = self._capabilities_for(self._config, connection.is_persistent)
 
     def _detach(self, connection: MqttConnection) -> None:
         """Stop delivering here; messages not acknowledged stay with the broker's session."""
-        connection.unsubscribe(self.topic, self)
+        connection.unsubscribe(self.topic, self, at_broker=connection is self._shared_connection)
 
     def subscribe(self, correlation_id: str | None = None) -> None:
         """Subscribe to the topic (filter) at the configured QoS (else done at the first read)."""
@@ -101,16 +154,35 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
     # ---- the listener side: paho's network thread ----------------------------------------
 
     def on_message(self, topic: str, data: bytes, packet: paho.MQTTMessage) -> None:
-        envelope = self._to_envelope(topic, data)
-        envelope.set_reference((packet.mid, packet.qos))
+        source = self._listening_to
+        if source is None:
+            return
+        envelope = self._to_envelope(topic, data, packet)
+        delivery = _Delivery(source, packet.mid, packet.qos, source.generation)
+        if packet.qos == 2:
+            delivery.ack()  # see the module docstring: the broker already counts it delivered
+        envelope.set_reference(delivery)
         self._buffer_message(envelope)
 
-    def _to_envelope(self, topic: str, data: bytes) -> MessageEnvelope:
+    def on_connected(self, session_present: bool) -> None:
+        """After a reconnection to a session that survived, the broker sends again every
+        QoS 1 message it has not had a PUBACK for: drop the old copies still buffered."""
+        if not session_present:
+            return
+        with self._cond:
+            kept = [m for m in self._buffer if not _redelivered(m, self._listening_to)]
+            self._buffer.clear()
+            self._buffer.extend(kept)
+
+    def _to_envelope(self, topic: str, data: bytes, packet: paho.MQTTMessage) -> MessageEnvelope:
         envelope = (
             MessageEnvelope.from_json(data) if self._config["options.serialize_envelope"] else None
         )
         if envelope is None:  # a raw payload, or serialize_envelope false
             envelope = MessageEnvelope(None, None, data)
+        for header in _user_properties(packet):
+            if header not in envelope.headers:
+                envelope.headers.append(header)
         envelope.topic = topic
         envelope.timestamp = int(time.time() * 1000)
         return envelope
@@ -119,12 +191,24 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
 
     def send(self, correlation_id: str | None, message: MessageEnvelope) -> None:
         self._check_open(correlation_id)
+        if is_filter(self.topic):
+            raise ValueError(
+                f"Cannot send to '{self.topic}': it is a topic filter (+ or #). "
+                "Send through a queue configured with one concrete topic."
+            )
         message.sent_time = message.sent_time or datetime.datetime.now(datetime.UTC)
-        self._publish(self.topic, message, self._config["options.serialize_envelope"])
+        as_envelope = bool(self._config["options.serialize_envelope"])
+        self._publish(self.topic, message, as_envelope, [] if as_envelope else message.headers)
 
     def _publish(
-        self, topic: str, message: MessageEnvelope, as_envelope: bool, properties: Any = None
+        self, topic: str, message: MessageEnvelope, as_envelope: bool, carried: list[Header]
     ) -> None:
+        """Publish ``message`` (its JSON envelope, or only its payload) with the ``carried``
+        headers as MQTT 5 user properties (ignored under MQTT 3.1.1)."""
+        properties = None
+        if self._v5 and carried:
+            properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            properties.UserProperty = [(name, _header_text(name, value)) for name, value in carried]
         payload = _json_bytes(message) if as_envelope else message.message
         self._conn().publish(
             topic, payload, self.qos, bool(self._config["options.retain"]), properties
@@ -139,8 +223,11 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
 
     def receive(self, correlation_id: str | None, wait_timeout: int = 0) -> MessageEnvelope | None:
         message = self._take(correlation_id, wait_timeout)
-        if message is not None and self._config["autocommit"]:
-            self.complete(message)
+        delivery = _delivery(message)
+        if delivery is not None:
+            delivery.handed_out = True
+            if self._config["autocommit"]:
+                delivery.ack()
         return message
 
     def plan_batch(self, max_messages: int | None = None) -> BatchSpec:
@@ -157,40 +244,37 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
 
     def complete(self, message: MessageEnvelope) -> None:
         """Acknowledge the message to the broker (once)."""
-        reference = message.get_reference()
+        delivery = _delivery(message)
         message.set_reference(None)
-        if reference is not None and self._connection is not None:
-            mid, qos = reference
-            self._connection.ack(mid, qos)
+        if delivery is not None:
+            delivery.ack()
 
     def abandon(self, message: MessageEnvelope) -> None:
-        """Hand the message out again first; it stays unacknowledged with the broker."""
-        if message.get_reference() is None:
+        """Hand the message out again, before anything else; it stays unacknowledged."""
+        delivery = _delivery(message)
+        if delivery is None or not delivery.handed_out:
             return
+        delivery.handed_out = False
         with self._cond:
             self._buffer.appendleft(message)
             self._cond.notify_all()
 
     def move_to_dead_letter(self, message: MessageEnvelope, reason: str | None = None) -> None:
-        """Republish to the dead-letter topic (envelope JSON with origin and reason headers; MQTT 5
-        user properties as well), then acknowledge the original."""
+        """Republish to the dead-letter topic with the reason and the original topic, then
+        acknowledge the original (see the module docstring)."""
+        origin = [
+            (ORIGINAL_TOPIC_HEADER, (message.topic or self.topic).encode()),
+            (REASON_HEADER, (reason or "moved to dead letter").encode()),
+        ]
+        kept = [h for h in message.headers if h[0] not in (REASON_HEADER, ORIGINAL_TOPIC_HEADER)]
         dead = MessageEnvelope(
-            message.correlation_id,
-            message.message_type,
-            message.message,
-            headers=list(message.headers),
+            message.correlation_id, message.message_type, message.message, headers=kept + origin
         )
         dead.message_id, dead.sent_time = message.message_id, message.sent_time
-        origin = [
-            ("sluice.original_topic", message.topic or self.topic),
-            ("sluice.reason", reason or "moved to dead letter"),
-        ]
-        dead.headers += [(name, value.encode()) for name, value in origin]
-        properties = None
-        if str(self._config["options.protocol_version"]).startswith("5"):
-            properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-            properties.UserProperty = origin
-        self._publish(self.dead_letter_topic, dead, True, properties)
+        as_envelope = self._config["options.serialize_envelope"] or not self._v5
+        self._publish(
+            self.dead_letter_topic, dead, as_envelope, origin if as_envelope else dead.headers
+        )
         self.complete(message)
 
     def clear(self, correlation_id: str | None = None) -> None:
@@ -200,6 +284,43 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
             self._buffer.clear()
         for message in dropped:
             self.complete(message)
+
+    def _forget(self) -> None:
+        self._listening_to = None
+
+
+def _delivery(message: MessageEnvelope | None) -> _Delivery | None:
+    reference = None if message is None else message.get_reference()
+    return reference if isinstance(reference, _Delivery) else None
+
+
+def _redelivered(message: MessageEnvelope, connection: MqttConnection | None) -> bool:
+    """Whether a buffered message will come again from a resumed session: QoS 1, not acked,
+    received on an earlier connection."""
+    delivery = _delivery(message)
+    return (
+        delivery is not None
+        and connection is not None
+        and delivery.qos == 1
+        and not delivery.acked
+        and delivery.generation != connection.generation
+    )
+
+
+def _user_properties(packet: paho.MQTTMessage) -> list[Header]:
+    properties = getattr(packet, "properties", None)
+    pairs = getattr(properties, "UserProperty", None) or []
+    return [(str(name), str(value).encode()) for name, value in pairs]
+
+
+def _header_text(name: str, value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"Header '{name}' is not UTF-8 text, which MQTT 5 user properties need; "
+            "set options.serialize_envelope true to send it inside the envelope."
+        ) from None
 
 
 def _json_bytes(message: MessageEnvelope) -> bytes:

@@ -86,6 +86,8 @@ class MessageEnvelope(_PipEnvelope):  # type: ignore[misc]
             "sent_time": sent.isoformat(),
             "message": None if self.message is None else _b64(self.message),
         }
+        if self.key is not None:
+            doc["key"] = _b64(self.key)
         if self.headers:
             doc["headers"] = {name: _b64(value) for name, value in self.headers}
         return doc
@@ -109,6 +111,10 @@ class MessageEnvelope(_PipEnvelope):  # type: ignore[misc]
         except (ValueError, TypeError):
             return None
         envelope.sent_time = DateTimeConverter.to_nullable_datetime(doc.get("sent_time"))
+        try:
+            envelope.key = None if doc.get("key") is None else base64.b64decode(doc["key"])
+        except (ValueError, TypeError):
+            return None
         headers = doc.get("headers")
         if isinstance(headers, dict):
             try:
