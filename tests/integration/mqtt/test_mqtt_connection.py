@@ -212,3 +212,56 @@ def test_queues_share_a_connection_through_references(
     finally:
         second.close(None)
         connection.close(None)
+
+
+@pytest.mark.parametrize("version", ["3.1.1", "5"])
+def test_queues_with_overlapping_filters_on_a_shared_connection(
+    mosquitto_broker: BrokerProcess, unique_name: str, version: str
+) -> None:
+    """Each queue gets a message once, and one queue's complete() does not acknowledge it
+    for the other. (mosquitto sends an MQTT 5 client one copy per matching subscription; the
+    connection tells them apart by subscription identifier.)"""
+    base = f"sluice/{unique_name}"
+    session = {
+        "connection.uri": mosquitto_broker.url,
+        "client_id": unique_name,
+        "options.protocol_version": version,
+    }
+
+    def open_queues(*filters: str) -> tuple[MqttConnection, list[MqttMessageQueue]]:
+        connection = MqttConnection()
+        connection.configure(session)
+        references = References.from_tuples(
+            Descriptor("sluice", "connection", "mqtt", "default", "1.0"), connection
+        )
+        queues = []
+        for topic in filters:
+            queue = MqttMessageQueue(topic)
+            queue.configure({"topic": topic, "options.qos": 1, "autocommit": False})
+            queue.set_references(references)
+            queue.open(None)
+            queues.append(queue)
+        return connection, queues
+
+    connection, (everything, rooms) = open_queues(f"{base}/#", f"{base}/+")
+    writer = MqttMessageQueue("w")
+    writer.configure(
+        {"connection.uri": mosquitto_broker.url, "topic": f"{base}/hall", "options.qos": 1}
+    )
+    writer.open(None)
+    try:
+        writer.send(None, MessageEnvelope(None, "t", "once each"))
+        assert receive_all(everything, 1)[0].message == b"once each"  # completed
+        assert receive_all(rooms, 1, complete=False)[0].message == b"once each"  # not completed
+        assert everything.receive(None, 500) is None and rooms.receive(None, 0) is None
+    finally:
+        writer.close(None)
+        connection.close(None)  # like a crash: the queues never let go
+
+    connection, (rooms,) = open_queues(f"{base}/+")
+    try:
+        again = receive_all(rooms, 1)[0]
+        assert again.message == b"once each", "acknowledged by the other queue's complete()"
+    finally:
+        rooms.close(None)
+        connection.close(None)

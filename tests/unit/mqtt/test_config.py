@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.mqtt import MqttMessageQueue
-from sluice.mqtt.config import Endpoint, broker_address, credentials, persistent
+from sluice.mqtt.config import Endpoint, broker_address, credentials, persistent, whole_seconds
 from sluice.queues import ConfigError, UnknownConfigKeyWarning
 
 
@@ -128,3 +128,8 @@ def test_every_seed_key_is_declared() -> None:
         "options.keepalive_timeout",
     }
     assert seed <= declared
+
+
+@pytest.mark.parametrize(("ms", "seconds"), [(3000, 3), (2500, 3), (1, 1), (0, 1), (1000, 1)])
+def test_keepalive_and_reconnect_delays_round_up_to_whole_seconds(ms: int, seconds: int) -> None:
+    assert whole_seconds(ms) == seconds

@@ -3,6 +3,7 @@ and what they mean for the client: the broker's address, the protocol and the se
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
@@ -183,6 +184,11 @@ def persistent(config: dict[str, Any]) -> bool:
     if v5 and not config.get("options.session_expiry"):
         return False
     return bool(config.get("client_id")) and not clean
+
+
+def whole_seconds(milliseconds: int) -> int:
+    """MQTT and paho count keep-alive and reconnect delays in whole seconds: round up, min 1."""
+    return max(1, math.ceil(milliseconds / 1000))
 
 
 def check_topic_filter(topic: str, key: str = "topic") -> str:

@@ -4,14 +4,21 @@ through the reference ``*:connection:mqtt:*:1.0``.
 Every successful CONNACK starts a new *generation* of the connection. A message is
 acknowledged only on the generation it arrived on: after a reconnect its packet id may
 belong to another message, and a persistent session redelivers it anyway.
+
+Queues sharing a connection may listen to overlapping filters. A message handed to several
+of them is acknowledged when the last one acknowledges it. Under MQTT 5 every filter is
+subscribed with its own subscription identifier, because mosquitto sends one copy per
+matching subscription: each copy goes only to the listeners of the filter it names. (Under
+MQTT 3.1.1 mosquitto sends one copy; a broker that sends one per subscription would
+deliver duplicates, which at-least-once consumers de-duplicate by envelope message_id.)
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import ssl
 import threading
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -32,6 +39,7 @@ from .config import (
     credentials,
     persistent,
     protocol_version,
+    whole_seconds,
 )
 
 __all__ = ["MqttConnection", "MqttMessageListener"]
@@ -40,6 +48,13 @@ log = logging.getLogger("sluice.mqtt")
 
 _CREDENTIAL_REFUSALS = {134, 135, 140}  # bad user name or password, not authorized, bad method
 _FAILURE = 0x80
+_MAX_SUBSCRIPTION_ID = 268_435_455  # the largest MQTT variable byte integer
+
+
+def subscription_id(topic: str) -> int:
+    """The MQTT 5 subscription identifier of ``topic``: the same in every process, so the
+    messages a persistent session kept from an earlier run still find their filter."""
+    return zlib.crc32(topic.encode("utf-8")) % _MAX_SUBSCRIPTION_ID + 1
 
 
 class MqttMessageListener(Protocol):
@@ -73,6 +88,10 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         self._refusal: Any = None  # the CONNACK reason code of a refused connection
         self._pending: dict[int, _Pending] = {}
         self._generation = 0
+        self._fresh_generation = 0  # the last connection on which the session started afresh
+        # (generation, packet id) -> acknowledgements still awaited, for a message handed to
+        # several listeners: the broker gets its one PUBACK when the last listener acks
+        self._holds: dict[tuple[int, int], int] = {}
 
     # ---- configuration -------------------------------------------------------------------
 
@@ -100,6 +119,12 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
     def generation(self) -> int:
         """How many times the broker has accepted this connection (see the module docstring)."""
         return self._generation
+
+    def redelivers(self, generation: int) -> bool:
+        """Whether the broker sends again, on the current connection, the QoS 1 messages left
+        unacknowledged on connection ``generation``: true when the session has survived every
+        reconnection since (the broker resends unacknowledged messages on a resumed session)."""
+        return self._fresh_generation <= generation < self._generation
 
     def __repr__(self) -> str:
         return f"MqttConnection({self.address}, open={self.is_open()})"
@@ -156,7 +181,7 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
             client.tls_insecure_set(bool(config["options.ssl_insecure"]))
         if endpoint.transport == "websockets":
             client.ws_set_options(path=config["options.ws_path"])
-        delay = max(1, math.ceil(config["options.reconnect_timeout"] / 1000))
+        delay = whole_seconds(config["options.reconnect_timeout"])
         client.reconnect_delay_set(delay, max(delay, 30))
         client.connect_timeout = config["options.connect_timeout"] / 1000
         client.on_connect = self._on_connect
@@ -174,7 +199,7 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
             properties.SessionExpiryInterval = (
                 config["options.session_expiry"] if self.is_persistent else 0
             )
-        keepalive = max(1, math.ceil(config["options.keepalive_timeout"] / 1000))
+        keepalive = whole_seconds(config["options.keepalive_timeout"])
         try:
             client.connect(
                 endpoint.host,
@@ -243,6 +268,8 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
             self._connected.set()
             return
         self._generation += 1
+        if not flags.session_present:
+            self._fresh_generation = self._generation
         if self._generation > 1 and self.is_persistent and not flags.session_present:
             log.warning(
                 "the MQTT broker at %s lost the persistent session of client %r: "
@@ -251,10 +278,11 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
                 self._config.get("client_id"),
             )
         with self._lock:
+            self._holds.clear()  # the packet ids of the previous connection are stale
             filters = [(t, qos) for t, (qos, _) in self._subscriptions.items() if qos is not None]
             listeners = [x for _, registered in self._subscriptions.values() for x in registered]
-        if filters:
-            client.subscribe(filters)  # every time: a clean session has forgotten them
+        for topic, qos in filters:  # every time: a clean session has forgotten them
+            self._send_subscribe(client, topic, qos)
         for listener in dict.fromkeys(listeners):
             notify = getattr(listener, "on_connected", None)
             if notify is not None:
@@ -292,13 +320,18 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         pending.done.set()
 
     def _on_message(self, client: paho.Client, userdata: Any, message: paho.MQTTMessage) -> None:
+        # MQTT 5: mosquitto sends one copy per matching subscription, each naming its own
+        ids = getattr(getattr(message, "properties", None), "SubscriptionIdentifier", None) or []
         with self._lock:
             listeners = [
                 listener
                 for topic, (_, registered) in self._subscriptions.items()
                 if paho.topic_matches_sub(topic, message.topic)
+                and (not ids or subscription_id(topic) in ids)
                 for listener in registered
             ]
+            if message.qos > 0 and len(listeners) > 1:
+                self._holds[self._generation, message.mid] = len(listeners)
         if not listeners:
             log.debug(
                 "no queue listens to %r; message %d left unacknowledged", message.topic, message.mid
@@ -370,7 +403,7 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
                 return
             self._subscriptions[topic] = (qos, listeners)
             pending = _Pending()
-            result, mid = client.subscribe(topic, qos)
+            result, mid = self._send_subscribe(client, topic, qos)
             if result == MQTTErrorCode.MQTT_ERR_SUCCESS and mid is not None:
                 self._pending[mid] = pending
             else:  # not connected right now: _on_connect subscribes when the connection is back
@@ -380,6 +413,15 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
                 f"The MQTT broker at {self.address} did not confirm the subscription to '{topic}'."
             )
         self._check_granted(topic, qos, pending.reasons)
+
+    def _send_subscribe(
+        self, client: paho.Client, topic: str, qos: int
+    ) -> tuple[MQTTErrorCode, int | None]:
+        if protocol_version(self._config) != paho.MQTTv5:
+            return client.subscribe(topic, qos)
+        properties = Properties(PacketTypes.SUBSCRIBE)  # type: ignore[no-untyped-call]
+        properties.SubscriptionIdentifier = subscription_id(topic)
+        return client.subscribe(topic, qos, properties=properties)
 
     def _check_granted(self, topic: str, qos: int, reasons: list[Any]) -> None:
         for reason in reasons:
@@ -422,5 +464,10 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         client = self._client
         if qos == 0 or client is None or generation != self._generation:
             return False
+        with self._lock:
+            awaited = self._holds.pop((generation, mid), 1) - 1
+            if awaited > 0:  # other listeners still hold the message
+                self._holds[generation, mid] = awaited
+                return False
         client.ack(mid, qos)
         return True

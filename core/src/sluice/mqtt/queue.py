@@ -6,6 +6,15 @@
   connection of the same persistent session (stable ``client_id``). With ``autocommit`` true a
   message is acknowledged when ``receive`` hands it out; ``abandon`` still hands it out again
   from the local buffer, but the broker will not redeliver it.
+- After a reconnection to a session that survived, the broker resends every QoS 1 message
+  not yet acknowledged. The queue hands each out once: buffered old copies are dropped,
+  ``abandon`` of a message from the earlier connection does not put it back (its new copy is
+  coming), and ``complete`` of one acknowledges its new copy (found by envelope
+  ``message_id``; a raw payload's copy is handed out again: at-least-once).
+- The broker's in-flight window bounds how many messages can be received and not completed:
+  mosquitto sends at most ``max_inflight_messages`` (default 20) unacknowledged QoS 1
+  messages to a client, so with ``autocommit`` false ``receive`` finds nothing more until
+  ``complete`` acknowledges some. Raise the broker's limit for larger batches.
 - QoS 2: paho answers PUBREC by itself, so the broker counts a QoS 2 message as delivered
   the moment it arrives and never sends it again; the queue completes the exchange (PUBCOMP)
   at once. ``can_persist`` is therefore true only for QoS 1 on a persistent session.
@@ -87,6 +96,8 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
     def __init__(self, name: str | None = None) -> None:
         super().__init__(name, self._capabilities_for(self._defaults(), durable=False))
         self._listening_to: MqttConnection | None = None
+        # message ids completed through a stale delivery: their redelivered copy is acknowledged
+        self._settled: set[str] = set()
 
     @classmethod
     def _defaults(cls) -> dict[str, Any]:
@@ -162,15 +173,19 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
         if packet.qos == 2:
             delivery.ack()  # see the module docstring: the broker already counts it delivered
         envelope.set_reference(delivery)
-        self._buffer_message(envelope)
+        with self._cond:
+            settled = envelope.message_id in self._settled
+            self._settled.discard(envelope.message_id)
+        if settled:
+            delivery.ack()  # completed already, through the copy of an earlier connection
+        else:
+            self._buffer_message(envelope)
 
     def on_connected(self, session_present: bool) -> None:
         """After a reconnection to a session that survived, the broker sends again every
         QoS 1 message it has not had a PUBACK for: drop the old copies still buffered."""
-        if not session_present:
-            return
         with self._cond:
-            kept = [m for m in self._buffer if not _redelivered(m, self._listening_to)]
+            kept = [m for m in self._buffer if not _redelivered(m)]
             self._buffer.clear()
             self._buffer.extend(kept)
 
@@ -243,18 +258,39 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
     # ---- acknowledging -------------------------------------------------------------------
 
     def complete(self, message: MessageEnvelope) -> None:
-        """Acknowledge the message to the broker (once)."""
+        """Acknowledge the message to the broker (once).
+
+        A message received before a reconnection has a stale packet id; when the session
+        survived, the broker sends it again, and that copy (found by its envelope's
+        ``message_id``) is acknowledged instead of being handed out a second time."""
         delivery = _delivery(message)
         message.set_reference(None)
-        if delivery is not None:
+        if delivery is None:
+            return
+        if not _redelivered(message, delivery):
             delivery.ack()
+            return
+        delivery.acked = True
+        with self._cond:
+            copy = next((m for m in self._buffer if m.message_id == message.message_id), None)
+            if copy is not None:
+                self._buffer.remove(copy)
+            elif self._config["options.serialize_envelope"]:
+                self._settled.add(message.message_id)  # the copy is still on its way
+        if copy is not None:
+            self.complete(copy)
 
     def abandon(self, message: MessageEnvelope) -> None:
-        """Hand the message out again, before anything else; it stays unacknowledged."""
+        """Hand the message out again, before anything else; it stays unacknowledged.
+
+        A message received before a reconnection to a surviving session is not put back:
+        the broker has sent it again already."""
         delivery = _delivery(message)
         if delivery is None or not delivery.handed_out:
             return
         delivery.handed_out = False
+        if _redelivered(message, delivery):
+            return
         with self._cond:
             self._buffer.appendleft(message)
             self._cond.notify_all()
@@ -287,6 +323,7 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
 
     def _forget(self) -> None:
         self._listening_to = None
+        self._settled.clear()
 
 
 def _delivery(message: MessageEnvelope | None) -> _Delivery | None:
@@ -294,16 +331,15 @@ def _delivery(message: MessageEnvelope | None) -> _Delivery | None:
     return reference if isinstance(reference, _Delivery) else None
 
 
-def _redelivered(message: MessageEnvelope, connection: MqttConnection | None) -> bool:
-    """Whether a buffered message will come again from a resumed session: QoS 1, not acked,
-    received on an earlier connection."""
-    delivery = _delivery(message)
+def _redelivered(message: MessageEnvelope, delivery: _Delivery | None = None) -> bool:
+    """Whether the broker sends ``message`` again on the current connection: QoS 1, not
+    acknowledged, received on an earlier connection of a session that survived since."""
+    delivery = delivery or _delivery(message)
     return (
         delivery is not None
-        and connection is not None
         and delivery.qos == 1
         and not delivery.acked
-        and delivery.generation != connection.generation
+        and delivery.connection.redelivers(delivery.generation)
     )
 
 
