@@ -142,10 +142,14 @@ def test_tombstones_and_null_keys(make_queue: QueueFactory) -> None:
     queue._conn().publish(
         queue.topic, [{"value": None, "key": b"deleted-id"}, {"value": b"no key"}]
     )
-    tombstone, keyless = drain(queue, 2)
+    sent = MessageEnvelope("c1", "deletion", None, key="gone-id")  # a tombstone from send()
+    queue.send(None, sent)
+    tombstone, keyless, sent_tombstone = drain(queue, 3)
     assert tombstone.message is None and tombstone.key == b"deleted-id"
     assert keyless.message == b"no key" and keyless.key is None
     assert keyless.message_id == f"{queue.topic}-0-{keyless.offset}"
+    assert (sent_tombstone.message, sent_tombstone.key) == (None, b"gone-id")
+    assert (sent_tombstone.message_id, sent_tombstone.correlation_id) == (sent.message_id, "c1")
 
 
 def test_clear_commits_to_the_end(make_queue: QueueFactory) -> None:
@@ -183,3 +187,106 @@ def test_without_from_beginning_nothing_sent_after_open_is_missed(make_queue: Qu
     got = queue.receive(None, WAIT_MS)
     assert got is not None and got.message == b"after open"
     assert queue.receive(None, 1500) is None
+
+
+def test_backlog_counts_the_partitions_of_other_group_members(make_queue: QueueFactory) -> None:
+    """read_message_count is the group's backlog on the whole topic, also on the partitions
+    another member of the group owns (on Tansu their end offsets cannot come from ListOffsets)."""
+    first = make_queue(partitions=4)
+    second = make_queue(partitions=4)
+    for queue in (first, second):
+        queue.peek(None)
+    wait_until(
+        lambda: all(queue.subscriptions()[0].assigned for queue in (first, second)),
+        timeout=30,
+        message="both consumers to own partitions",
+    )
+    # One publish: records of a partition go in one batch, which Tansu's ListOffsets miscounts.
+    first._conn().publish(first.topic, [{"value": f"m{i}", "key": f"k{i}"} for i in range(12)])
+    for queue in (first, second):
+        wait_until(lambda q=queue: q.read_message_count() == 12, timeout=15, message="backlog 12")
+    done = 0
+    for queue in (first, second):
+        while (message := queue.receive(None, 1000)) is not None:
+            queue.complete(message)
+            done += 1
+    assert done == 12
+    assert first.read_message_count() == 0 and second.read_message_count() == 0
+
+
+def test_abandon_redelivers_from_that_message_without_duplicates(make_queue: QueueFactory) -> None:
+    """abandon seeks the partition back to the message and drops what was buffered after it:
+    the next receives give it and the rest once each, and not the earlier message still held."""
+    queue = make_queue(partitions=1)
+    send_all(queue, ["a", "b", "c"])
+    wait_until(lambda: len(queue.peek_batch(None, 5)) == 3, timeout=15, message="three buffered")
+    a, b = drain(queue, 2, complete=False)
+    queue.abandon(b)
+
+    again = drain(queue, 2)
+    assert [m.get_message_as_string() for m in again] == ["b", "c"]
+    assert queue.receive(None, 1500) is None, "a message came twice"
+    assert queue.read_message_count() == 3, "a is not completed: nothing may be committed past it"
+    queue.complete(a)
+    assert queue.read_message_count() == 0
+
+
+def test_a_rebalance_keeps_kept_partitions_and_gives_up_lost_ones(
+    make_queue: QueueFactory,
+) -> None:
+    """kafka-python rebalances eagerly (every partition revoked, the new assignment given, kept
+    partitions keep their position). A message received before the rebalance can be completed
+    if its partition stayed; if the partition went to another consumer, that one delivers it
+    again and commits it, so the old owner's late complete() commits nothing (it could go past
+    messages the new owner has not processed). Nothing is lost, nothing kept comes twice."""
+    first = make_queue(partitions=2)
+    for partition in (0, 1):
+        first._conn().publish(first.topic, [{"value": f"p{partition}"}], {"partition": partition})
+    held = drain(first, 2, complete=False)
+
+    second = make_queue(partitions=2)
+    second.peek(None)
+    wait_until(
+        lambda: all(len(q.subscriptions()[0].assigned) == 1 for q in (first, second)),
+        timeout=30,
+        message="the rebalance to give each queue one partition",
+    )
+    lost = next(iter(second.subscriptions()[0].assigned))
+    kept = 1 - lost
+    for message in held:
+        first.complete(message)
+    committed, _, _ = first._conn().group_offsets(first.topic, first.group_id)
+    assert committed[kept] == 1, "the complete() of a kept partition's message did not commit"
+    assert committed[lost] is None, "the old owner committed a partition it no longer owns"
+
+    again = drain(second, 1)[0]
+    assert (again.partition, again.message) == (lost, f"p{lost}".encode())
+    assert first.receive(None, 1500) is None, "a message of the kept partition came twice"
+    committed, _, _ = first._conn().group_offsets(first.topic, first.group_id)
+    assert committed == {0: 1, 1: 1}
+
+
+def test_messages_buffered_before_a_rebalance_are_delivered_once(make_queue: QueueFactory) -> None:
+    """Fetched-ahead messages of a partition the queue keeps through a rebalance stay buffered
+    (kafka-python keeps its position there); those of a partition it loses go to the new owner."""
+    first = make_queue(partitions=2)
+    for partition in (0, 1):
+        records = [{"value": f"p{partition}-{i}"} for i in range(3)]
+        first._conn().publish(first.topic, records, {"partition": partition})
+    wait_until(lambda: len(first.peek_batch(None, 10)) == 6, timeout=15, message="six buffered")
+
+    second = make_queue(partitions=2)
+    second.peek(None)
+    wait_until(
+        lambda: all(len(q.subscriptions()[0].assigned) == 1 for q in (first, second)),
+        timeout=30,
+        message="the rebalance to give each queue one partition",
+    )
+    kept = next(iter(first.subscriptions()[0].assigned))
+    got = {
+        name: [m.get_message_as_string() for m in drain(queue, 3)]
+        for name, queue in (("first", first), ("second", second))
+    }
+    assert got["first"] == [f"p{kept}-{i}" for i in range(3)]
+    assert got["second"] == [f"p{1 - kept}-{i}" for i in range(3)]
+    assert first.receive(None, 1000) is None and second.receive(None, 1000) is None

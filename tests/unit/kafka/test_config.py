@@ -53,6 +53,7 @@ def test_unknown_key_suggests_the_known_one() -> None:
         ({"connection.uri": "a:1,b:2"}, ["a:1", "b:2"]),
         ({"connection.uri": "kafka://c:3/topic"}, ["c:3"]),
         ({"connection.host": "d"}, ["d:9092"]),
+        ({"connection.uri": "kafka://u:pw@e:4,f:5/topic"}, ["e:4", "f:5"]),
     ],
 )
 def test_bootstrap_servers(config: dict[str, object], servers: list[str]) -> None:
@@ -74,6 +75,16 @@ def test_sasl_plain_from_credentials() -> None:
         kwargs["sasl_plain_username"],
         kwargs["sasl_plain_password"],
     ) == ("PLAIN", "u", "p")
+
+
+def test_credentials_and_tls_from_the_uri_never_show_the_password() -> None:
+    connection = KafkaConnection()
+    connection.configure({"connection.uri": "kafka+ssl://svc:p%40ss-w0rd@h:9093"})
+    kwargs = connection.client_config()
+    assert kwargs["security_protocol"] == "SASL_SSL"
+    assert (kwargs["sasl_plain_username"], kwargs["sasl_plain_password"]) == ("svc", "p@ss-w0rd")
+    assert connection.servers == ["h:9093"]
+    assert "w0rd" not in repr(connection)
 
 
 def test_sasl_scram_over_tls() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from typing import Any
+from urllib.parse import unquote
 
 from ..queues.config import ConfigKey, UnknownConfigKeyWarning
 
@@ -127,23 +128,44 @@ _PROTOCOLS = {
 }
 
 
+def _split_uri(uri: str) -> tuple[str | None, list[str], str | None, str | None]:
+    """connection.uri as (scheme, servers, user, password).
+
+    It may be "h1:9092,h2:9092", kafka://h:9092 or kafka://user:password@h1:9092,h2:9092/topic.
+    """
+    scheme, _, rest = uri.rpartition("://")
+    userinfo, _, hosts = rest.split("/", 1)[0].rpartition("@")
+    user, _, password = userinfo.partition(":")
+    servers = [server.strip() for server in hosts.split(",") if server.strip()]
+    return scheme.lower() or None, servers, unquote(user) or None, unquote(password) or None
+
+
 def bootstrap_servers(config: dict[str, Any]) -> list[str]:
-    """Servers from connection.uri ("h1:9092,h2:9092" or kafka://h:p) or connection.host/port.
+    """Servers from connection.uri or connection.host/port.
 
     With neither configured: $SLUICE_KAFKA_BOOTSTRAP, else localhost:9092.
     """
     uri = config.get("connection.uri")
     if uri:
-        text = str(uri).split("://", 1)[-1].split("/", 1)[0]
-        return [server.strip() for server in text.split(",") if server.strip()]
+        return _split_uri(str(uri))[1]
     host, port = config.get("connection.host"), config.get("connection.port")
     if host or port:
         return [f"{host or 'localhost'}:{port or 9092}"]
     return [s.strip() for s in os.environ.get(DEFAULT_BOOTSTRAP_ENV, "localhost:9092").split(",")]
 
 
+def credentials(config: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(username, password): the credential.* keys, else the user info of connection.uri."""
+    user, password = config.get("credential.username"), config.get("credential.password")
+    if not user and config.get("connection.uri"):
+        _, _, user, password = _split_uri(str(config["connection.uri"]))
+    return user, password
+
+
 def security_protocol(config: dict[str, Any]) -> str:
     protocol = config.get("connection.protocol")
+    if not protocol and config.get("connection.uri"):
+        protocol = _split_uri(str(config["connection.uri"]))[0]
     key = str(protocol).lower() if protocol else None
     if key not in _PROTOCOLS:
         warnings.warn(
@@ -155,7 +177,7 @@ def security_protocol(config: dict[str, Any]) -> str:
         )
         key = None
     chosen = _PROTOCOLS[key]
-    if config.get("credential.username") and chosen in ("PLAINTEXT", "SSL"):
+    if credentials(config)[0] and chosen in ("PLAINTEXT", "SSL"):
         chosen = "SASL_" + chosen
     return chosen
 
@@ -173,8 +195,7 @@ def client_config(config: dict[str, Any]) -> dict[str, Any]:
         kwargs["client_id"] = config["client_id"]
     if kwargs["security_protocol"].startswith("SASL_"):
         kwargs["sasl_mechanism"] = str(config.get("credential.mechanism") or "plain").upper()
-        kwargs["sasl_plain_username"] = config.get("credential.username")
-        kwargs["sasl_plain_password"] = config.get("credential.password")
+        kwargs["sasl_plain_username"], kwargs["sasl_plain_password"] = credentials(config)
     if kwargs["security_protocol"].endswith("SSL"):
         kwargs["ssl_check_hostname"] = config["options.ssl_check_hostname"]
         for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):

@@ -24,7 +24,8 @@ from pip_services3_commons.run import IOpenable
 
 from ..queues.config import read_config, to_config_params
 from ..queues.envelope import normalize_headers, to_bytes
-from .config import CONNECTION_KEYS, bootstrap_servers, client_config
+from .config import CONNECTION_KEYS, bootstrap_servers, client_config, credentials
+from .logs import hide_secret, kafka_log_level
 from .offsets import topic_end_offsets
 from .subscription import KafkaMessageListener, Subscription
 
@@ -32,14 +33,6 @@ __all__ = ["KafkaConnection"]
 
 log = logging.getLogger("sluice.kafka")
 T = TypeVar("T")
-
-_LOG_LEVELS = {
-    0: logging.CRITICAL + 10,
-    1: logging.ERROR,
-    2: logging.WARNING,
-    3: logging.INFO,
-    4: logging.DEBUG,
-}
 
 
 class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[misc]
@@ -59,9 +52,8 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
     def use_config(self, values: Mapping[str, Any]) -> None:
         """Take already validated values (a queue that owns its connection passes its own)."""
         self._config = dict(values)
-        logging.getLogger("kafka").setLevel(
-            _LOG_LEVELS.get(int(values["options.log_level"]), logging.ERROR)
-        )
+        hide_secret(credentials(self._config)[1])
+        logging.getLogger("kafka").setLevel(kafka_log_level(int(values["options.log_level"])))
 
     def set_references(self, references: IReferences) -> None:
         """Nothing to resolve: connection and credentials come from the configuration."""

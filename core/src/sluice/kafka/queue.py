@@ -6,6 +6,9 @@
   only ``complete`` commits, and never past a received message that is not completed yet.
 - ``abandon`` seeks back, so the message comes again; ``move_to_dead_letter`` republishes to
   ``<topic>.dlq`` with the origin and the reason in headers, then commits.
+- After a rebalance, messages of partitions the queue kept stay buffered and completable; those
+  of partitions it lost are the new owner's (it delivers them again), so completing, abandoning
+  or dead-lettering an old copy does nothing (see :mod:`sluice.kafka.ledger`).
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from __future__ import annotations
 import collections
 import datetime
 import logging
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
@@ -29,16 +33,14 @@ from ..queues.capabilities import MessagingCapabilities
 from ..queues.envelope import MessageEnvelope
 from .config import CONNECTION_KEYS, QUEUE_KEYS
 from .connection import KafkaConnection
+from .ledger import Ledger
 from .offsets import end_offsets
+from .records import to_envelope, to_record
 from .subscription import Subscription
 
 __all__ = ["KafkaMessageQueue"]
 
 log = logging.getLogger("sluice.kafka")
-
-#: Header names Sluice writes; they are envelope fields on the receiving side, not user headers.
-ID_HEADER, TYPE_HEADER, CORRELATION_HEADER = "message_id", "message_type", "correlation_id"
-_ENVELOPE_HEADERS = {ID_HEADER, TYPE_HEADER, CORRELATION_HEADER}
 
 
 class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
@@ -65,9 +67,7 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
                 can_order=True,
             ),
         )
-        self._pending: dict[int, set[int]] = {}  # received, not completed, by partition
-        self._done: dict[int, int] = {}  # highest completed offset + 1, by partition
-        self._committed: dict[int, int] = {}  # last offset this queue committed, by partition
+        self._ledger = Ledger()  # guarded by self._cond
         self._start_offsets: dict[int, int] | None = None  # where to start without a commit
 
     # ---- configuration and references ----------------------------------------------------
@@ -92,9 +92,7 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
         connection.unsubscribe(self.topic, self.group_id, self)
 
     def _forget(self) -> None:
-        self._pending.clear()
-        self._done.clear()
-        self._committed.clear()
+        self._ledger.clear()
 
     def _subscribe(self) -> None:
         if not self._subscribed:
@@ -122,19 +120,38 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
     # ---- the listener side: called on the consumer's thread ------------------------------
 
     def on_message(self, topic: str, partition: int, message: ConsumerRecord) -> None:
-        self._buffer_message(_to_envelope(message))
+        envelope = to_envelope(message)
+        with self._cond:
+            token, ended = self._ledger.token_for(partition, threading.current_thread())
+            if ended is not None:
+                self._drop_tenures([ended])
+            envelope.set_reference(token)
+            self._buffer_message(envelope)
+
+    def _holds(self, message: MessageEnvelope) -> bool:
+        """Whether ``message`` belongs to its partition's current tenure. Hold ``self._cond``."""
+        return self._ledger.holds(_partition(message), message.get_reference())
 
     def is_full(self) -> bool:
         return len(self._buffer) >= int(self._config["options.max_buffer"])
 
-    def on_partitions_revoked(self, partitions: set[int]) -> None:
-        """Another consumer gets these partitions: forget what we buffered and received of them."""
+    def on_partitions_revoked(self, partitions: set[int], consumer: Subscription) -> None:
         with self._cond:
-            self._drop_buffered(lambda m: m.partition in partitions)
-            for partition in partitions:
-                self._pending.pop(partition, None)
-                self._done.pop(partition, None)
-                self._committed.pop(partition, None)
+            self._ledger.revoked(consumer, partitions)
+
+    def on_partitions_assigned(self, partitions: set[int], consumer: Subscription) -> None:
+        """The revoked partitions not assigned again went to another consumer: forget what was
+        buffered and received of them (the new owner reads from the committed offset)."""
+        with self._cond:
+            self._drop_tenures(self._ledger.assigned(consumer, partitions))
+
+    def on_partitions_lost(self, partitions: set[int], consumer: Subscription) -> None:
+        with self._cond:
+            self._drop_tenures(self._ledger.lost(consumer, partitions))
+
+    def _drop_tenures(self, tokens: list[int]) -> None:
+        if tokens:
+            self._drop_buffered(lambda m: m.get_reference() in tokens)
 
     def _drop_buffered(self, doomed: Callable[[MessageEnvelope], bool]) -> None:
         self._buffer = collections.deque(m for m in self._buffer if not doomed(m))
@@ -145,36 +162,71 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
         self._check_open(correlation_id)
         message.sent_time = datetime.datetime.now(datetime.UTC)
         partition = self._config["options.write_partition"]
-        self._conn().publish(self.topic, [_to_record(message)], {"partition": partition})
+        self._conn().publish(self.topic, [to_record(message)], {"partition": partition})
 
     # ---- reading -------------------------------------------------------------------------
 
     def receive(self, correlation_id: str | None, wait_timeout: int = 0) -> MessageEnvelope | None:
-        message = self._take(correlation_id, wait_timeout)
-        if message is None:
-            return None
-        with self._cond:
-            self._pending.setdefault(_partition(message), set()).add(_offset(message))
-            commit = self._commit_completed(message) if self._config["autocommit"] else None
+        deadline = time.monotonic() + max(0, wait_timeout) / 1000
+        while True:
+            remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            message = self._take(correlation_id, remaining_ms)
+            if message is None:
+                return None
+            with self._cond:
+                # A message whose partition a rebalance took away just now is the new owner's.
+                if self._holds(message):
+                    self._ledger.received(_partition(message), _offset(message))
+                    autocommit = self._config["autocommit"]
+                    commit = self._commit_completed(message) if autocommit else None
+                    break
         if commit is not None:  # queued in order; not waited for, but a failure is reported
             commit.add_done_callback(_report_failed_commit)
         return message
 
     def read_message_count(self) -> int:
-        """The group's backlog on this topic: end offsets minus committed offsets."""
+        """The group's backlog on this topic: end offsets minus committed offsets.
+
+        Partitions this queue's consumers own are counted on their threads (they know what was
+        fetched but not completed, and the fetch high watermark); the rest (owned by other
+        members of the group, or not yet fetched) through a probe that joins no group.
+        """
         self._check_open(None)
-        subscription = self._wait_assigned()[0]
-        from_beginning = self._config["from_beginning"]
-        backlog = subscription.call(
-            lambda consumer: _backlog(consumer, self.topic, from_beginning, self._lowest_unread)
+        counted: dict[int, int] = {}
+        for subscription in self._wait_assigned():
+            counted.update(
+                subscription.call(
+                    lambda consumer: _owned_backlog(consumer, self.topic, self._lowest_unread)
+                )
+            )
+        partitions = self.subscriptions()[0].call(
+            lambda consumer: consumer.partitions_for_topic(self.topic)
         )
-        return sum(backlog.values())
+        if set(partitions or ()) - counted.keys():
+            committed, beginnings, ends = self._conn().group_offsets(self.topic, self.group_id)
+            for partition, end in ends.items():
+                if partition not in counted:
+                    start = self._resume_offset(partition, committed, beginnings)
+                    counted[partition] = max(0, end - start)
+        return sum(counted.values())
+
+    def _resume_offset(
+        self, partition: int, committed: dict[int, int | None], beginnings: dict[int, int]
+    ) -> int:
+        """Where the group reads ``partition`` next: its committed offset, else where a new
+        consumer of this queue starts (the beginning, or the end as of open())."""
+        start = committed.get(partition)
+        if start is not None:
+            return start
+        if self._config["from_beginning"]:
+            return beginnings.get(partition, 0)
+        return (self._start_offsets or {}).get(partition, 0)
 
     def _lowest_unread(self, partition: int) -> int | None:
         """The lowest offset of ``partition`` fetched here but not completed, if any."""
         with self._cond:
             offsets = [_offset(m) for m in self._buffer if m.partition == partition]
-            offsets += self._pending.get(partition, ())
+            offsets += self._ledger.pending(partition)
         return min(offsets, default=None)
 
     def plan_batch(self, max_messages: int | None = None) -> BatchSpec:
@@ -183,13 +235,7 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
         committed, beginnings, ends = self._conn().group_offsets(self.topic, self.group_id)
         ranges = []
         for partition, end in sorted(ends.items()):
-            start = committed.get(partition)
-            if start is None:
-                start = (
-                    beginnings[partition]
-                    if self._config["from_beginning"]
-                    else (self._start_offsets or {}).get(partition, 0)
-                )
+            start = self._resume_offset(partition, committed, beginnings)
             if end > start:
                 ranges.append(OffsetRange(partition, start, end))
         if max_messages is not None:
@@ -200,6 +246,7 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
 
     def complete(self, message: MessageEnvelope) -> None:
         """Commit the message (and wait for the commit)."""
+        self._conn()  # raises if the queue is closed
         if message.partition is None or message.offset is None:
             return
         with self._cond:
@@ -209,38 +256,63 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
 
     def _commit_completed(self, message: MessageEnvelope) -> Future[None] | None:
         """Mark ``message`` completed and queue the commit it allows. Hold ``self._cond``."""
-        partition, offset = _partition(message), _offset(message)
-        pending = self._pending.setdefault(partition, set())
-        pending.discard(offset)
-        self._done[partition] = max(self._done.get(partition, 0), offset + 1)
-        safe = min(pending) if pending else self._done[partition]
-        if safe <= self._committed.get(partition, -1):
+        partition, token = _partition(message), message.get_reference()
+        holder = self._ledger.holder(partition, token)
+        if not isinstance(holder, Subscription):
+            log.info(
+                "%s: not committing %s: a rebalance gave its partition to another consumer, "
+                "which delivers it again",
+                self,
+                message.message_id,
+            )
             return None
-        self._committed[partition] = safe
-        return self._conn().commit_async(self.topic, self.group_id, partition, safe, self)
+        offset = self._ledger.completed(partition, _offset(message))
+        if offset is None:
+            return None
+        tp = TopicPartition(self.topic, partition)
+
+        def commit(consumer: KafkaConsumer) -> None:
+            with self._cond:
+                if not self._ledger.holds(partition, token):
+                    return  # lost since: the new owner commits
+            consumer.commit({tp: _offset_meta(offset)})
+
+        return holder.submit(commit)
 
     def abandon(self, message: MessageEnvelope) -> None:
-        """Return the message: the partition is read again from its offset."""
+        """Return the message: its partition is read again from its offset.
+
+        The message stays uncompleted, so nothing after it is committed until it is."""
+        self._conn()  # raises if the queue is closed
         if message.partition is None or message.offset is None:
             return
-        partition, offset = message.partition, message.offset
+        partition, offset, token = message.partition, message.offset, message.get_reference()
         with self._cond:
-            self._pending.get(partition, set()).discard(offset)
+            holder = self._ledger.holder(partition, token)
+        if not isinstance(holder, Subscription):
+            return  # a rebalance gave its partition to another consumer, which delivers it
         tp = TopicPartition(self.topic, partition)
 
         def seek_back(consumer: KafkaConsumer) -> None:
             # On the consumer's thread: nothing of this partition is delivered between the two.
             with self._cond:
+                if not self._ledger.holds(partition, token):
+                    return
                 self._drop_buffered(lambda m: m.partition == partition and _offset(m) >= offset)
             consumer.seek(tp, offset)
 
-        owner = next((s for s in self.subscriptions() if partition in s.assigned), None)
-        if owner is not None:
-            owner.call(seek_back)
+        holder.call(seek_back)
 
     def move_to_dead_letter(self, message: MessageEnvelope, reason: str | None = None) -> None:
-        """Republish to the dead-letter topic with origin and reason headers, then commit."""
-        record = _to_record(message)
+        """Republish to the dead-letter topic with origin and reason headers, then commit.
+
+        Nothing happens if a rebalance gave the message's partition to another consumer since
+        it was received: that consumer gets the message and decides (no duplicate dead letter).
+        """
+        with self._cond:
+            if not self._holds(message):
+                return
+        record = to_record(message)
         record["headers"] = [
             *record["headers"],
             ("sluice.original_topic", (message.topic or self.topic).encode()),
@@ -261,60 +333,12 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
         assigned = list(consumer.assignment())
         ends = end_offsets(consumer, assigned)
         with self._cond:
-            self._drop_buffered(lambda m: True)
+            self._drop_buffered(lambda m: m.partition in {tp.partition for tp in assigned})
             for tp in assigned:
-                self._pending.pop(tp.partition, None)
-                self._done[tp.partition] = self._committed[tp.partition] = ends[tp]
+                self._ledger.skipped_to(tp.partition, ends[tp], threading.current_thread())
         for tp in assigned:
             consumer.seek(tp, ends[tp])
         consumer.commit({tp: _offset_meta(ends[tp]) for tp in assigned})
-
-
-# ---- records and envelopes -------------------------------------------------------------
-
-
-def _to_record(message: MessageEnvelope) -> dict[str, Any]:
-    headers = [(n, v) for n, v in message.headers if n not in _ENVELOPE_HEADERS]
-    headers.append((ID_HEADER, str(message.message_id).encode()))
-    if message.message_type is not None:
-        headers.append((TYPE_HEADER, message.message_type.encode()))
-    if message.correlation_id is not None:
-        headers.append((CORRELATION_HEADER, str(message.correlation_id).encode()))
-    return {
-        "value": message.message,
-        "key": message.key if message.key is not None else str(message.message_id).encode(),
-        "headers": headers,
-        "timestamp": message.timestamp,
-    }
-
-
-def _to_envelope(record: ConsumerRecord) -> MessageEnvelope:
-    fields: dict[str, str] = {}
-    user_headers: list[tuple[str, bytes]] = []
-    for name, value in record.headers or []:
-        if name in _ENVELOPE_HEADERS:
-            fields[name] = value.decode("utf-8", "replace")
-        else:
-            user_headers.append((name, value))
-    envelope = MessageEnvelope(
-        fields.get(CORRELATION_HEADER),
-        fields.get(TYPE_HEADER),
-        record.value,
-        key=record.key,
-        headers=user_headers,
-    )
-    envelope.message_id = (
-        fields.get(ID_HEADER) or f"{record.topic}-{record.partition}-{record.offset}"
-    )
-    envelope.topic, envelope.partition, envelope.offset = (
-        record.topic,
-        record.partition,
-        record.offset,
-    )
-    envelope.timestamp = record.timestamp
-    if record.timestamp is not None and record.timestamp >= 0:
-        envelope.sent_time = datetime.datetime.fromtimestamp(record.timestamp / 1000, datetime.UTC)
-    return envelope
 
 
 def _report_failed_commit(commit: Future[None]) -> None:
@@ -337,27 +361,24 @@ def _offset_meta(offset: int) -> OffsetAndMetadata:
 # ---- offsets (run on the consumer's thread) ----------------------------------------------
 
 
-def _backlog(
-    consumer: KafkaConsumer,
-    topic: str,
-    from_beginning: bool,
-    lowest_unread: Callable[[int], int | None],
+def _owned_backlog(
+    consumer: KafkaConsumer, topic: str, lowest_unread: Callable[[int], int | None]
 ) -> dict[int, int]:
-    """Per partition: end offset minus where the group resumes (committed offset; without one,
-    what this consumer has fetched but not completed, its position, or the reset point)."""
-    partitions = consumer.partitions_for_topic(topic) or set()
-    tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+    """Per partition of ``topic`` assigned to ``consumer`` and fetched at least once: end offset
+    minus where the group resumes (the committed offset; without one, the lowest offset fetched
+    here and not completed, else the consumer's position)."""
+    tps = [
+        tp
+        for tp in consumer.assignment()
+        if tp.topic == topic and consumer.highwater(tp) is not None
+    ]
     ends = end_offsets(consumer, tps)
-    assigned = consumer.assignment()
-    beginnings = consumer.beginning_offsets(tps) if tps else {}
     backlog: dict[int, int] = {}
     for tp in tps:
         start = consumer.committed(tp)
-        if start is None and tp in assigned:
-            start = lowest_unread(tp.partition)
-            if start is None:
-                start = consumer.position(tp)
         if start is None:
-            start = beginnings[tp] if from_beginning else ends[tp]
+            start = lowest_unread(tp.partition)
+        if start is None:
+            start = consumer.position(tp)
         backlog[tp.partition] = max(0, ends[tp] - start)
     return backlog

@@ -32,23 +32,37 @@ class KafkaMessageListener(Protocol):
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Keeps the subscription's ``assigned`` up to date and tells the listener, when it has the
+    hooks, on the consumer's thread: ``on_partitions_revoked`` (kafka-python rebalances eagerly:
+    every partition, the kept ones included, whose positions kafka-python preserves),
+    ``on_partitions_assigned`` (the whole new assignment) and ``on_partitions_lost`` (evicted
+    from the group: positions are gone too), each with the partitions and the Subscription."""
+
     def __init__(self, subscription: Subscription) -> None:
         self._subscription = subscription
+
+    def _tell(self, hook: str, partitions: set[TopicPartition]) -> None:
+        # kafka-python may call these on its own event-loop thread: name the consumer.
+        callback = getattr(self._subscription.listener, hook, None)
+        if callback is not None:
+            callback({tp.partition for tp in partitions}, self._subscription)
 
     def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         self._subscription.assigned = frozenset()
         self._subscription.assigned_event.clear()
-        callback = getattr(self._subscription.listener, "on_partitions_revoked", None)
-        if callback is not None and revoked:
-            callback({tp.partition for tp in revoked})
+        self._tell("on_partitions_revoked", revoked)
+
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        self._subscription.assigned = frozenset()
+        self._subscription.assigned_event.clear()
+        self._tell("on_partitions_lost", lost)
 
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         subscription = self._subscription
         subscription.assigned = frozenset(tp.partition for tp in assigned)
         subscription.assigned_event.set()
-        log.debug(
-            "%s assigned %s", self._subscription.name, sorted(tp.partition for tp in assigned)
-        )
+        log.debug("%s assigned %s", subscription.name, sorted(subscription.assigned))
+        self._tell("on_partitions_assigned", assigned)
 
 
 class Subscription(threading.Thread):

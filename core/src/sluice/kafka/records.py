@@ -1,0 +1,66 @@
+"""The wire format: a MessageEnvelope as a Kafka record and back.
+
+The value is the envelope's message as is (None: a tombstone); the key is the envelope's key,
+else its message id (as pip-services-kafka does); the headers are the envelope's own plus
+``message_id``, ``message_type`` and ``correlation_id`` (each only when not None). A record
+without a ``message_id`` header gets the id ``<topic>-<partition>-<offset>``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kafka.consumer.fetcher import ConsumerRecord
+
+from ..queues.envelope import MessageEnvelope
+
+__all__ = ["to_envelope", "to_record"]
+
+#: Header names Sluice writes; they are envelope fields on the receiving side, not user headers.
+ID_HEADER, TYPE_HEADER, CORRELATION_HEADER = "message_id", "message_type", "correlation_id"
+_ENVELOPE_HEADERS = {ID_HEADER, TYPE_HEADER, CORRELATION_HEADER}
+
+
+def to_record(message: MessageEnvelope) -> dict[str, Any]:
+    headers = [(n, v) for n, v in message.headers if n not in _ENVELOPE_HEADERS]
+    headers.append((ID_HEADER, str(message.message_id).encode()))
+    if message.message_type is not None:
+        headers.append((TYPE_HEADER, message.message_type.encode()))
+    if message.correlation_id is not None:
+        headers.append((CORRELATION_HEADER, str(message.correlation_id).encode()))
+    return {
+        "value": message.message,
+        "key": message.key if message.key is not None else str(message.message_id).encode(),
+        "headers": headers,
+        "timestamp": message.timestamp,
+    }
+
+
+def to_envelope(record: ConsumerRecord) -> MessageEnvelope:
+    fields: dict[str, str] = {}
+    user_headers: list[tuple[str, bytes]] = []
+    for name, value in record.headers or []:
+        if name in _ENVELOPE_HEADERS:
+            fields[name] = value.decode("utf-8", "replace")
+        else:
+            user_headers.append((name, value))
+    envelope = MessageEnvelope(
+        fields.get(CORRELATION_HEADER),
+        fields.get(TYPE_HEADER),
+        record.value,
+        key=record.key,
+        headers=user_headers,
+    )
+    envelope.message_id = (
+        fields.get(ID_HEADER) or f"{record.topic}-{record.partition}-{record.offset}"
+    )
+    envelope.topic, envelope.partition, envelope.offset = (
+        record.topic,
+        record.partition,
+        record.offset,
+    )
+    envelope.timestamp = record.timestamp
+    if record.timestamp is not None and record.timestamp >= 0:
+        envelope.sent_time = datetime.datetime.fromtimestamp(record.timestamp / 1000, datetime.UTC)
+    return envelope
