@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from sluice.kafka import KafkaMessageQueue
 from sluice.queues import MessageEnvelope
 from sluice.testing import wait_until
 
@@ -231,6 +232,18 @@ def test_abandon_redelivers_from_that_message_without_duplicates(make_queue: Que
     assert queue.read_message_count() == 0
 
 
+def join_a_second_queue(make_queue: QueueFactory, first: KafkaMessageQueue) -> KafkaMessageQueue:
+    """A second queue in ``first``'s group, once the rebalance gave each one of two partitions."""
+    second = make_queue(partitions=2)
+    second.peek(None)
+    wait_until(
+        lambda: all(len(q.subscriptions()[0].assigned) == 1 for q in (first, second)),
+        timeout=30,
+        message="the rebalance to give each queue one partition",
+    )
+    return second
+
+
 def test_a_rebalance_keeps_kept_partitions_and_gives_up_lost_ones(
     make_queue: QueueFactory,
 ) -> None:
@@ -244,13 +257,7 @@ def test_a_rebalance_keeps_kept_partitions_and_gives_up_lost_ones(
         first._conn().publish(first.topic, [{"value": f"p{partition}"}], {"partition": partition})
     held = drain(first, 2, complete=False)
 
-    second = make_queue(partitions=2)
-    second.peek(None)
-    wait_until(
-        lambda: all(len(q.subscriptions()[0].assigned) == 1 for q in (first, second)),
-        timeout=30,
-        message="the rebalance to give each queue one partition",
-    )
+    second = join_a_second_queue(make_queue, first)
     lost = next(iter(second.subscriptions()[0].assigned))
     kept = 1 - lost
     for message in held:
@@ -275,13 +282,7 @@ def test_messages_buffered_before_a_rebalance_are_delivered_once(make_queue: Que
         first._conn().publish(first.topic, records, {"partition": partition})
     wait_until(lambda: len(first.peek_batch(None, 10)) == 6, timeout=15, message="six buffered")
 
-    second = make_queue(partitions=2)
-    second.peek(None)
-    wait_until(
-        lambda: all(len(q.subscriptions()[0].assigned) == 1 for q in (first, second)),
-        timeout=30,
-        message="the rebalance to give each queue one partition",
-    )
+    second = join_a_second_queue(make_queue, first)
     kept = next(iter(first.subscriptions()[0].assigned))
     got = {
         name: [m.get_message_as_string() for m in drain(queue, 3)]
