@@ -5,7 +5,7 @@ from .capabilities import MessagingCapabilities
 from .config import ConfigError, ConfigKey, UnknownConfigKeyWarning
 from .envelope import MessageEnvelope
 from .memory import MemoryMessageQueue
-from .uri import queue_from_uri, register_transport, transports, uri_to_config
+from .uri import queue_from_config, queue_from_uri, register_transport, transports, uri_to_config
 
 __all__ = [
     "ConfigError",
@@ -16,6 +16,7 @@ __all__ = [
     "MessageReceiver",
     "MessagingCapabilities",
     "UnknownConfigKeyWarning",
+    "queue_from_config",
     "queue_from_uri",
     "register_transport",
     "transports",

@@ -10,12 +10,20 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .base import MessageQueue
 
-__all__ = ["Transport", "queue_from_uri", "register_transport", "transports", "uri_to_config"]
+__all__ = [
+    "Transport",
+    "queue_from_config",
+    "queue_from_uri",
+    "register_transport",
+    "transports",
+    "uri_to_config",
+]
 
 
 @dataclass(frozen=True)
@@ -129,4 +137,18 @@ def queue_from_uri(uri: str, name: str | None = None) -> MessageQueue:
     config = uri_to_config(uri, top_level)
     queue = cls(name or config.get("topic"))
     queue.configure(config)
+    return queue
+
+
+def queue_from_config(
+    scheme: str, config: Mapping[str, Any], name: str | None = None
+) -> MessageQueue:
+    """A configured (not yet opened) queue of the ``scheme`` transport (``kafka``, ``mqtt``,
+    ``kafka+ssl`` ...) from config keys, as an Airflow connection or a Dagster resource has them."""
+    transport = _transport_for(scheme)
+    values = dict(config)
+    if transport.protocol:
+        values.setdefault("connection.protocol", transport.protocol)
+    queue = transport.load()(name or values.get("topic"))
+    queue.configure(values)
     return queue

@@ -6,6 +6,7 @@
 - ``mqtt_broker``: mosquitto (or the broker ``SLUICE_TEST_MQTT_URL`` names).
 - ``private_mosquitto``, ``private_noida``: a broker of the test's own, free to stop and restart.
 - ``unique_name``: a fresh topic / group / client id for one test.
+- ``spark``: one local SparkSession for the whole test session (it takes ~6 s to start).
 
 Every broker is stopped by its pid when its scope ends.
 """
@@ -17,6 +18,7 @@ import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -118,3 +120,18 @@ def unique_name(request: pytest.FixtureRequest) -> str:
     """A short name no other test uses: for topics, groups and client ids."""
     stem = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40].strip("-")
     return f"{stem}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession (two cores) shared by every test of the session."""
+    pytest.importorskip("pyspark")
+    from sluice.spark import spark_session
+
+    session = spark_session(
+        "local[2]",
+        "sluice-tests",
+        {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+    )
+    yield session
+    session.stop()

@@ -1,0 +1,41 @@
+"""The SparkSession an ingest runs on: local by default, any master or Spark Connect by URL."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["DEFAULT_MASTER", "MASTER_ENV", "spark_session"]
+
+MASTER_ENV = "SLUICE_SPARK_MASTER"
+DEFAULT_MASTER = "local[*]"
+
+#: Settings every Sluice session gets unless the caller overrides them: Arrow on, a quiet UI.
+_DEFAULT_CONF = {
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def spark_session(
+    master: str | None = None,
+    app_name: str = "sluice",
+    conf: Mapping[str, str] | None = None,
+) -> Any:
+    """Get or create a SparkSession.
+
+    ``master`` is a Spark master URL (``local[*]``, ``spark://host:7077``, ``yarn``,
+    ``k8s://...``) or a Spark Connect URL (``sc://host:15002``); by default the
+    ``SLUICE_SPARK_MASTER`` environment variable, else ``local[*]``. An already active session
+    is reused (a SparkSession is one per process).
+    """
+    from pyspark.sql import SparkSession
+
+    master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+    builder = SparkSession.builder.appName(app_name)
+    builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
+    for key, value in {**_DEFAULT_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
