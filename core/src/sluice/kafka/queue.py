@@ -35,7 +35,7 @@ from .config import CONNECTION_KEYS, QUEUE_KEYS
 from .connection import KafkaConnection
 from .ledger import Ledger
 from .offsets import end_offsets
-from .records import to_envelope, to_record
+from .records import dead_letter_headers, to_envelope, to_record
 from .subscription import Subscription
 
 __all__ = ["KafkaMessageQueue"]
@@ -315,10 +315,9 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
         record = to_record(message)
         record["headers"] = [
             *record["headers"],
-            ("sluice.original_topic", (message.topic or self.topic).encode()),
-            ("sluice.original_partition", str(message.partition).encode()),
-            ("sluice.original_offset", str(message.offset).encode()),
-            ("sluice.reason", (reason or "moved to dead letter").encode()),
+            *dead_letter_headers(
+                message.topic or self.topic, message.partition, message.offset, reason
+            ),
         ]
         self._conn().publish(self.dead_letter_topic, [record])
         self.complete(message)

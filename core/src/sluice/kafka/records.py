@@ -15,7 +15,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 
 from ..queues.envelope import MessageEnvelope
 
-__all__ = ["to_envelope", "to_record"]
+__all__ = ["dead_letter_headers", "to_envelope", "to_record"]
 
 #: Header names Sluice writes; they are envelope fields on the receiving side, not user headers.
 ID_HEADER, TYPE_HEADER, CORRELATION_HEADER = "message_id", "message_type", "correlation_id"
@@ -64,3 +64,15 @@ def to_envelope(record: ConsumerRecord) -> MessageEnvelope:
     if record.timestamp is not None and record.timestamp >= 0:
         envelope.sent_time = datetime.datetime.fromtimestamp(record.timestamp / 1000, datetime.UTC)
     return envelope
+
+
+def dead_letter_headers(
+    topic: str, partition: int | None, offset: int | None, reason: str | None
+) -> list[tuple[str, bytes]]:
+    """The headers a dead letter carries: where it came from and why it was set aside."""
+    return [
+        ("sluice.original_topic", topic.encode()),
+        ("sluice.original_partition", str(partition).encode()),
+        ("sluice.original_offset", str(offset).encode()),
+        ("sluice.reason", (reason or "moved to dead letter").encode()),
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,7 @@ _DEFAULT_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 
 
@@ -34,6 +36,9 @@ def spark_session(
     from pyspark.sql import SparkSession
 
     master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+    if master.startswith("local"):
+        # Local Python workers run this interpreter (its environment has sluice), not python3.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
     for key, value in {**_DEFAULT_CONF, **(conf or {})}.items():

@@ -1,0 +1,151 @@
+"""Sorting raw messages into good rows and quarantined ones, in Spark.
+
+Every check runs as a Spark expression on the executors (or the driver's local relation), so
+no payload passes through Python. A record is quarantined, with a ``reason``, when it is a
+tombstone (null value), empty, larger than ``max_value_bytes``, not UTF-8, not JSON, or JSON
+that does not match the schema (the reason names the fields). Good rows get the schema's
+fields as columns next to the message's own (:data:`MESSAGE_COLUMNS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from ..queues.config import ConfigError
+
+__all__ = ["MESSAGE_COLUMNS", "Rules", "bad_rows", "classify", "good_rows", "parse_schema"]
+
+MESSAGE_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+ID_COLUMN = "message_id"
+REASON_COLUMN = "reason"
+_PARSED = "__sluice_parsed"
+_CORRUPT = "__sluice_corrupt"
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How values are judged: the payload schema (None: any JSON), format and size limit."""
+
+    schema: StructType | None
+    value_format: Literal["json", "raw"] = "json"
+    max_value_bytes: int = 1_000_000
+    payload_column: str | None = None  # keep the parsed payload as one struct column
+
+    @property
+    def payload_fields(self) -> list[str]:
+        if self.schema is None or self.value_format == "raw":
+            return []
+        return [self.payload_column] if self.payload_column else self.schema.fieldNames()
+
+
+def parse_schema(schema: Any, payload_column: str | None = None) -> StructType | None:
+    """A StructType from a Spark DDL string or a StructType; a clear error otherwise."""
+    if schema is None or isinstance(schema, StructType):
+        parsed = schema
+    elif isinstance(schema, str):
+        try:
+            parsed = StructType.fromDDL(schema)
+        except Exception as exc:
+            raise ConfigError(
+                f"schema {schema!r} is not a valid Spark DDL string ({str(exc).splitlines()[0]}). "
+                "Write it like 'device STRING, temperature DOUBLE, ts TIMESTAMP'."
+            ) from None
+    else:
+        raise ConfigError(
+            f"schema must be a Spark DDL string or a StructType, not {type(schema).__name__}"
+        )
+    if parsed is not None and payload_column is None:
+        taken = set(parsed.fieldNames()) & {*MESSAGE_COLUMNS, ID_COLUMN, REASON_COLUMN}
+        if taken:
+            raise ConfigError(
+                f"schema field(s) {', '.join(sorted(taken))} collide with the message columns "
+                f"({', '.join((*MESSAGE_COLUMNS, ID_COLUMN))}). Pass payload_column='payload' "
+                "to keep the parsed payload as one struct column instead."
+            )
+    return parsed
+
+
+def classify(raw: DataFrame, rules: Rules) -> DataFrame:
+    """``raw`` (the columns of :data:`sluice.spark.records.RAW_SCHEMA`) with ``message_id``
+    filled in, the parsed payload, and ``reason`` (null for a good record)."""
+    df = raw.withColumn(ID_COLUMN, _message_id())
+    text = F.col("value").cast("string")
+    size = F.length("value")
+    too_big = F.concat(
+        F.lit("value is "),
+        size.cast("string"),
+        F.lit(f" bytes, over the limit of {rules.max_value_bytes} (max_value_bytes)"),
+    )
+    reason = F.when(size > rules.max_value_bytes, too_big)
+    if rules.value_format == "json":
+        reason = (
+            F.when(F.col("value").isNull(), F.lit("tombstone: the record has no value"))
+            .when(size == 0, F.lit("empty value"))
+            .when(size > rules.max_value_bytes, too_big)
+            .when(F.try_validate_utf8(text).isNull(), F.lit("value is not valid UTF-8"))
+        )
+        if rules.schema is None:
+            reason = reason.when(F.try_parse_json(text).isNull(), F.lit("invalid JSON"))
+        else:
+            with_corrupt = StructType([*rules.schema.fields]).add(_CORRUPT, "string")
+            options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+            df = df.withColumn(_PARSED, F.from_json(text, with_corrupt, options))
+            corrupt = F.col(f"{_PARSED}.{_CORRUPT}").isNotNull()
+            reason = reason.when(
+                corrupt & F.try_parse_json(text).isNull(), F.lit("invalid JSON")
+            ).when(corrupt, _mismatch(rules.schema, text))
+    return df.withColumn(REASON_COLUMN, reason)
+
+
+def _message_id() -> Column:
+    """The envelope's id: the source's own, else the ``message_id`` header, else the
+    record's coordinates ``<topic>-<partition>-<offset>``."""
+    header = F.try_element_at(F.filter("headers", lambda h: h["key"] == F.lit(ID_COLUMN)), F.lit(1))
+    return F.coalesce(
+        F.col(ID_COLUMN),
+        header["value"].cast("string"),
+        F.concat_ws("-", "topic", "partition", "offset"),
+    )
+
+
+def _mismatch(schema: StructType, text: Column) -> Column:
+    """'does not match the schema: ...' naming each field present with a wrong type."""
+    wrong = [
+        F.when(
+            F.get_json_object(text, f"$['{field.name}']").isNotNull()
+            & F.col(f"{_PARSED}.`{field.name}`").isNull(),
+            F.lit(f"'{field.name}' is not {field.dataType.simpleString()}"),
+        )
+        for field in schema.fields
+    ]
+    detail = F.concat_ws(", ", *wrong)
+    return F.concat(
+        F.lit("does not match the schema: "),
+        F.when(detail == "", F.lit("not a JSON object")).otherwise(detail),
+    )
+
+
+def good_rows(classified: DataFrame, rules: Rules) -> DataFrame:
+    """The dataset's rows: payload fields first, then the message columns and message_id."""
+    payload: list[Column] = []
+    if rules.payload_fields and rules.schema is not None:
+        fields = [F.col(f"{_PARSED}.`{name}`") for name in rules.schema.fieldNames()]
+        if rules.payload_column:
+            payload = [F.struct(*fields).alias(rules.payload_column)]
+        else:
+            payload = [c.alias(n) for c, n in zip(fields, rules.schema.fieldNames(), strict=True)]
+    return classified.where(F.col(REASON_COLUMN).isNull()).select(
+        *payload, *MESSAGE_COLUMNS, ID_COLUMN
+    )
+
+
+def bad_rows(classified: DataFrame) -> DataFrame:
+    """The quarantine's rows: the whole message, its id and the reason."""
+    return classified.where(F.col(REASON_COLUMN).isNotNull()).select(
+        *MESSAGE_COLUMNS, ID_COLUMN, REASON_COLUMN
+    )
