@@ -49,12 +49,13 @@ def parse_schema(schema: Any, payload_column: str | None = None) -> StructType |
         parsed = schema
     elif isinstance(schema, str):
         try:
-            parsed = StructType.fromDDL(schema)
+            ddl = StructType.fromDDL(schema)
         except Exception as exc:
             raise ConfigError(
                 f"schema {schema!r} is not a valid Spark DDL string ({str(exc).splitlines()[0]}). "
                 "Write it like 'device STRING, temperature DOUBLE, ts TIMESTAMP'."
             ) from None
+        parsed = ddl if isinstance(ddl, StructType) else StructType().add("value", ddl)
     else:
         raise ConfigError(
             f"schema must be a Spark DDL string or a StructType, not {type(schema).__name__}"

@@ -27,7 +27,7 @@ IDLE_WAIT_S = 1.0
 def open_session(config: Mapping[str, Any]) -> MqttMessageQueue:
     """The opened queue of the batch's persistent session, acknowledging only on complete()."""
     queue = MqttMessageQueue()
-    queue.configure({**config, "autocommit": False})
+    queue.configure({**{k: v for k, v in config.items() if v is not None}, "autocommit": False})
     queue.open(None)
     return queue
 

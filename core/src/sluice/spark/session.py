@@ -35,12 +35,20 @@ def spark_session(
     """
     from pyspark.sql import SparkSession
 
-    master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
-    if master.startswith("local"):
-        # Local Python workers run this interpreter (its environment has sluice), not python3.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
+    master = master or os.environ.get(MASTER_ENV)
+    if master is not None or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # (under spark-submit, with no master given, spark-submit's --master stands)
+        master = master or DEFAULT_MASTER
+        if master.startswith("local"):
+            # Local Python workers run this interpreter (its environment has sluice), and a
+            # local Spark listens on loopback only, not on whatever the host name resolves to.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            builder = builder.config("spark.driver.host", "127.0.0.1").config(
+                "spark.driver.bindAddress", "127.0.0.1"
+            )
+        builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
     for key, value in {**_DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

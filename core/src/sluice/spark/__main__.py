@@ -1,0 +1,5 @@
+import sys
+
+from .submit import main
+
+sys.exit(main())

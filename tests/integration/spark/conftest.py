@@ -1,0 +1,95 @@
+"""Helpers for the Spark ingestion tests: a topic of the test's own and its messages."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from kafka import KafkaProducer
+
+from sluice.batch import BatchSpec, plan_batch
+from sluice.kafka import KafkaMessageQueue
+from sluice.testing.plugin import Broker
+from sluice.testing.topics import create_kafka_topic
+
+SCHEMA = "device STRING, temperature DOUBLE"
+
+
+def reading(i: int) -> bytes:
+    return json.dumps({"device": f"dev-{i % 7}", "temperature": i / 10}).encode()
+
+
+@dataclass
+class KafkaTopic:
+    """A topic with partitions, a producer and a planning queue (group ``<topic>-group``)."""
+
+    broker: Broker
+    name: str
+    producer: KafkaProducer
+    queue: KafkaMessageQueue
+
+    @property
+    def source(self) -> str:
+        return f"kafka://{self.broker.bootstrap}"
+
+    def send(self, values: list[bytes | None], partition: int | None = None) -> None:
+        """Send ``values`` with keys k0, k1 ... (a raw producer: it allows 1 MB values)."""
+        sent = [
+            self.producer.send(self.name, value=value, key=f"k{i}".encode(), partition=partition)
+            for i, value in enumerate(values)
+        ]
+        self.producer.flush(10)
+        for future in sent:
+            future.get(10)  # raises if the broker refused the record
+
+    def plan(self, max_messages: int | None = None) -> BatchSpec:
+        spec = plan_batch(self.queue, max_messages=max_messages)
+        assert spec is not None, "nothing waiting"
+        return spec
+
+    def source_config(self, **options: Any) -> dict[str, Any]:
+        return {"connection.uri": self.broker.bootstrap, **options}
+
+
+def open_topic(broker: Broker, name: str, partitions: int = 3) -> KafkaTopic:
+    create_kafka_topic(broker.bootstrap, name, partitions)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_request_size=4 * 2**20)
+    queue = KafkaMessageQueue(name)
+    queue.configure(
+        {
+            "connection.uri": broker.bootstrap,
+            "topic": name,
+            "group_id": f"{name}-group",
+            "from_beginning": True,
+        }
+    )
+    queue.open(None)
+    return KafkaTopic(broker, name, producer, queue)
+
+
+@pytest.fixture
+def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
+    """A 3-partition topic on noida-db."""
+    opened = open_topic(noida_broker, unique_name)
+    yield opened
+    opened.queue.close(None)
+    opened.producer.close()
+
+
+def dataset_rows(sink: Path) -> list[dict[str, Any]]:
+    """Every published row of the dataset (quarantine and staging excluded)."""
+    if not any(sink.glob("batch_id=*")):
+        return []
+    return pq.read_table(sink).drop_columns(["batch_id"]).to_pylist()
+
+
+def quarantine_rows(sink: Path) -> list[dict[str, Any]]:
+    quarantine = sink / "_quarantine"
+    if not quarantine.exists():
+        return []
+    return pq.read_table(quarantine).drop_columns(["batch_id"]).to_pylist()

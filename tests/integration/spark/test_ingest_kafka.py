@@ -1,0 +1,223 @@
+"""sluice.spark.ingest on a real Kafka-protocol broker and a real local Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.batch import BatchSpec, OffsetRange, plan_batch
+from sluice.kafka import KafkaMessageQueue
+from sluice.queues import ConfigError
+from sluice.spark import IngestEvent, ingest
+from sluice.testing.plugin import Broker
+
+from .conftest import SCHEMA, KafkaTopic, dataset_rows, open_topic, quarantine_rows, reading
+
+BAD_VALUES: dict[str, bytes | None] = {
+    "invalid JSON": b'{"device": "a", "temperature": ',
+    "does not match the schema: 'temperature' is not double": b'{"temperature": "hot"}',
+    "empty value": b"",
+    "tombstone: the record has no value": None,
+    # 1 MB and a bit: the brokers' own limit is 1 MiB per record batch
+    "value is 1001000 bytes, over the limit of 1000000 (max_value_bytes)": b"x" * 1_001_000,
+    "value is not valid UTF-8": b'{"device": "\xff\xfe"}',
+}
+
+
+def test_good_rows_land_in_the_dataset_and_bad_ones_in_quarantine_with_their_reason(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    topic.send([reading(i) for i in range(20)])
+    topic.send(list(BAD_VALUES.values()))
+    spec = topic.plan()
+
+    result = ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA, dead_letter=True)
+
+    assert (result.read, result.written, result.quarantined) == (26, 20, 6)
+    rows = dataset_rows(tmp_path)
+    assert sorted(r["temperature"] for r in rows) == [i / 10 for i in range(20)]
+    assert {r["device"] for r in rows} == {f"dev-{i}" for i in range(7)}
+    assert all(r["topic"] == topic.name and r["message_id"] for r in rows)
+    bad = quarantine_rows(tmp_path)
+    assert sorted(r["reason"] for r in bad) == sorted(BAD_VALUES)
+    assert {r["value"] for r in bad} == set(BAD_VALUES.values()), "the whole record is kept"
+    assert plan_batch(topic.queue) is None, "the offsets are committed after the write"
+    assert result.committed and result.bytes == sum(
+        len(v or b"") for v in BAD_VALUES.values()
+    ) + sum(len(reading(i)) for i in range(20))
+
+    dead = KafkaMessageQueue(f"{topic.name}.dlq")
+    dead.configure(
+        {"connection.uri": topic.broker.bootstrap, "group_id": "dlq-reader", "from_beginning": True}
+    )
+    dead.open(None)
+    try:
+        letters = [dead.receive(None, 10000) for _ in BAD_VALUES]
+    finally:
+        dead.close(None)
+    reasons = sorted((m.header("sluice.reason") or b"").decode() for m in letters if m is not None)
+    assert reasons == sorted(BAD_VALUES)
+
+
+def test_a_rerun_of_the_same_batch_writes_nothing_twice(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    topic.send([reading(i) for i in range(30)])
+    spec = topic.plan()
+    first = ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA)
+    again = ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA)
+
+    assert (first.written, again.read, again.skipped) == (30, 0, 30)
+    assert len(dataset_rows(tmp_path)) == 30
+
+
+def test_a_batch_overlapping_one_written_but_not_committed_skips_its_part(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    """A crash between write and commit, then a sensor plans a bigger batch over the same
+    messages: the new batch writes only what the first did not."""
+    topic.send([reading(i) for i in range(12)])
+    first = topic.plan()
+
+    def crash_after_write(event: IngestEvent) -> None:
+        if event.stage == "written":
+            raise RuntimeError("crash before the commit")
+
+    with pytest.raises(RuntimeError, match="crash before the commit"):
+        ingest(spark, first, tmp_path, source=topic.source, progress=crash_after_write)
+    topic.send([reading(i) for i in range(12, 20)])
+    second = topic.plan()
+    assert second.message_count == 20, "nothing was committed"
+
+    result = ingest(spark, second, tmp_path, source=topic.source)
+
+    assert (result.written, result.skipped) == (8, 12)
+    ids = [r["message_id"] for r in dataset_rows(tmp_path)]
+    assert len(ids) == len(set(ids)) == 20
+
+
+def test_reads_exactly_the_planned_ranges_and_commits_their_ends(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    topic.send([reading(i) for i in range(9)], partition=1)
+    spec = topic.plan(max_messages=5)
+    topic.send([reading(i) for i in range(9, 12)], partition=1)
+
+    result = ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA)
+
+    assert spec.ranges == (OffsetRange(1, 0, 5),)
+    assert sorted(r["offset"] for r in dataset_rows(tmp_path)) == [0, 1, 2, 3, 4]
+    assert result.read == 5
+    assert topic.plan().ranges == (OffsetRange(1, 5, 12),)
+
+
+def test_reads_in_chunks_of_chunk_size(spark: Any, topic: KafkaTopic, tmp_path: Path) -> None:
+    topic.send([reading(i) for i in range(250)])
+    events: list[IngestEvent] = []
+
+    ingest(
+        spark, topic.plan(), tmp_path, source=topic.source, chunk_size=100, progress=events.append
+    )
+
+    assert [e.read for e in events if e.stage == "reading"] == [100, 200, 250]
+    assert [e.stage for e in events][-3:] == ["read", "written", "committed"]
+
+
+@pytest.mark.parametrize("broker_name", ["noida", "tansu"])
+def test_driver_and_executor_modes_write_the_same_dataset(
+    spark: Any, broker_name: str, request: pytest.FixtureRequest, unique_name: str, tmp_path: Path
+) -> None:
+    broker: Broker = request.getfixturevalue(f"{broker_name}_broker")
+    topic = open_topic(broker, unique_name)
+    try:
+        topic.send([reading(i) for i in range(60)] + [b"not json"])
+        spec = topic.plan()
+        results = {}
+        for mode in ("driver", "executors"):
+            own = BatchSpec(
+                "kafka", spec.topic, group_id=f"{unique_name}-{mode}", ranges=spec.ranges
+            )
+            results[mode] = ingest(
+                spark,
+                own,
+                tmp_path / mode,
+                source=topic.source,
+                schema=SCHEMA,
+                mode=mode,
+                chunk_size=25,
+            )
+    finally:
+        topic.queue.close(None)
+        topic.producer.close()
+
+    def table(sink: Path) -> list[tuple[Any, ...]]:
+        return sorted(tuple(sorted(r.items())) for r in dataset_rows(sink))
+
+    assert [results[m].mode for m in ("driver", "executors")] == ["driver", "executors"]
+    assert len(table(tmp_path / "driver")) == 60
+    assert table(tmp_path / "driver") == table(tmp_path / "executors")
+    assert quarantine_rows(tmp_path / "driver") == quarantine_rows(tmp_path / "executors")
+    assert results["driver"].bytes == results["executors"].bytes > 0
+
+
+def test_bad_arguments_are_named(spark: Any, topic: KafkaTopic, tmp_path: Path) -> None:
+    topic.send([reading(0)])
+    spec = topic.plan()
+    with pytest.raises(ConfigError, match="not a valid Spark DDL"):
+        ingest(spark, spec, tmp_path, source=topic.source, schema="device STRNG,,")
+    with pytest.raises(ConfigError, match=r"collide with the message columns.*payload_column"):
+        ingest(spark, spec, tmp_path, source=topic.source, schema="offset INT")
+    with pytest.raises(ConfigError, match="kafka batch but the source is a mqtt:// source"):
+        ingest(spark, spec, tmp_path, source="mqtt://127.0.0.1:1883")
+    with pytest.raises(ConfigError, match="not a local directory"):
+        ingest(spark, spec, "s3a://bucket/data", source=topic.source)
+    with pytest.raises(ValueError, match="does not match its content"):
+        ingest(spark, {**spec.to_dict(), "topic": "other"}, tmp_path, source=topic.source)
+    assert plan_batch(topic.queue) == spec, "nothing was read or committed"
+
+
+def test_payload_column_keeps_the_parsed_payload_as_one_struct(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    topic.send([b'{"offset": 7, "key": "a"}'])
+    ingest(
+        spark,
+        topic.plan(),
+        tmp_path,
+        source=topic.source,
+        schema="offset INT, key STRING",
+        payload_column="payload",
+    )
+    (row,) = dataset_rows(tmp_path)
+    assert row["payload"] == {"offset": 7, "key": "a"}
+    assert row["offset"] == 0 and row["key"] == b"k0"
+
+
+def test_a_stopped_broker_fails_the_ingest_and_commits_nothing(
+    spark: Any, private_noida: Broker, unique_name: str, tmp_path: Path
+) -> None:
+    topic = open_topic(private_noida, unique_name, partitions=1)
+    try:
+        topic.send([reading(i) for i in range(5)])
+        spec = topic.plan()
+    finally:
+        topic.queue.close(None)
+        topic.producer.close()
+    private_noida.stop()
+    source = {
+        "connection.uri": private_noida.bootstrap,
+        "options.request_timeout": 2000,
+        "options.connect_timeout": 500,
+        "options.max_retries": 1,
+    }
+
+    with pytest.raises(Exception) as failure:
+        ingest(spark, spec, tmp_path, source=source)
+
+    assert private_noida.bootstrap in str(failure.value) or "Kafka" in str(failure.value)
+    assert dataset_rows(tmp_path) == []
+    private_noida.restart()
+    result = ingest(spark, spec, tmp_path, source=source)
+    assert result.written == 5
