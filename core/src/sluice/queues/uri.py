@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 

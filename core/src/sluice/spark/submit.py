@@ -81,7 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         dead_letter=args.dead_letter,
         chunk_size=args.chunk_size,
         max_value_bytes=args.max_value_bytes,
-        progress=lambda e: print(f"{e.stage}: {e.read}/{e.total}", file=sys.stderr, flush=True),
+        progress=lambda e: print(
+            f"sluice: {e.stage} {e.read} of {e.total}", file=sys.stderr, flush=True
+        ),
     )
     print(json.dumps(result.to_dict()), flush=True)
     return 0
