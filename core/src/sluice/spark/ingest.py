@@ -226,9 +226,23 @@ class _Job:
         )
 
     def _write(self, raw: Any, staging: Path) -> None:
-        classified = classify(raw, self.rules)
-        good_rows(classified, self.rules).write.mode("append").parquet(str(staging / "data"))
-        bad_rows(classified).write.mode("append").parquet(str(staging / "quarantine"))
+        """Sort ``raw`` into good and bad rows and append both to ``staging`` (one pass over
+        ``raw``: it is cached for the second write)."""
+        classified = classify(raw, self.rules).persist()
+        try:
+            good_rows(classified, self.rules).write.mode("append").parquet(str(staging / "data"))
+            bad_rows(classified).write.mode("append").parquet(str(staging / "quarantine"))
+        finally:
+            classified.unpersist()
+
+    def _write_batch(self, batch: pa.RecordBatch, staging: Path, number: int) -> None:
+        """Hand a batch read on the driver to Spark through a local Parquet file: Spark's tasks
+        read it themselves, instead of the batch travelling inside the tasks."""
+        raw_file = staging / "raw" / f"part-{number:05d}.parquet"
+        raw_file.parent.mkdir(exist_ok=True)
+        pq.write_table(pa.Table.from_batches([batch]), raw_file, compression="none")
+        self._write(self.spark.read.parquet(str(raw_file)), staging)
+        raw_file.unlink()
 
     # ---- Kafka ---------------------------------------------------------------------------
 
@@ -295,9 +309,9 @@ class _Job:
         chunks = read_ranges(
             kwargs, self.spec.topic, todo, self.chunk_size, self._stall_timeout_s()
         )
-        for batch in _prefetch(chunks):
+        for number, batch in enumerate(_prefetch(chunks)):
             total_bytes += _value_bytes(batch)
-            self._write(self.spark.createDataFrame(pa.Table.from_batches([batch])), staging)
+            self._write_batch(batch, staging, number)
             done += batch.num_rows
             self.report(IngestEvent("reading", done, self.spec.message_count))
         return total_bytes
@@ -328,8 +342,8 @@ class _Job:
 
         raw = ranges.mapInArrow(read_task, RAW_SCHEMA_DDL).persist()
         try:
+            value_bytes = raw.select(F.sum(F.length("value"))).first()[0]  # reads, and caches
             self._write(raw, staging)
-            value_bytes = raw.select(F.sum(F.length("value"))).first()[0]
         finally:
             raw.unpersist()
         self.report(IngestEvent("reading", self.spec.message_count, self.spec.message_count))
@@ -388,7 +402,7 @@ class _Job:
                 batch = to_columns(fresh).to_batch()
                 result.bytes = _value_bytes(batch)
                 staging = self.dataset.stage(output_id)
-                self._write(self.spark.createDataFrame(pa.Table.from_batches([batch])), staging)
+                self._write_batch(batch, staging, 0)
                 result.written = _rows(staging / "data")
                 result.quarantined = _rows(staging / "quarantine")
                 if self.dead_letter and result.quarantined:

@@ -8,7 +8,6 @@ kafka-python keyword arguments that pickle.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -20,11 +19,10 @@ from kafka.structs import OffsetAndMetadata
 from ..batch import OffsetRange
 from ..kafka.config import client_config, credentials
 from ..kafka.logs import hide_secret
+from ..kafka.ranges import read_range_records
 from .records import RecordColumns
 
 __all__ = ["commit_offsets", "committed_offsets", "read_ranges", "reader_kwargs"]
-
-MAX_POLL_RECORDS = 10_000
 
 
 def reader_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -35,7 +33,6 @@ def reader_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
         **client_config(dict(config)),
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",  # a start deleted by retention: read what is left
-        "max_poll_records": MAX_POLL_RECORDS,
     }
 
 
@@ -46,61 +43,19 @@ def read_ranges(
     chunk_size: int,
     stall_timeout_s: float,
 ) -> Iterator[pa.RecordBatch]:
-    """The messages of ``ranges`` as Arrow batches of at most ``chunk_size`` rows.
-
-    Raises ``TimeoutError`` when no message arrives for ``stall_timeout_s`` while some range is
-    unfinished (the broker is down, or the range ends past the partition's end).
-    """
-    ends = {TopicPartition(topic, r.partition): r.end for r in ranges if r.count > 0}
-    if not ends:
-        return
-    consumer = KafkaConsumer(**kwargs, group_id=None)
-    try:
-        consumer.assign(list(ends))
-        for r in ranges:
-            if r.count > 0:
-                consumer.seek(TopicPartition(topic, r.partition), r.start)
-        columns = RecordColumns()
-        last_progress = time.monotonic()
-        while ends:
-            polled = consumer.poll(
-                timeout_ms=200, max_records=min(MAX_POLL_RECORDS, max(1, chunk_size))
-            )
-            for tp, records in polled.items():
-                end = ends.get(tp)
-                if end is None:
-                    continue
-                if records and records[-1].offset >= end:
-                    records = [r for r in records if r.offset < end]
-                columns.extend_kafka(records, topic, tp.partition)
-            for tp in [tp for tp, end in ends.items() if consumer.position(tp) >= end]:
-                del ends[tp]
-                consumer.pause(tp)
-            if polled:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > stall_timeout_s:
-                raise TimeoutError(_stalled(consumer, topic, ends, stall_timeout_s))
+    """The messages of ``ranges`` as Arrow batches of at most ``chunk_size`` rows (see
+    :func:`sluice.kafka.ranges.read_range_records`)."""
+    columns = RecordColumns()
+    for partition, records in read_range_records(kwargs, topic, ranges, stall_timeout_s):
+        while records:
+            room = chunk_size - len(columns)
+            columns.extend_kafka(records[:room], topic, partition)
+            records = records[room:]
             if len(columns) >= chunk_size:
                 yield columns.to_batch()
                 columns = RecordColumns()
-        if len(columns):
-            yield columns.to_batch()
-    finally:
-        consumer.close(autocommit=False)
-
-
-def _stalled(
-    consumer: KafkaConsumer, topic: str, ends: dict[TopicPartition, int], timeout_s: float
-) -> str:
-    waiting = ", ".join(
-        f"partition {tp.partition} at offset {consumer.position(tp)} of {end}"
-        for tp, end in sorted(ends.items())
-    )
-    return (
-        f"Reading topic '{topic}' stalled: no message for {timeout_s:.0f} s while waiting for "
-        f"{waiting}. Check that the broker is up and that the batch was planned on this "
-        "topic (options.request_timeout sets this limit). Nothing was committed."
-    )
+    if len(columns):
+        yield columns.to_batch()
 
 
 def committed_offsets(

@@ -1,0 +1,274 @@
+"""Ingestion throughput, all sides measured in one run on one broker (noida-db, started here).
+
+    uv run python bench/ingest.py [--messages 200000] [--big 1000000]
+
+On 200,000 JSON messages of about 200 bytes over 3 partitions it times:
+  (a) a bare kafka-python loop that only reads them (assign, seek, poll);
+  (b) sluice.spark.ingest in driver mode (read, parse with a schema, quarantine, Parquet, commit);
+  (c) sluice.spark.ingest in executor mode (one Spark task per range);
+  (d) what an Airflow user does today: the Airflow Kafka provider's KafkaConsumerHook
+      (confluent-kafka) consuming them and writing Parquet with pyarrow (no parsing);
+and prints messages/s and the ratios. Then it ingests a batch of --big messages in driver mode in
+a child process and prints that process's peak RSS (Python driver, and the Spark JVM beside it).
+The SparkSession is started (and warmed up on a small batch) before anything is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "device STRING, site STRING, temperature DOUBLE, humidity DOUBLE, ts STRING, note STRING"
+PARTITIONS = 3
+
+
+def say(text: str) -> None:
+    print(f"[bench] {text}", flush=True)
+
+
+def reading(i: int) -> bytes:
+    return json.dumps(
+        {
+            "device": f"sensor-{i % 500:05d}",
+            "site": "plant-north",
+            "temperature": round(random.uniform(-20, 45), 3),
+            "humidity": round(random.random(), 4),
+            "ts": "2026-11-22T15:00:00.000Z",
+            "note": "reading within tolerance; calibration ok; firmware 4.2.1",
+        }
+    ).encode()
+
+
+def produce(bootstrap: str, topic: str, count: int) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=1 << 20)
+    started = time.monotonic()
+    for i in range(count):
+        producer.send(topic, reading(i), key=b"k%d" % (i % 500), partition=i % PARTITIONS)
+        if i % 50_000 == 0 and i:
+            say(f"  produced {i:,} of {count:,}")
+    producer.flush()
+    producer.close()
+    say(f"produced {count:,} messages in {time.monotonic() - started:.1f} s")
+
+
+def bare_loop(bootstrap: str, topic: str, count: int) -> float:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    started = time.monotonic()
+    consumer.assign(tps)
+    consumer.seek_to_beginning()
+    seen = 0
+    while seen < count:
+        for records in consumer.poll(timeout_ms=500).values():
+            seen += len(records)
+    elapsed = time.monotonic() - started
+    consumer.close()
+    return elapsed
+
+
+def airflow_provider(bootstrap: str, topic: str, count: int, out: Path) -> float:
+    """KafkaConsumerHook + pyarrow, the way a DAG author would write it with today's provider."""
+    os.environ["AIRFLOW_CONN_BENCH_KAFKA"] = json.dumps(
+        {
+            "conn_type": "kafka",
+            "extra": {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-airflow-{time.time_ns()}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            },
+        }
+    )
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from airflow.providers.apache.kafka.hooks.consume import KafkaConsumerHook
+
+    started = time.monotonic()
+    consumer = KafkaConsumerHook([topic], kafka_config_id="bench_kafka").get_consumer()
+    seen, part = 0, 0
+    while seen < count:
+        messages = consumer.consume(num_messages=10_000, timeout=1.0)
+        if not messages:
+            continue
+        table = pa.table(
+            {
+                "key": [m.key() for m in messages],
+                "value": [m.value() for m in messages],
+                "topic": [m.topic() for m in messages],
+                "partition": [m.partition() for m in messages],
+                "offset": [m.offset() for m in messages],
+                "timestamp": [m.timestamp()[1] for m in messages],
+            }
+        )
+        pq.write_table(table, out / f"part-{part:05d}.parquet")
+        part += 1
+        seen += len(messages)
+        consumer.commit(asynchronous=False)
+    elapsed = time.monotonic() - started
+    consumer.close()
+    return elapsed
+
+
+def sluice_ingest(
+    spark: Any, bootstrap: str, topic: str, count: int, mode: str, out: Path
+) -> float:
+    from kafka import KafkaConsumer
+
+    from sluice.batch import BatchSpec, OffsetRange
+    from sluice.kafka.offsets import topic_end_offsets
+
+    probe = KafkaConsumer(bootstrap_servers=bootstrap)
+    ends = topic_end_offsets(probe, topic)
+    probe.close()
+    spec = BatchSpec(
+        "kafka",
+        topic,
+        group_id=f"bench-{mode}-{time.time_ns()}",
+        ranges=tuple(OffsetRange(p, 0, end) for p, end in sorted(ends.items())),
+    )
+    assert spec.message_count == count, (spec.message_count, count)
+    from sluice.spark import ingest
+
+    started = time.monotonic()
+    result = ingest(spark, spec, out, source=f"kafka://{bootstrap}", schema=SCHEMA, mode=mode)
+    elapsed = time.monotonic() - started
+    assert result.written == count, result.to_dict()
+    return elapsed
+
+
+def peak_rss_child(bootstrap: str, topic: str, count: int) -> None:
+    """Run in a child: ingest ``count`` messages in driver mode, sampling RSS of this process
+    and of the Spark JVM it starts; print both peaks as JSON."""
+    import psutil
+
+    me = psutil.Process()
+    peaks = {"python": 0, "jvm": 0}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peaks["python"] = max(peaks["python"], me.memory_info().rss)
+            jvm = sum(
+                c.memory_info().rss for c in me.children(recursive=True) if "java" in c.name()
+            )
+            peaks["jvm"] = max(peaks["jvm"], jvm)
+            time.sleep(0.2)
+
+    threading.Thread(target=sample, daemon=True).start()
+    from sluice.spark import spark_session
+
+    spark = spark_session("local[2]", "sluice-bench-rss", {"spark.ui.enabled": "false"})
+    with tempfile.TemporaryDirectory() as out:
+        seconds = sluice_ingest(spark, bootstrap, topic, count, "driver", Path(out))
+    done.set()
+    print(json.dumps({**peaks, "seconds": seconds}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--big", type=int, default=1_000_000, help="0 skips the RSS run")
+    parser.add_argument(
+        "--child-rss", nargs=3, metavar=("BOOTSTRAP", "TOPIC", "COUNT"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.child_rss:
+        peak_rss_child(args.child_rss[0], args.child_rss[1], int(args.child_rss[2]))
+        return
+
+    from sluice.spark import spark_session
+    from sluice.testing import start_noida
+    from sluice.testing.topics import create_kafka_topic
+
+    say("starting noida-db")
+    broker = start_noida()
+    work = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
+    try:
+        topic = "bench-readings"
+        create_kafka_topic(broker.bootstrap, topic, PARTITIONS)
+        produce(broker.bootstrap, topic, args.messages)
+        say(f"average value size: {len(reading(0))} bytes")
+
+        say("starting and warming up Spark (not timed)")
+        started = time.monotonic()
+        spark = spark_session("local[2]", "sluice-bench", {"spark.ui.enabled": "false"})
+        say(f"SparkSession ready in {time.monotonic() - started:.1f} s")
+        warm = "bench-warmup"
+        create_kafka_topic(broker.bootstrap, warm, PARTITIONS)
+        produce(broker.bootstrap, warm, 3000)
+        for mode in ("driver", "executors"):
+            sluice_ingest(spark, broker.bootstrap, warm, 3000, mode, work / f"warm-{mode}")
+
+        n = args.messages
+        timings: dict[str, float] = {}
+        say("(a) bare kafka-python loop")
+        timings["a"] = bare_loop(broker.bootstrap, topic, n)
+        say("(b) sluice driver mode")
+        timings["b"] = sluice_ingest(spark, broker.bootstrap, topic, n, "driver", work / "driver")
+        say("(c) sluice executor mode")
+        timings["c"] = sluice_ingest(
+            spark, broker.bootstrap, topic, n, "executors", work / "executors"
+        )
+        say("(d) Airflow Kafka provider hook + pyarrow Parquet")
+        (work / "airflow").mkdir()
+        timings["d"] = airflow_provider(broker.bootstrap, topic, n, work / "airflow")
+
+        rate = {k: n / v for k, v in timings.items()}
+        labels = {
+            "a": "bare kafka-python read loop (reads only)",
+            "b": "sluice ingest, driver mode",
+            "c": "sluice ingest, executor mode",
+            "d": "Airflow Kafka provider hook + pyarrow",
+        }
+        print()
+        print(
+            f"{n:,} messages of ~{len(reading(0))} bytes, {PARTITIONS} partitions, {os.cpu_count()} cores"
+        )
+        for key in "abcd":
+            print(f"  ({key}) {labels[key]:<44} {rate[key]:>10,.0f} msg/s  ({timings[key]:.2f} s)")
+        print(f"  driver / bare loop     (b/a): {rate['b'] / rate['a']:.2f}   goal >= 0.9")
+        print(f"  executors / bare loop  (c/a): {rate['c'] / rate['a']:.2f}")
+        print(f"  driver / Airflow hook  (b/d): {rate['b'] / rate['d']:.2f}   goal >= 1.0")
+        print(f"  executors / Airflow hook (c/d): {rate['c'] / rate['d']:.2f}")
+
+        if args.big:
+            big = "bench-big"
+            create_kafka_topic(broker.bootstrap, big, PARTITIONS)
+            produce(broker.bootstrap, big, args.big)
+            say(f"ingesting {args.big:,} messages in driver mode in a child process (peak RSS)")
+            child = subprocess.run(
+                [sys.executable, __file__, "--child-rss", broker.bootstrap, big, str(args.big)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            peaks = json.loads(child.stdout.strip().splitlines()[-1])
+            print(
+                f"  {args.big:,}-message batch, driver mode: {args.big / peaks['seconds']:,.0f} msg/s; "
+                f"peak RSS of the Python driver {peaks['python'] / 2**20:,.0f} MiB, "
+                f"of the Spark JVM {peaks['jvm'] / 2**20:,.0f} MiB"
+            )
+    finally:
+        broker.close()
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
