@@ -237,7 +237,8 @@ def main() -> None:
         }
         print()
         print(
-            f"{n:,} messages of ~{len(reading(0))} bytes, {PARTITIONS} partitions, {os.cpu_count()} cores"
+            f"{n:,} messages of ~{len(reading(0))} bytes, {PARTITIONS} partitions, "
+            f"{os.cpu_count()} cores"
         )
         for key in "abcd":
             print(f"  ({key}) {labels[key]:<44} {rate[key]:>10,.0f} msg/s  ({timings[key]:.2f} s)")
@@ -259,7 +260,8 @@ def main() -> None:
             )
             peaks = json.loads(child.stdout.strip().splitlines()[-1])
             print(
-                f"  {args.big:,}-message batch, driver mode: {args.big / peaks['seconds']:,.0f} msg/s; "
+                f"  {args.big:,}-message batch, driver mode: "
+                f"{args.big / peaks['seconds']:,.0f} msg/s; "
                 f"peak RSS of the Python driver {peaks['python'] / 2**20:,.0f} MiB, "
                 f"of the Spark JVM {peaks['jvm'] / 2**20:,.0f} MiB"
             )
