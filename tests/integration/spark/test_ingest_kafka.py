@@ -221,3 +221,26 @@ def test_a_stopped_broker_fails_the_ingest_and_commits_nothing(
     private_noida.restart()
     result = ingest(spark, spec, tmp_path, source=source)
     assert result.written == 5
+
+
+def test_raw_values_are_kept_as_bytes_and_only_oversized_ones_quarantined(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    topic.send([b"\x00\x01binary", b"", b"not json at all", b"y" * 2000])
+    result = ingest(
+        spark,
+        topic.plan(),
+        tmp_path,
+        source=topic.source,
+        value_format="raw",
+        max_value_bytes=1000,
+    )
+    assert (result.written, result.quarantined) == (3, 1)
+    assert sorted(r["value"] for r in dataset_rows(tmp_path)) == [
+        b"",
+        b"\x00\x01binary",
+        b"not json at all",
+    ]
+    assert [r["reason"] for r in quarantine_rows(tmp_path)] == [
+        "value is 2000 bytes, over the limit of 1000 (max_value_bytes)"
+    ]
