@@ -1,0 +1,184 @@
+"""Errors a user can cause, as one line on stderr: what is wrong and how to fix it.
+
+Commands raise :class:`CliError` (or let a library error through); :class:`SluiceGroup`
+turns any exception into ``Error: <one line>`` with exit code 2 for usage errors (the command
+line is wrong: an option, a URI, a config key, a file) and 1 for runtime errors (a broker that
+cannot be reached, bad data, a missing extra). ``--debug`` adds the traceback. Passwords of
+URIs seen on the command line never appear: every line printed here is redacted.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+__all__ = [
+    "RUNTIME",
+    "USAGE",
+    "CliError",
+    "SluiceGroup",
+    "describe",
+    "is_debug",
+    "redact",
+    "remember_secrets",
+    "report",
+    "set_debug",
+]
+
+USAGE = 2
+RUNTIME = 1
+
+_URI_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^:@/\s]*):(?P<pw>[^@/\s]+)@")
+
+
+class CliError(Exception):
+    """An error the user can fix; ``str(error)`` is the one line shown."""
+
+    def __init__(self, message: str, *, usage: bool = False) -> None:
+        super().__init__(message)
+        self.exit_code = USAGE if usage else RUNTIME
+
+
+class _State:
+    debug = False
+    secrets: set[str] = set()  # noqa: RUF012 - one process, one command line
+
+
+def set_debug(debug: bool) -> None:
+    _State.debug = debug
+
+
+def is_debug() -> bool:
+    return _State.debug
+
+
+def remember_secrets(args: Sequence[str]) -> None:
+    """Note the passwords of URIs on the command line (in the user info, or a query parameter
+    such as ``credential.password``) so that no message can show them."""
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    for arg in args:
+        for match in _URI_PASSWORD.finditer(arg):
+            _State.secrets.update({match.group("pw"), unquote(match.group("pw"))})
+        if "://" in arg and "?" in arg:
+            for name, value in parse_qsl(urlsplit(arg).query):
+                if "password" in name or name.endswith("access_key"):
+                    raw = arg.split(f"{name}=", 1)[-1].split("&", 1)[0]
+                    _State.secrets.update({value, raw})
+
+
+def redact(text: str) -> str:
+    """``text`` with URI passwords and every remembered secret replaced by ``***``."""
+    text = _URI_PASSWORD.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:***@", text)
+    for secret in sorted(_State.secrets, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[0] + (" ('sluice --debug ...' shows the rest)" if len(lines) > 1 else "")
+
+
+def describe(exc: BaseException) -> tuple[str, int]:
+    """The one line and the exit code for ``exc``."""
+    if isinstance(exc, CliError):
+        return _one_line(str(exc)), exc.exit_code
+    if _is_click_error(exc):
+        return _describe_click(exc)
+    if isinstance(exc, typer.Abort):
+        return "Aborted.", RUNTIME
+    name = type(exc).__name__
+    module = type(exc).__module__
+    if name == "ConfigError":
+        return _one_line(str(exc)), USAGE
+    if name == "UnknownConfigKeyWarning":
+        text = _one_line(str(exc)).replace(" is ignored.", ".")
+        return (
+            f"{text} Fix or remove it (a URI's query parameters are config keys: see the "
+            "configuration reference in README.md).",
+            USAGE,
+        )
+    if isinstance(exc, ImportError):
+        return _one_line(str(exc)), RUNTIME
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return _one_line(str(exc)), RUNTIME
+    if module.startswith("kafka"):
+        return (
+            f"Kafka said {name}: {_one_line(str(exc)) or 'no detail'}. Check that the broker "
+            "is running and the URI names it (sluice brokers status).",
+            RUNTIME,
+        )
+    if isinstance(exc, ValueError):  # the library's ValueErrors say what to fix
+        return _one_line(str(exc)), RUNTIME
+    if isinstance(exc, FileNotFoundError):
+        return f"File not found: {exc.filename}.", USAGE
+    if isinstance(exc, OSError):
+        return _one_line(f"{exc.strerror or exc}: {exc.filename or ''}"), RUNTIME
+    detail = _one_line(str(exc))
+    return (
+        f"Unexpected {name}{': ' + detail if detail else ''} ('sluice --debug ...' shows the "
+        "traceback; please report it).",
+        RUNTIME,
+    )
+
+
+def _is_click_error(exc: BaseException) -> bool:
+    # typer vendors click in recent versions and uses click itself in older ones: duck-type.
+    return hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)
+
+
+def _describe_click(exc: Any) -> tuple[str, int]:
+    message = _one_line(exc.format_message())
+    ctx = getattr(exc, "ctx", None)
+    code = int(exc.exit_code)
+    if code == USAGE and ctx is not None:
+        message = f"{message.rstrip('.')}. See '{ctx.command_path} --help'."
+    return message, code
+
+
+class SluiceGroup(TyperGroup):
+    """The root command: runs the command and turns any error into one line on stderr."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        _State.debug = False
+        _State.secrets = set()
+        argv = list(sys.argv[1:] if args is None else args)
+        remember_secrets(argv)
+        if not standalone_mode:
+            return super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            result = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except Exception as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                exc.show()  # type: ignore[attr-defined]  # the help text, as click shows it
+                sys.exit(USAGE)
+            sys.exit(report(exc))
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+def report(exc: BaseException) -> int:
+    """Print ``exc`` as one line (and the traceback with --debug); return the exit code."""
+    message, code = describe(exc)
+    if _State.debug:
+        trace = "".join(traceback.format_exception(exc))
+        sys.stderr.write(redact(trace))
+    sys.stderr.write(f"Error: {redact(message)}\n")
+    sys.stderr.flush()
+    return code

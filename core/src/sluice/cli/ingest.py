@@ -1,0 +1,179 @@
+"""``sluice ingest URI --sink DIR``: plan one batch and ingest it with Spark, by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from . import output
+from .errors import CliError, is_debug
+from .queues import QueueUri, opened, parse
+
+if TYPE_CHECKING:
+    from sluice.batch import BatchSpec
+    from sluice.spark import IngestResult
+
+__all__ = ["ingest"]
+
+
+class Format(StrEnum):
+    json = "json"
+    raw = "raw"
+
+
+class Mode(StrEnum):
+    auto = "auto"
+    driver = "driver"
+    executors = "executors"
+
+
+def ingest(
+    uri: Annotated[
+        str,
+        typer.Argument(
+            help="Kafka URI with the group (kafka://HOST:PORT/TOPIC?group_id=G) or MQTT URI of "
+            "a persistent session (mqtt://HOST:PORT/TOPIC?client_id=C&qos=1)",
+            show_default=False,
+        ),
+    ],
+    sink: Annotated[
+        Path,
+        typer.Option(
+            file_okay=False,
+            help="Directory of the Parquet dataset (the batch goes to <sink>/batch_id=<id>/).",
+            show_default=False,
+        ),
+    ],
+    schema: Annotated[
+        str | None,
+        typer.Option(
+            help="Spark DDL schema of the JSON payload, e.g. 'device STRING, temperature DOUBLE'."
+        ),
+    ] = None,
+    value_format: Annotated[
+        Format,
+        typer.Option("--format", help="json: parse payloads (with --schema); raw: keep bytes."),
+    ] = Format.json,
+    mode: Annotated[
+        Mode, typer.Option(help="Read on the driver, on the executors, or choose by batch size.")
+    ] = Mode.auto,
+    max_messages: Annotated[
+        int | None, typer.Option(min=1, help="Ingest at most this many messages.")
+    ] = None,
+    master: Annotated[
+        str | None,
+        typer.Option(
+            help="Spark master (local[*], spark://H:7077, sc://H:15002 ...); "
+            "default $SLUICE_SPARK_MASTER, else local[*]."
+        ),
+    ] = None,
+    payload_column: Annotated[
+        str | None,
+        typer.Option(help="Keep the parsed payload as one struct column of this name."),
+    ] = None,
+    dead_letter: Annotated[
+        bool, typer.Option(help="Also republish records that do not parse to <topic>.dlq.")
+    ] = False,
+) -> None:
+    """Ingest the messages waiting now: plan one batch, write it to Parquet, then commit."""
+    target = parse(uri, command="ingest")
+    spec = _plan(target, max_messages)
+    if spec is None:
+        output.out().print(f"Nothing to ingest: no messages waiting on '{target.topic}'.")
+        return
+    if importlib.util.find_spec("pyspark") is None:
+        raise CliError("'sluice ingest' needs PySpark: pip install 'sluice-core[spark]'.")
+    from sluice.spark import ingest as run_ingest
+
+    spark = _spark(master)
+    total = spec.message_count if spec.kind == "kafka" else None
+    with output.progress() as bar:
+        task = bar.add_task(f"ingesting {spec.topic}", total=total)
+
+        def progress(event: Any) -> None:
+            bar.update(
+                task,
+                description=f"{event.stage} {spec.topic}",
+                completed=event.read,
+                total=event.total if event.total is not None else total,
+            )
+
+        result = run_ingest(
+            spark,
+            spec,
+            sink,
+            source=target.uri,
+            schema=schema,
+            payload_column=payload_column,
+            value_format=value_format.value,
+            mode=mode.value,
+            dead_letter=dead_letter,
+            progress=progress,
+        )
+    _show(result)
+
+
+def _spark(master: str | None) -> Any:
+    import os
+
+    from sluice.spark import spark_session
+    from sluice.spark.session import DEFAULT_MASTER, MASTER_ENV
+
+    chosen = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+    if chosen.startswith("local"):
+        # A local Spark has no business on the network: keep its driver on loopback.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = spark_session(chosen)
+    if not is_debug() and hasattr(spark, "sparkContext") and not chosen.startswith("sc://"):
+        spark.sparkContext.setLogLevel("ERROR")  # Spark's warnings would bury the result
+    return spark
+
+
+def _plan(target: QueueUri, max_messages: int | None) -> BatchSpec | None:
+    from sluice.batch import plan_batch
+
+    if target.kind == "kafka":
+        if not target.given("group_id"):
+            raise CliError(
+                "'sluice ingest' commits what it ingested for a consumer group: add "
+                "?group_id=NAME to the URI.",
+                usage=True,
+            )
+        queue = target.queue({"from_beginning": True})
+        with opened(queue):
+            return plan_batch(queue, max_messages=max_messages)
+    queue = target.queue()
+    try:  # an MQTT batch is the session itself: nothing to open to plan it
+        return plan_batch(queue, max_messages=max_messages)
+    except ValueError as exc:
+        raise CliError(
+            f"{exc} Add client_id=NAME&qos=1 to the URI.".replace("). Add", "); add"),
+            usage=True,
+        ) from exc
+
+
+def _show(result: IngestResult) -> None:
+    data = result.to_dict()
+    ranges = ", ".join(f"p{r['partition']}: {r['start']}..{r['end']}" for r in data["ranges"])
+    rows: list[tuple[str, Any]] = [
+        ("batch id", data["batch_id"]),
+        ("topic", data["topic"]),
+        ("mode", data["mode"]),
+        ("ranges", ranges or "-"),
+        ("read", data["read"]),
+        ("written", data["written"]),
+        ("quarantined", data["quarantined"]),
+        ("duplicates", data["duplicates"]),
+        ("skipped", data["skipped"]),
+        ("bytes", data["bytes"]),
+        ("seconds", data["seconds"]),
+        ("msg/s", round(result.messages_per_second)),
+        ("committed", "yes" if data["committed"] else "no"),
+        ("output", data["output"]),
+        ("quarantine", data["quarantine_output"]),
+    ]
+    output.table(f"Ingested batch {data['batch_id']}", ["", "value"], rows)

@@ -1,0 +1,181 @@
+"""``sluice peek`` and ``sluice lag``: look at what waits on a topic, without consuming it."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from . import output
+from .errors import CliError
+from .queues import (
+    QueueUri,
+    kafka_connection,
+    last_ranges,
+    opened,
+    parse,
+    read_kafka_ranges,
+    topic_offsets,
+)
+
+if TYPE_CHECKING:
+    from sluice.queues import MessageEnvelope, MessageQueue
+
+__all__ = ["lag", "peek"]
+
+URI_HELP = (
+    "Queue URI: kafka://HOST:PORT/TOPIC[?group_id=G] or mqtt://HOST:PORT/TOPIC?client_id=C&qos=1"
+)
+
+
+def peek(
+    uri: Annotated[str, typer.Argument(help=URI_HELP, show_default=False)],
+    count: Annotated[int, typer.Option("-n", "--count", min=1, help="Messages to show.")] = 10,
+    wait: Annotated[
+        float, typer.Option(min=0.1, help="MQTT: seconds to wait for the session's messages.")
+    ] = 3.0,
+) -> None:
+    """Show waiting messages without consuming them.
+
+    Kafka: with group_id in the URI, the next messages that group would read; without, the
+    last messages of the topic. Nothing is committed and no group is joined. MQTT: the
+    messages waiting in a persistent session (client_id, qos=1), left unacknowledged (while
+    peeking, the session's own consumer, if connected, is disconnected by the broker).
+    """
+    target = parse(uri, command="peek")
+    if target.kind == "kafka":
+        _peek_kafka(target, count)
+    else:
+        _peek_mqtt(target, count, wait)
+
+
+def _peek_kafka(target: QueueUri, count: int) -> None:
+    from sluice.batch import plan_batch
+    from sluice.kafka import KafkaMessageQueue
+
+    queue = target.queue({"from_beginning": True})
+    assert isinstance(queue, KafkaMessageQueue)
+    with kafka_connection(queue):  # fails clearly when the broker cannot be reached
+        offsets = topic_offsets(queue.config, queue.topic)
+    if not offsets:
+        raise CliError(_no_topic(target))
+    if target.given("group_id"):
+        with opened(queue):
+            spec = plan_batch(queue, max_messages=count)
+        ranges = list(spec.ranges) if spec else []
+        which, where = "Next", f"waiting for group '{queue.group_id}' on '{queue.topic}'"
+    else:
+        ranges = last_ranges(offsets, count)
+        which, where = "Last", f"on '{queue.topic}'"
+    messages = read_kafka_ranges(queue.config, queue.topic, ranges)
+    if not messages:
+        output.out().print(f"No messages {where}.")
+        return
+    output.table(
+        f"{which} {len(messages)} message(s) {where}",
+        ["partition", "offset", "key", "value"],
+        [
+            (m.partition, m.offset, output.preview(m.key, 16), output.preview(m.message, 50))
+            for m in messages
+        ],
+    )
+
+
+def _no_topic(target: QueueUri) -> str:
+    return (
+        f"Topic '{target.topic}' does not exist at {target.shown}; check its name "
+        "(publishing to it creates it)."
+    )
+
+
+def _peek_mqtt(target: QueueUri, count: int, wait: float) -> None:
+    if not target.given("client_id"):
+        raise CliError(
+            "Peeking at MQTT reads a persistent session: add client_id=NAME&qos=1 to the URI "
+            "(the client id of the session whose messages you want to see).",
+            usage=True,
+        )
+    queue = target.queue(autocommit=False)  # nothing is acknowledged, so nothing is consumed
+    if not queue.get_capabilities().can_persist:
+        raise CliError(
+            "Peeking at MQTT needs QoS 1 on a persistent session: add qos=1 to the URI "
+            "(and do not set clean_session).",
+            usage=True,
+        )
+    with opened(queue):
+        _wait_quiet(queue, count, wait)
+        messages = queue.peek_batch(None, count)
+    if not messages:
+        output.out().print(f"No messages waiting in session '{target.config['client_id']}'.")
+        return
+    output.table(
+        f"{len(messages)} message(s) waiting in session '{target.config['client_id']}' "
+        f"(left unacknowledged)",
+        ["topic", "message id", "key", "value"],
+        [_mqtt_row(m) for m in messages],
+    )
+
+
+def _mqtt_row(message: MessageEnvelope) -> tuple[str, str, str, str]:
+    return (
+        str(message.topic),
+        output.preview(message.message_id, 12),
+        output.preview(message.key, 16),
+        output.preview(message.message, 44),
+    )
+
+
+def _wait_quiet(queue: MessageQueue, count: int, timeout: float, quiet: float = 0.5) -> None:
+    """Wait until ``count`` messages are buffered, none arrived for ``quiet`` s, or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    seen, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now_seen = queue.read_message_count()
+        if now_seen >= count:
+            return
+        if now_seen != seen:
+            seen, since = now_seen, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+        time.sleep(0.05)
+
+
+def lag(
+    uri: Annotated[
+        str,
+        typer.Argument(
+            help="Kafka URI with the group: kafka://HOST:PORT/TOPIC?group_id=G", show_default=False
+        ),
+    ],
+) -> None:
+    """Per partition: the group's committed offset, the end offset and the lag, with the total."""
+    target = parse(uri, kinds=("kafka",), command="lag")
+    if not target.given("group_id"):
+        raise CliError(
+            "'sluice lag' measures a consumer group: add ?group_id=NAME to the URI.", usage=True
+        )
+    from sluice.kafka import KafkaMessageQueue
+
+    queue = target.queue()
+    assert isinstance(queue, KafkaMessageQueue)
+    with kafka_connection(queue) as connection:
+        committed, beginnings, ends = connection.group_offsets(queue.topic, queue.group_id)
+    if not ends:
+        raise CliError(_no_topic(target))
+    rows = []
+    for partition, end in sorted(ends.items()):
+        done = committed.get(partition)
+        start = done if done is not None else beginnings.get(partition, 0)
+        rows.append((partition, done, end, max(0, end - start)))
+    total = sum(row[3] for row in rows)
+    output.table(
+        f"Lag of group '{queue.group_id}' on '{queue.topic}': {total}",
+        ["partition", "committed", "end", "lag"],
+        rows,
+    )
+    if any(row[1] is None for row in rows):
+        output.out().print(
+            "'-': no committed offset yet; its lag counts from the beginning of the partition."
+        )
+    output.out().print(f"Total lag: {total}")

@@ -1,0 +1,226 @@
+"""The ingest op: one BatchSpec from run config becomes rows of a Parquet dataset.
+
+The op (and the asset of :mod:`sluice_dagster.assets`) runs :func:`sluice.spark.ingest`
+with the queue resource's config as ``source``; ingest commits the Kafka offsets (or acks the
+MQTT messages) only after the batch is written. The run's metadata holds counts, ranges,
+the backlog left behind and the duration, never payloads or secrets.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from dagster import (
+    AssetExecutionContext,
+    Config,
+    MetadataValue,
+    OpDefinition,
+    OpExecutionContext,
+    Out,
+    Output,
+    op,
+)
+from pydantic import Field
+
+from sluice.batch import BatchSpec
+from sluice.spark import IngestEvent, IngestResult, ingest
+
+from .resources import UNREACHABLE, QueueResource
+
+__all__ = [
+    "INGEST_TAG",
+    "IngestConfig",
+    "IngestSettings",
+    "ingest_run_config",
+    "make_ingest_op",
+    "run_ingest",
+    "spec_config",
+]
+
+#: Op tag naming the queue resource an ingest op reads; the queue sensor finds the op by it.
+INGEST_TAG = "sluice/ingest"
+VALUE_FORMATS = ("json", "raw")
+MODES = ("auto", "driver", "executors")
+
+
+class IngestConfig(Config):
+    """Run config of an ingest op or asset. The queue sensor fills ``spec``; the other
+    fields override what the job or asset was defined with."""
+
+    spec: dict[str, Any] = Field(
+        description="The batch to ingest: BatchSpec.to_dict() (the queue sensor puts it here)."
+    )
+    sink: str | None = Field(default=None, description="Parquet dataset directory.")
+    schema_ddl: str | None = Field(
+        default=None, description="Spark DDL of the JSON payload, e.g. 'id INT, name STRING'."
+    )
+    value_format: str | None = Field(default=None, description="'json' or 'raw'.")
+    mode: str | None = Field(
+        default=None, description="Where Kafka messages are read: 'auto', 'driver', 'executors'."
+    )
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    """What a job or asset factory was given: the resources to use and the defaults."""
+
+    resource_key: str
+    sink: str
+    schema: str | None = None
+    value_format: str = "json"
+    mode: str = "auto"
+    spark_resource_key: str = "spark"
+    quarantine: str | None = None
+    dead_letter: bool = False
+    payload_column: str | None = None  # keep the parsed payload as one struct column
+
+    def __post_init__(self) -> None:
+        _check_choice("value_format", self.value_format, VALUE_FORMATS)
+        _check_choice("mode", self.mode, MODES)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+def spec_config(spec: BatchSpec) -> dict[str, Any]:
+    """``spec`` as the ``spec`` field of :class:`IngestConfig` (Dagster config has no nulls)."""
+    return {k: v for k, v in spec.to_dict().items() if v is not None}
+
+
+def ingest_run_config(spec: BatchSpec, op_name: str) -> dict[str, Any]:
+    """The run config that has the ingest op (or asset) ``op_name`` ingest ``spec``."""
+    return {"ops": {op_name: {"config": {"spec": spec_config(spec)}}}}
+
+
+def run_ingest(
+    context: OpExecutionContext | AssetExecutionContext,
+    config: IngestConfig,
+    settings: IngestSettings,
+) -> tuple[IngestResult, dict[str, Any]]:
+    """Ingest the batch of ``config`` and return the result and its metadata."""
+    resource = getattr(context.resources, settings.resource_key)
+    if not isinstance(resource, QueueResource):
+        raise TypeError(
+            f"Resource '{settings.resource_key}' is a {type(resource).__name__}, not a Sluice "
+            "queue resource (KafkaQueueResource or MqttQueueResource)."
+        )
+    spec = BatchSpec.from_dict(config.spec)
+    if spec.kind != resource.KIND:
+        raise ValueError(
+            f"The batch {spec.batch_id} is a {spec.kind} batch but resource "
+            f"'{settings.resource_key}' is a {resource.KIND} queue."
+        )
+    value_format = config.value_format or settings.value_format
+    mode = config.mode or settings.mode
+    _check_choice("value_format", value_format, VALUE_FORMATS)
+    _check_choice("mode", mode, MODES)
+    spark = getattr(context.resources, settings.spark_resource_key).spark_session
+    context.log.info(
+        f"Ingesting batch {spec.batch_id}: {spec.kind} topic {spec.topic}, "
+        f"{_describe(spec)}, from {resource.address}"
+    )
+
+    def progress(event: IngestEvent) -> None:
+        total = f" of {event.total}" if event.total is not None else ""
+        context.log.debug(f"batch {spec.batch_id}: {event.stage}, {event.read}{total} read")
+
+    try:
+        result = ingest(
+            spark,
+            spec,
+            config.sink or settings.sink,
+            source=resource.source,
+            schema=config.schema_ddl or settings.schema,
+            value_format=value_format,  # type: ignore[arg-type]
+            mode=mode,  # type: ignore[arg-type]
+            quarantine=settings.quarantine,
+            dead_letter=settings.dead_letter,
+            payload_column=settings.payload_column,
+            progress=progress,
+        )
+    except UNREACHABLE as exc:
+        raise resource.unavailable(exc) from None
+    except Exception as exc:
+        if resource.scrub(str(exc)) != str(exc):
+            raise RuntimeError(resource.scrub(str(exc))) from None
+        raise
+    metadata = ingest_metadata(result, lag=_lag(context, resource))
+    context.log.info(
+        f"Batch {spec.batch_id}: {result.read} read, {result.written} written, "
+        f"{result.quarantined} quarantined, {result.duplicates} duplicates, "
+        f"{result.skipped} skipped in {result.seconds:.1f} s; committed: {result.committed}"
+    )
+    return result, metadata
+
+
+def _describe(spec: BatchSpec) -> str:
+    if spec.kind == "kafka":
+        ranges = ", ".join(f"p{r.partition} [{r.start}, {r.end})" for r in spec.ranges)
+        return f"group {spec.group_id}, {spec.message_count} messages ({ranges})"
+    limit = spec.max_messages if spec.max_messages is not None else "all"
+    return f"session {spec.client_id}, up to {limit} messages"
+
+
+def _lag(
+    context: OpExecutionContext | AssetExecutionContext, resource: QueueResource
+) -> int | None:
+    """Messages still waiting after this batch (Kafka only: MQTT cannot count them without
+    taking the session)."""
+    if resource.KIND != "kafka":
+        return None
+    try:
+        waiting = resource.plan_batch()
+    except Exception as exc:  # a metric: the batch is written and committed already
+        context.log.warning(f"Could not measure the lag: {resource.scrub(str(exc))}")
+        return None
+    return waiting.message_count if waiting is not None else 0
+
+
+def ingest_metadata(result: IngestResult, lag: int | None = None) -> dict[str, Any]:
+    """Dagster metadata of an ingest: counts, ranges, lag and duration (never payloads)."""
+    data = result.to_dict()
+    metadata: dict[str, Any] = {
+        "batch_id": data["batch_id"],
+        "kind": data["kind"],
+        "topic": data["topic"],
+        "mode": data["mode"],
+        "read": MetadataValue.int(result.read),
+        "written": MetadataValue.int(result.written),
+        "quarantined": MetadataValue.int(result.quarantined),
+        "duplicates": MetadataValue.int(result.duplicates),
+        "skipped": MetadataValue.int(result.skipped),
+        "bytes": MetadataValue.int(result.bytes),
+        "duration_seconds": MetadataValue.float(float(data["seconds"])),
+        "messages_per_second": MetadataValue.float(round(result.messages_per_second, 1)),
+        "committed": MetadataValue.bool(result.committed),
+        "ranges": MetadataValue.json(data["ranges"]),
+    }
+    if lag is not None:
+        metadata["lag"] = MetadataValue.int(lag)
+    if result.output:
+        metadata["output"] = MetadataValue.path(result.output)
+    if result.quarantine_output:
+        metadata["quarantine_output"] = MetadataValue.path(result.quarantine_output)
+    return metadata
+
+
+def make_ingest_op(
+    name: str, settings: IngestSettings, description: str | None = None
+) -> OpDefinition:
+    """An op that ingests the batch in its run config (see the module docstring)."""
+
+    @op(
+        name=name,
+        description=description
+        or f"Ingest one batch from resource '{settings.resource_key}' into {settings.sink}.",
+        required_resource_keys={settings.resource_key, settings.spark_resource_key},
+        tags={INGEST_TAG: settings.resource_key},
+        out=Out(dict, description="The ingest summary (IngestResult.to_dict())."),
+    )
+    def _ingest(context: OpExecutionContext, config: IngestConfig) -> Output[dict[str, Any]]:
+        result, metadata = run_ingest(context, config, settings)
+        return Output(result.to_dict(), metadata=metadata)
+
+    definition: OpDefinition = _ingest
+    return definition

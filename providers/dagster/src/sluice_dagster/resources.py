@@ -1,0 +1,328 @@
+"""Dagster resources: a Kafka topic or an MQTT session as a queue, and a SparkSession.
+
+A queue resource's typed fields map onto Sluice's one config vocabulary (``config()`` gives
+the core keys). At ``setup_for_execution`` it builds its queue from them (a wrong key or
+value fails there, naming the key); the queue connects on first use and is closed at
+``teardown_after_execution``. It connects lazily because an ingest run only needs the
+config (``source``), and for MQTT a second connection with the session's ``client_id``
+would take the session away from the ingest's own.
+
+Timeouts are short by default (2 s to connect, 5 s per request, one connection attempt) so
+that a sensor tick against a broker that is down ends in seconds with a clear message,
+well within Dagster's 60 s limit for a tick. Pass secrets as ``dagster.EnvVar``: their values
+then never appear in run config, and Sluice never puts them in logs, metadata or errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from dagster import ConfigurableResource, InitResourceContext
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+from pydantic import Field, PrivateAttr
+
+from sluice.batch import BatchSpec
+from sluice.connection_fields import check_keys, known_keys
+from sluice.queues.base import MessageQueue
+from sluice.queues.config import redact
+from sluice.queues.uri import queue_from_config
+from sluice.sensing import wait_for_batch
+
+__all__ = [
+    "UNREACHABLE",
+    "KafkaQueueResource",
+    "MqttQueueResource",
+    "QueueResource",
+    "QueueUnavailableError",
+    "SparkResource",
+]
+
+
+class QueueUnavailableError(ConnectionError):
+    """The broker could not be reached; the message names it and says what to check."""
+
+
+#: What the clients raise when the broker cannot be reached.
+UNREACHABLE: tuple[type[BaseException], ...] = (
+    ConnectionError,
+    TimeoutError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+)
+
+
+class QueueResource(ConfigurableResource):  # type: ignore[type-arg]
+    """What the Kafka and MQTT resources share (use one of those)."""
+
+    KIND: ClassVar[str] = ""
+    #: Keys the BatchSpec carries (or makes moot); ``source`` leaves them out.
+    SPEC_KEYS: ClassVar[tuple[str, ...]] = ("topic",)
+
+    topic: str = Field(description="Topic to ingest (for MQTT a topic filter, e.g. 'plant/#').")
+    username: str | None = Field(
+        default=None, description="User name (credential.username), if the broker needs one."
+    )
+    password: str | None = Field(
+        default=None,
+        description="Password (credential.password). Pass dagster.EnvVar('NAME'): it is never "
+        "logged or put in metadata.",
+    )
+    connect_timeout_ms: int = Field(
+        default=2000, description="Milliseconds to wait for the broker to accept a connection."
+    )
+    request_timeout_ms: int = Field(
+        default=5000, description="Milliseconds to wait for the broker to answer a request."
+    )
+    options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Further Sluice config keys, e.g. {'session_timeout': '6000'}; a name that "
+        "is not a top-level key gets 'options.' in front. An unknown key is an error.",
+    )
+
+    _queue: MessageQueue | None = PrivateAttr(default=None)
+    _opened: bool = PrivateAttr(default=False)
+
+    # ---- configuration -------------------------------------------------------------------
+
+    def _connection_keys(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def config(self) -> dict[str, Any]:
+        """The core config keys these fields stand for (secrets included: never log it)."""
+        config: dict[str, Any] = {
+            "topic": self.topic,
+            "autocommit": False,
+            **self._connection_keys(),
+            "options.connect_timeout": self.connect_timeout_ms,
+        }
+        if self.username:
+            config["credential.username"] = self.username
+        if self.password:
+            config["credential.password"] = self.password
+        known = known_keys(self.KIND)
+        extras = {
+            key if key in known or key.startswith("options.") else f"options.{key}": value
+            for key, value in self.options.items()
+        }
+        check_keys(self.KIND, extras, f"{type(self).__name__}.options")
+        config.update(extras)
+        return config
+
+    @property
+    def source(self) -> dict[str, Any]:
+        """The config for :func:`sluice.spark.ingest`'s ``source``: everything but what the
+        BatchSpec carries (topic, group, session)."""
+        return {k: v for k, v in self.config().items() if k not in self.SPEC_KEYS}
+
+    def redacted_config(self) -> dict[str, Any]:
+        """``config()`` with secrets replaced by ``***``: safe to log."""
+        return redact(self.config())
+
+    @property
+    def address(self) -> str:
+        """The broker's ``host:port`` (or servers), for messages."""
+        raise NotImplementedError
+
+    def _plan_wait_seconds(self) -> float:
+        """How long planning waits for messages to show up (MQTT: the session's redelivery)."""
+        return 0.0
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._queue = queue_from_config(self.KIND, self.config())
+        self._opened = False
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        queue, self._queue = self._queue, None
+        if queue is not None and self._opened:
+            self._opened = False
+            queue.close(None)
+
+    @property
+    def queue(self) -> MessageQueue:
+        """The live queue, connected on first use (raises :class:`QueueUnavailableError`)."""
+        if self._queue is None:  # used outside of Dagster's setup, e.g. in a script
+            self._queue = queue_from_config(self.KIND, self.config())
+        if not self._opened:
+            try:
+                self._queue.open(None)
+            except UNREACHABLE as exc:
+                raise self.unavailable(exc) from None
+            self._opened = True
+        return self._queue
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the password replaced by ``***`` (for messages from client libraries)."""
+        return text.replace(self.password, "***") if self.password else text
+
+    def unavailable(self, exc: BaseException) -> QueueUnavailableError:
+        """The error to raise for ``exc``, a failure to reach the broker (secrets hidden)."""
+        detail = self.scrub(str(exc)).rstrip(".")
+        if not detail.startswith(type(exc).__name__):
+            detail = f"{type(exc).__name__}: {detail}"
+        hint = (
+            ""
+            if "Check" in detail
+            else " Check that the broker is running and reachable at that address (the "
+            "resource's address fields)."
+        )
+        return QueueUnavailableError(
+            f"Cannot reach the {self.KIND} broker at {self.address} (topic '{self.topic}'): "
+            f"{detail}.{hint}"
+        )
+
+    # ---- planning ------------------------------------------------------------------------
+
+    def plan_batch(
+        self, max_messages: int | None = None, min_messages: int = 1
+    ) -> BatchSpec | None:
+        """The next batch once ``min_messages`` wait, else None; commits nothing (see
+        :func:`sluice.batch.plan_batch`). MQTT counts what the session delivers within
+        ``probe_seconds``, unacknowledged, so the ingest's connection gets it again."""
+        try:
+            return wait_for_batch(self.queue, min_messages, max_messages, self._plan_wait_seconds())
+        except QueueUnavailableError:
+            raise
+        except UNREACHABLE as exc:
+            raise self.unavailable(exc) from None
+
+
+class KafkaQueueResource(QueueResource):
+    """A Kafka topic read through a consumer group.
+
+    Example::
+
+        KafkaQueueResource(bootstrap="broker:9092", topic="orders", group_id="lake",
+                           username="svc", password=EnvVar("KAFKA_PASSWORD"))
+    """
+
+    KIND: ClassVar[str] = "kafka"
+    SPEC_KEYS: ClassVar[tuple[str, ...]] = ("topic", "group_id", "from_beginning")
+
+    bootstrap: str = Field(
+        description="Bootstrap servers, 'host:9092' or 'h1:9092,h2:9092' (a kafka:// or "
+        "kafka+ssl:// URI works too)."
+    )
+    group_id: str = Field(
+        default="sluice", description="Consumer group whose committed offsets mark progress."
+    )
+    from_beginning: bool = Field(
+        default=True,
+        description="A new group starts at the beginning of the topic (else only messages "
+        "published after the first plan are ingested).",
+    )
+    client_id: str | None = Field(default=None, description="Kafka client id (optional).")
+    protocol: str | None = Field(
+        default=None,
+        description="connection.protocol: tcp (default), ssl, sasl_plaintext or sasl_ssl.",
+    )
+    mechanism: str | None = Field(
+        default=None, description="SASL mechanism: plain, scram-sha-256 or scram-sha-512."
+    )
+
+    def _connection_keys(self) -> dict[str, Any]:
+        keys: dict[str, Any] = {
+            "connection.uri": self.bootstrap,
+            "group_id": self.group_id,
+            "from_beginning": self.from_beginning,
+            "options.request_timeout": self.request_timeout_ms,
+            "options.max_retries": 1,
+            "options.retry_timeout": 500,
+        }
+        optional = {
+            "client_id": self.client_id,
+            "connection.protocol": self.protocol,
+            "credential.mechanism": self.mechanism,
+        }
+        keys.update({k: v for k, v in optional.items() if v})
+        return keys
+
+    @property
+    def address(self) -> str:
+        return self.bootstrap.rpartition("@")[2].split("/")[0].rpartition("://")[2]
+
+
+class MqttQueueResource(QueueResource):
+    """An MQTT topic filter read through a persistent session (``client_id``, QoS 1).
+
+    The broker keeps messages for the session only once it exists: a message published
+    before the session's first connection (the sensor's first tick) is not kept.
+    mosquitto hands a client at most ``max_inflight_messages`` (default 20) unacknowledged
+    messages, so a sensor sees at most that many waiting.
+    """
+
+    KIND: ClassVar[str] = "mqtt"
+    SPEC_KEYS: ClassVar[tuple[str, ...]] = ("topic", "client_id")
+
+    uri: str | None = Field(
+        default=None,
+        description="Broker URI, e.g. mqtt://host:1883 or mqtts://host:8883 (or use host/port).",
+    )
+    host: str | None = Field(default=None, description="Broker host (when no uri is given).")
+    port: int | None = Field(default=None, description="Broker port (default 1883, TLS 8883).")
+    client_id: str = Field(
+        description="Client id of the persistent session that holds the waiting messages; "
+        "stable across runs, used by nothing else."
+    )
+    qos: int = Field(default=1, description="Subscription QoS; 1 for at-least-once batches.")
+    protocol_version: str = Field(default="3.1.1", description="MQTT protocol: '3.1.1' or '5'.")
+    probe_seconds: float = Field(
+        default=1.0,
+        description="How long a sensor tick listens to the session for waiting messages.",
+    )
+
+    def _connection_keys(self) -> dict[str, Any]:
+        keys: dict[str, Any] = {
+            "client_id": self.client_id,
+            "options.qos": self.qos,
+            "options.protocol_version": self.protocol_version,
+            "options.retry_connect": False,
+        }
+        if self.uri:
+            keys["connection.uri"] = self.uri
+        if self.host:
+            keys["connection.host"] = self.host
+        if self.port:
+            keys["connection.port"] = self.port
+        return keys
+
+    @property
+    def address(self) -> str:
+        from sluice.mqtt.config import broker_address
+
+        endpoint = broker_address(self.config())
+        return f"{endpoint.host}:{endpoint.port}"
+
+    def _plan_wait_seconds(self) -> float:
+        return self.probe_seconds
+
+
+class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
+    """The SparkSession an ingest runs on, from :func:`sluice.spark.spark_session`.
+
+    Created on first use; an active session in the process is reused (tests, notebooks).
+    dagster-pyspark's ``PySparkResource`` works in its place (anything with a
+    ``spark_session`` attribute does); this one adds Spark Connect (``sc://``) masters,
+    the ``SLUICE_SPARK_MASTER`` default and Sluice's Arrow settings.
+    """
+
+    master: str | None = Field(
+        default=None,
+        description="Spark master: local[*], spark://host:7077, yarn, k8s://..., or a Spark "
+        "Connect URL sc://host:15002. Default: $SLUICE_SPARK_MASTER, else local[*].",
+    )
+    app_name: str = Field(default="sluice", description="Spark application name.")
+    conf: dict[str, str] = Field(
+        default_factory=dict, description="Spark settings, e.g. {'spark.executor.memory': '2g'}."
+    )
+
+    _session: Any = PrivateAttr(default=None)
+
+    @property
+    def spark_session(self) -> Any:
+        if self._session is None:
+            from sluice.spark import spark_session
+
+            self._session = spark_session(self.master, self.app_name, self.conf)
+        return self._session

@@ -1,0 +1,112 @@
+"""sluice brokers up|status|down: embedded brokers that outlive the command."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sluice.cli.brokers import Entry, running
+from sluice.testing import wait_until
+from tests.unit.cli.runner import assert_error, assert_ok, run, table_rows
+
+SLUICE = str(Path(sys.executable).parent / "sluice")
+
+
+def _sluice(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SLUICE_HOME": str(home), "COLUMNS": "200"}
+    return subprocess.run(
+        [SLUICE, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _entries(home: Path) -> list[Entry]:
+    state = home / "brokers.json"
+    if not state.exists():
+        return []
+    return [Entry(**e) for e in json.loads(state.read_text())["brokers"]]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "state"
+    for entry in _entries(tmp_path / "state"):  # a failed test still stops what it started
+        if running(entry):
+            os.kill(entry.pid, signal.SIGKILL)
+
+
+def _accepts(url: str) -> bool:
+    host, port = url.rpartition("/")[2].split(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def test_up_status_down_through_the_console_script(home: Path) -> None:
+    up = _sluice(home, "brokers", "up")
+    assert up.returncode == 0, up.stderr
+    urls = re.findall(r"at ((?:kafka|mqtt)://127\.0\.0\.1:\d+)", up.stdout)
+    assert [u.split(":")[0] for u in urls] == ["kafka", "mqtt"]
+    # The command has exited; the brokers it started are still there.
+    assert all(_accepts(url) for url in urls)
+    published = run("publish", f"{urls[0]}/demo", "--sample", "iot", "--count", "3")
+    assert "Published 3 messages" in assert_ok(published)
+
+    again = _sluice(home, "brokers", "up")
+    assert again.returncode == 0 and "already runs" in again.stdout
+
+    status = _sluice(home, "brokers", "status")
+    assert status.returncode == 0
+    rows = table_rows(status.stdout)
+    assert [(r[0], r[1], r[3]) for r in rows] == [
+        ("noida", urls[0], "yes"),
+        ("mosquitto", urls[1], "yes"),
+    ]
+    started = _entries(home)
+    assert [e.pid for e in started] == [int(r[2]) for r in rows]
+
+    os.kill(started[1].pid, signal.SIGKILL)  # mosquitto crashes
+    wait_until(lambda: not running(started[1]), 10, message="mosquitto to exit")
+    crashed = table_rows(_sluice(home, "brokers", "status").stdout)
+    assert [(r[0], r[3]) for r in crashed] == [("noida", "yes"), ("mosquitto", "no")]
+
+    down = _sluice(home, "brokers", "down")
+    assert down.returncode == 0
+    assert "Stopped noida" in down.stdout and "mosquitto" in down.stdout
+    assert "was not running" in down.stdout
+    assert not any(_accepts(url) for url in urls)
+    assert not any(running(e) for e in started)
+    assert "No brokers recorded" in _sluice(home, "brokers", "status").stdout
+    assert "Traceback" not in up.stderr + status.stderr + down.stderr
+
+
+def test_a_port_in_use_is_one_line(home: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run(
+            "brokers",
+            "up",
+            "--kafka",
+            "none",
+            "--mqtt-port",
+            str(port),
+            env={"SLUICE_HOME": str(home)},
+        )
+    assert_error(result, 1, f"port {port} is already in use")
+
+
+def test_down_with_nothing_started(home: Path) -> None:
+    out = assert_ok(run("brokers", "down", env={"SLUICE_HOME": str(home)}))
+    assert "No brokers to stop" in out

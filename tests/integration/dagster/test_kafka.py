@@ -1,0 +1,191 @@
+"""The queue sensor, the ingest job and the ingest asset on a real Kafka-protocol broker
+(noida-db) and the session's local Spark: one run per batch, exactly once, retried after a
+failure with the same batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterInstance, Definitions, ExecuteInProcessResult, materialize
+
+from sluice.batch import BatchSpec, OffsetRange
+from sluice.testing import BrokerProcess
+from sluice.testing.topics import create_kafka_topic
+from sluice_dagster import (
+    KafkaQueueResource,
+    SparkResource,
+    make_ingest_asset,
+    make_ingest_job,
+    make_queue_sensor,
+)
+
+from .conftest import SensorTicker, publish_kafka, sink_ids, spec_of
+
+pytestmark = pytest.mark.kafka
+
+SCHEMA = "id INT, name STRING"
+
+
+def queue_resource(broker: BrokerProcess, topic: str) -> KafkaQueueResource:
+    return KafkaQueueResource(bootstrap=broker.bootstrap, topic=topic, group_id=f"{topic}-lake")
+
+
+def output_metadata(result: ExecuteInProcessResult, node: str) -> dict[str, Any]:
+    outputs = [e for e in result.events_for_node(node) if e.is_successful_output]
+    assert len(outputs) == 1
+    return {k: v.value for k, v in outputs[0].step_output_data.metadata.items()}
+
+
+def test_the_sensor_requests_a_batch_the_job_ingests_once_and_commits(
+    noida_broker: BrokerProcess,
+    unique_name: str,
+    spark: Any,
+    instance: DagsterInstance,
+    tmp_path: Path,
+) -> None:
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 2)
+    sink = tmp_path / "orders"
+    job = make_ingest_job("orders", "queue", str(sink), schema=SCHEMA)
+    sensor = make_queue_sensor("orders_sensor", "queue", job=job)
+    queue = queue_resource(noida_broker, unique_name)
+    spark_resource = SparkResource()
+    publish_kafka(noida_broker.bootstrap, unique_name, range(0, 3), partition=0)
+    publish_kafka(noida_broker.bootstrap, unique_name, range(3, 5), partition=1)
+
+    ticker = SensorTicker(sensor, {"queue": queue}, instance)
+    request = ticker.request()
+    spec = BatchSpec.from_dict(spec_of(request, "orders_ingest"))
+    assert request.run_key == spec.batch_id
+    assert request.tags["sluice/batch_id"] == spec.batch_id
+    assert spec.ranges == (OffsetRange(0, 0, 3), OffsetRange(1, 0, 2))
+    assert spec.group_id == f"{unique_name}-lake"
+
+    # Asked again before its run exists: the same run key, which Dagster de-duplicates.
+    assert ticker.request().run_key == request.run_key
+    # While its run is queued or running, nothing new is asked for.
+    queued = instance.create_run_for_job(job, run_config=request.run_config, tags=request.tags)
+    assert "still being ingested" in ticker.skip()
+    instance.delete_run(queued.run_id)
+
+    result = job.execute_in_process(
+        run_config=request.run_config,
+        tags=request.tags,
+        instance=instance,
+        resources={"queue": queue, "spark": spark_resource},
+    )
+    assert result.success
+    assert spark_resource.spark_session is spark, "the resource must reuse the active session"
+    assert sink_ids(sink) == [0, 1, 2, 3, 4]
+    metadata = output_metadata(result, "orders_ingest")
+    assert metadata["batch_id"] == spec.batch_id
+    assert (metadata["read"], metadata["written"], metadata["quarantined"]) == (5, 5, 0)
+    assert metadata["committed"] is True
+    assert metadata["lag"] == 0
+    assert metadata["ranges"] == [
+        {"partition": 0, "start": 0, "end": 3},
+        {"partition": 1, "start": 0, "end": 2},
+    ]
+    assert metadata["duration_seconds"] > 0
+
+    assert "no messages waiting" in ticker.skip()
+
+    publish_kafka(noida_broker.bootstrap, unique_name, range(5, 7), partition=1)
+    following = ticker.request()
+    following_spec = BatchSpec.from_dict(spec_of(following, "orders_ingest"))
+    assert following_spec.ranges == (OffsetRange(1, 2, 4),)
+    assert following.run_key == following_spec.batch_id != request.run_key
+
+
+def test_an_asset_materialization_ingests_the_batch_cut_to_max_messages(
+    noida_broker: BrokerProcess,
+    unique_name: str,
+    spark: Any,
+    instance: DagsterInstance,
+    tmp_path: Path,
+) -> None:
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
+    sink = tmp_path / "events"
+    events = make_ingest_asset("events", "queue", str(sink), schema=SCHEMA)
+    sensor = make_queue_sensor("events_sensor", "queue", asset_selection=[events], max_messages=2)
+    queue = queue_resource(noida_broker, unique_name)
+    publish_kafka(noida_broker.bootstrap, unique_name, range(3), partition=0)
+
+    resources = {"queue": queue, "spark": SparkResource()}
+    definitions = Definitions(assets=[events], sensors=[sensor], resources=resources)
+    ticker = SensorTicker(sensor, {"queue": queue}, instance, definitions)
+    request = ticker.request()
+    assert request.asset_selection == [events.key]
+    assert BatchSpec.from_dict(spec_of(request, "events")).ranges == (OffsetRange(0, 0, 2),)
+
+    result = materialize(
+        [events],
+        run_config=request.run_config,
+        tags=request.tags,
+        instance=instance,
+        resources=resources,
+    )
+    assert result.success
+    assert sink_ids(sink) == [0, 1]
+    [materialization] = result.asset_materializations_for_node("events")
+    metadata = {k: v.value for k, v in materialization.metadata.items()}
+    assert (metadata["written"], metadata["lag"]) == (2, 1)
+
+    rest = ticker.request()
+    assert BatchSpec.from_dict(spec_of(rest, "events")).ranges == (OffsetRange(0, 2, 3),)
+
+
+def test_a_failed_run_gets_the_same_batch_again_once_the_broker_is_back(
+    private_noida: BrokerProcess,
+    unique_name: str,
+    spark: Any,
+    instance: DagsterInstance,
+    tmp_path: Path,
+) -> None:
+    create_kafka_topic(private_noida.bootstrap, unique_name, 1)
+    sink = tmp_path / "orders"
+    job = make_ingest_job("orders", "queue", str(sink), schema=SCHEMA)
+    sensor = make_queue_sensor("orders_sensor", "queue", job=job)
+    queue = queue_resource(private_noida, unique_name)
+    resources = {"queue": queue, "spark": SparkResource()}
+    publish_kafka(private_noida.bootstrap, unique_name, range(4), partition=0)
+    ticker = SensorTicker(sensor, {"queue": queue}, instance)
+    request = ticker.request()
+    batch_id = request.tags["sluice/batch_id"]
+
+    private_noida.stop()
+    down = ticker.skip()
+    assert private_noida.bootstrap in down and "Check" in down
+
+    failed = job.execute_in_process(
+        run_config=request.run_config,
+        tags=request.tags,
+        instance=instance,
+        resources=resources,
+        raise_on_error=False,
+    )
+    assert not failed.success
+    [failure] = failed.get_step_failure_events()
+    assert failure.step_failure_data.error is not None
+    assert private_noida.bootstrap in failure.step_failure_data.error.to_string()
+
+    assert sink_ids(sink) == []
+
+    assert private_noida.bootstrap in ticker.skip(), "still down: the failed batch waits"
+    private_noida.start()
+    publish_kafka(private_noida.bootstrap, unique_name, range(4, 5), partition=0)
+    retry = ticker.request()
+    assert retry.tags["sluice/batch_id"] == batch_id, "the batch is not widened by newcomers"
+    assert spec_of(retry, "orders_ingest") == spec_of(request, "orders_ingest")
+    assert retry.run_key == f"{batch_id}.1", "a new run key, or Dagster would drop the request"
+
+    ok = job.execute_in_process(
+        run_config=retry.run_config, tags=retry.tags, instance=instance, resources=resources
+    )
+    assert ok.success
+    assert sink_ids(sink) == [0, 1, 2, 3]
+    following = ticker.request()
+    assert BatchSpec.from_dict(spec_of(following, "orders_ingest")).ranges == (
+        OffsetRange(0, 4, 5),
+    )

@@ -1,0 +1,71 @@
+"""The factories' definitions: the example Definitions load, and misuse is a clear error."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from dagster import Definitions
+
+from sluice.batch import BatchSpec
+from sluice_dagster import make_ingest_asset, make_ingest_job, make_queue_sensor
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "dags_examples" / "dagster_defs.py"
+
+
+def load_example(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ModuleType:
+    monkeypatch.setenv("SLUICE_EXAMPLE_SINK", str(tmp_path / "lake"))
+    monkeypatch.setenv("SLUICE_EXAMPLE_KAFKA_TOPIC", "orders")
+    monkeypatch.setenv("SLUICE_EXAMPLE_SENSOR_INTERVAL", "5")
+    spec = importlib.util.spec_from_file_location("dagster_defs_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_example_definitions_load(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    defs: Definitions = load_example(monkeypatch, tmp_path).defs
+    Definitions.validate_loadable(defs)
+    repo = defs.get_repository_def()
+    kafka_sensor = repo.get_sensor_def("kafka_events_sensor")
+    assert kafka_sensor.minimum_interval_seconds == 5
+    assert repo.get_sensor_def("mqtt_readings_sensor").job_name == "mqtt_readings"
+    resource = defs.resources["kafka_queue"]
+    assert resource.topic == "orders"
+    assert resource.group_id == "sluice-example"
+    assert defs.get_assets_def("kafka_events").metadata_by_key
+    assert str(tmp_path / "lake" / "kafka_events") in str(
+        defs.get_assets_def("kafka_events").metadata_by_key
+    )
+
+
+def test_the_sensor_finds_the_ingest_op_of_its_resource() -> None:
+    job = make_ingest_job("orders", "queue", "/lake/orders")
+    sensor = make_queue_sensor("s", "queue", job=job)
+    assert sensor.job_name == "orders"
+    asset = make_ingest_asset("events", "queue", "/lake/events", key_prefix=["raw"])
+    assert make_queue_sensor("a", "queue", asset_selection=[asset]).asset_selection is not None
+
+
+def test_misuse_is_an_error_that_says_what_to_do() -> None:
+    job = make_ingest_job("orders", "queue", "/lake/orders")
+    with pytest.raises(ValueError, match="either job or asset_selection"):
+        make_queue_sensor("s", "queue")
+    with pytest.raises(ValueError, match="ingest_op="):
+        make_queue_sensor("s", "other_queue", job=job)
+    with pytest.raises(ValueError, match="min_messages"):
+        make_queue_sensor("s", "queue", job=job, min_messages=10, max_messages=5)
+    with pytest.raises(ValueError, match="value_format"):
+        make_ingest_job("orders", "queue", "/lake", value_format="xml")
+
+
+def test_run_request_config_has_no_nulls() -> None:
+    from sluice_dagster import ingest_run_config
+
+    spec = BatchSpec("mqtt", "plant/#", client_id="lake")
+    config = ingest_run_config(spec, "ingest")["ops"]["ingest"]["config"]["spec"]
+    assert None not in config.values()
+    assert BatchSpec.from_dict(config) == spec

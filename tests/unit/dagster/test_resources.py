@@ -1,0 +1,74 @@
+"""The queue resources' fields as Sluice config keys, and their errors."""
+
+from __future__ import annotations
+
+import pytest
+from dagster import EnvVar, build_init_resource_context, build_resources
+
+from sluice.queues.config import ConfigError
+from sluice_dagster import KafkaQueueResource, MqttQueueResource
+
+
+def test_kafka_fields_become_config_keys() -> None:
+    resource = KafkaQueueResource(
+        bootstrap="h1:9092,h2:9092",
+        topic="orders",
+        group_id="lake",
+        username="svc",
+        password="pw",
+        mechanism="scram-sha-256",
+        options={"session_timeout": "6000", "read_partitions": "2"},
+    )
+    config = resource.config()
+    assert config["connection.uri"] == "h1:9092,h2:9092"
+    assert (config["topic"], config["group_id"], config["from_beginning"]) == (
+        "orders",
+        "lake",
+        True,
+    )
+    assert config["autocommit"] is False
+    assert (config["credential.username"], config["credential.password"]) == ("svc", "pw")
+    assert config["credential.mechanism"] == "scram-sha-256"
+    assert config["options.session_timeout"] == "6000"
+    assert config["read_partitions"] == "2", "a top-level key keeps its name"
+    assert (config["options.connect_timeout"], config["options.request_timeout"]) == (2000, 5000)
+    assert resource.address == "h1:9092,h2:9092"
+    assert resource.redacted_config()["credential.password"] == "***"
+    source = resource.source
+    assert "topic" not in source and "group_id" not in source
+    assert source["credential.password"] == "pw"
+
+
+def test_mqtt_fields_become_config_keys() -> None:
+    resource = MqttQueueResource(uri="mqtts://broker:8883", topic="plant/#", client_id="lake")
+    config = resource.config()
+    assert (config["connection.uri"], config["client_id"], config["options.qos"]) == (
+        "mqtts://broker:8883",
+        "lake",
+        1,
+    )
+    assert resource.address == "broker:8883"
+    assert MqttQueueResource(host="b", topic="t", client_id="c").address == "b:1883"
+
+
+def test_an_unknown_option_is_an_error_naming_it() -> None:
+    resource = KafkaQueueResource(bootstrap="h:9092", topic="t", options={"sesion_timeout": "1"})
+    with pytest.raises(ConfigError, match=r"'options\.sesion_timeout'.*session_timeout"):
+        resource.config()
+
+
+def test_a_wrong_value_fails_at_setup_naming_the_key() -> None:
+    resource = MqttQueueResource(host="b", topic="t", client_id="c", options={"qos": "7"})
+    with pytest.raises(ConfigError, match=r"options\.qos"):
+        resource.setup_for_execution(build_init_resource_context())
+
+
+def test_the_password_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICE_UNIT_PASSWORD", "s3cret")
+    resource = KafkaQueueResource(
+        bootstrap="h:9092", topic="t", username="u", password=EnvVar("SLUICE_UNIT_PASSWORD")
+    )
+    with build_resources({"queue": resource}) as resources:
+        configured = resources.queue
+        assert configured.config()["credential.password"] == "s3cret"
+        assert "s3cret" not in repr(configured.redacted_config())
