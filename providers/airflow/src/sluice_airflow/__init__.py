@@ -1,1 +1,15 @@
-"""Sluice for Apache Airflow. The integration is being built; see the project issues."""
+"""Sluice for Apache Airflow 3: Kafka and MQTT batches into PySpark, exactly once.
+
+- ``hooks.queue.QueueHook``: a ``sluice_kafka`` / ``sluice_mqtt`` connection as Sluice config
+  keys and an opened queue; ``test_connection`` connects for real.
+- ``sensors.queue.QueueMessageSensor``: waits (deferrable, poke or reschedule) until messages
+  wait; returns the batch (a BatchSpec dict).
+- ``triggers.queue.QueueMessageTrigger``: the same wait in the triggerer, for deferral and for
+  ``AssetWatcher`` (event-driven scheduling; ``MessageQueueTrigger(scheme="sluice", ...)`` of
+  the common-messaging provider runs it too).
+- ``operators.spark.SparkIngestOperator``: ingests a batch into Parquet with
+  ``sluice.spark.ingest`` (in-process or through spark-submit).
+- ``operators.publish.QueuePublishOperator``: publishes messages.
+
+Example DAGs: ``dags_examples/airflow`` in the Sluice repository.
+"""

@@ -1,0 +1,106 @@
+"""QueuePublishOperator: sends messages to a Kafka topic or an MQTT topic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from sluice.connection_fields import check_no_secrets
+from sluice.queues import MessageEnvelope, queue_from_config
+
+from ..hooks.queue import QueueHook
+from ..rendered import parse_rendered
+
+__all__ = ["QueuePublishOperator", "to_envelope"]
+
+#: The keys that make a dict a message description rather than a payload.
+ENVELOPE_KEYS = frozenset({"value", "key", "headers", "message_type", "correlation_id"})
+
+Messages = Iterable[Any] | Callable[[], Iterable[Any]] | str
+
+
+def to_envelope(message: Any, message_type: str | None = None) -> MessageEnvelope:
+    """A message as an envelope: a dict with a ``value`` and only the keys of
+    :data:`ENVELOPE_KEYS` describes one; anything else (a dict, str, bytes, number) is the
+    payload itself."""
+    if isinstance(message, dict) and "value" in message and set(message) <= ENVELOPE_KEYS:
+        return MessageEnvelope(
+            message.get("correlation_id"),
+            message.get("message_type", message_type),
+            message["value"],
+            key=message.get("key"),
+            headers=message.get("headers"),
+        )
+    return MessageEnvelope(None, message_type, message)
+
+
+class QueuePublishOperator(BaseOperator):
+    """Publish ``messages`` to ``topic``; return how many were sent.
+
+    :param conn_id: a ``sluice_kafka`` or ``sluice_mqtt`` connection.
+    :param topic: the topic (templated).
+    :param messages: a list, a callable returning an iterable (called with no arguments), an
+        XComArg, or a template rendering to a JSON list. Each item is a payload (dict, str,
+        bytes, number) or a dict ``{"value": ..., "key": ..., "headers": {...},
+        "message_type": ...}``.
+    :param message_type: the message type of items that do not name one.
+    :param config: config keys on top of the connection's (templated; never credentials).
+    """
+
+    template_fields: Sequence[str] = ("topic", "messages", "config")
+    ui_color = "#fdebd0"
+
+    def __init__(
+        self,
+        *,
+        conn_id: str = QueueHook.default_conn_name,
+        topic: str,
+        messages: Messages,
+        message_type: str | None = None,
+        config: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        check_no_secrets(config, f"QueuePublishOperator({self.task_id})")
+        self.conn_id = conn_id
+        self.topic = topic
+        self.messages = messages
+        self.message_type = message_type
+        self.config = dict(config or {})
+
+    def _items(self) -> list[Any]:
+        messages = self.messages
+        if callable(messages):
+            messages = messages()
+        if isinstance(messages, str):
+            messages = parse_rendered(messages, "QueuePublishOperator: 'messages'")
+        if isinstance(messages, (dict, bytes)) or not isinstance(messages, Iterable):
+            raise TypeError(
+                f"QueuePublishOperator: 'messages' must be a list of messages, got "
+                f"{type(messages).__name__}."
+            )
+        return list(messages)
+
+    def execute(self, context: Context) -> int:
+        envelopes = [to_envelope(m, self.message_type) for m in self._items()]
+        hook = QueueHook(self.conn_id)
+        kind = hook.kind
+        config = hook.config(self.topic, **self.config)
+        if kind == "mqtt":
+            # A publisher must not take over the ingest's session, nor subscribe; QoS 1 so that
+            # an offline persistent session gets the messages queued.
+            if "client_id" not in self.config:
+                config.pop("client_id", None)
+            config.setdefault("options.autosubscribe", False)
+            config.setdefault("options.qos", 1)
+        queue = queue_from_config(kind, config)
+        queue.open(None)
+        try:
+            for envelope in envelopes:
+                queue.send(None, envelope)
+        finally:
+            queue.close(None)
+        self.log.info("Published %d message(s) to %s", len(envelopes), self.topic)
+        return len(envelopes)

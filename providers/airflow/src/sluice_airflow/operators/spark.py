@@ -1,0 +1,262 @@
+"""SparkIngestOperator: ingests one batch (a BatchSpec) of a Kafka or MQTT topic into Parquet.
+
+The batch comes from ``batch`` (by default the XCom of a ``wait_for_messages`` sensor), else
+from the run's triggering asset events (an ``AssetWatcher`` on a
+:class:`~sluice_airflow.triggers.queue.QueueMessageTrigger`; a run may gather several
+events, each one batch), else from ``dag_run.conf["batch"]`` (a run triggered by hand).
+:func:`sluice.spark.ingest` reads exactly that batch, writes it, then commits or acknowledges.
+The XCom value is the ingest summary (counts and ranges, never payloads). The connection's
+password goes to Spark in-process, or to ``spark-submit`` in a file only the current user can
+read: never on a command line, in XCom or in a log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from airflow.sdk import BaseOperator, Context
+
+from sluice.batch import BatchSpec
+from sluice.connection_fields import check_no_secrets
+from sluice.queues.config import redact
+
+from ..hooks.queue import QueueHook, hide_secrets
+from ..rendered import parse_rendered
+from ..triggers.queue import describe_batch
+
+__all__ = ["DEFAULT_BATCH", "SparkIngestOperator", "batches_from_context"]
+
+DEFAULT_BATCH = "{{ ti.xcom_pull(task_ids='wait_for_messages') }}"
+
+_NOTHING = (None, "", "None", "null")
+
+
+def _as_spec(value: Any, what: str) -> BatchSpec:
+    if isinstance(value, BatchSpec):
+        return value
+    if isinstance(value, str):
+        value = parse_rendered(value, what)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{what} must be a BatchSpec dict, got {type(value).__name__}.")
+    return BatchSpec.from_dict(dict(value))
+
+
+def _event_payloads(context: Mapping[str, Any]) -> Iterable[Any]:
+    events = context.get("triggering_asset_events") or {}
+    for asset_events in events.values():
+        for event in asset_events:
+            payload = (getattr(event, "extra", None) or {}).get("payload")
+            if isinstance(payload, Mapping) and "kind" in payload:
+                yield payload
+
+
+def batches_from_context(batch: Any, context: Mapping[str, Any]) -> list[BatchSpec]:
+    """The batches a run ingests (see the module docstring), each once, in order."""
+    if batch not in _NOTHING:
+        specs = [_as_spec(batch, "SparkIngestOperator: 'batch'")]
+    else:
+        specs = [_as_spec(p, "a triggering asset event") for p in _event_payloads(context)]
+        dag_run = context.get("dag_run")
+        conf = getattr(dag_run, "conf", None) or {}
+        if not specs and conf.get("batch") not in _NOTHING:
+            specs = [_as_spec(conf["batch"], "dag_run.conf['batch']")]
+    unique = {spec.batch_id: spec for spec in specs}
+    return list(unique.values())
+
+
+class SparkIngestOperator(BaseOperator):
+    """Ingest a batch into the Parquet dataset at ``sink``; return the ingest summary.
+
+    :param conn_id: the ``sluice_kafka`` / ``sluice_mqtt`` connection the batch was sensed on.
+    :param sink: the dataset directory (templated); output goes to ``<sink>/batch_id=<id>/``.
+    :param batch: the BatchSpec, its dict or JSON (templated; default: the XCom of task
+        ``wait_for_messages``); empty: take the batches from the triggering asset events.
+    :param schema: Spark DDL (templated) or StructType parsing the JSON payload.
+    :param value_format: "json" or "raw".
+    :param mode: where Kafka messages are read: "driver", "executors" or "auto".
+    :param quarantine: where bad records go (default ``<sink>/_quarantine``).
+    :param dead_letter: also republish bad records to the dead-letter topic.
+    :param spark_master: Spark master URL or ``sc://`` (default: $SLUICE_SPARK_MASTER, else
+        ``local[*]``); in-process, an active SparkSession is reused.
+    :param spark_conf: Spark settings.
+    :param submit: run the ingest with ``spark-submit`` in its own process instead.
+    :param spark_submit: the spark-submit executable (default: the one on PATH, else pyspark's).
+    :param config: config keys on top of the connection's for reading the source.
+    :param ingest_kwargs: further keyword arguments of :func:`sluice.spark.ingest`
+        (``chunk_size``, ``max_value_bytes``, ...).
+    :return: ``IngestResult.to_dict()``; a list of them when the run gathered several batches.
+    """
+
+    template_fields: Sequence[str] = ("batch", "sink", "quarantine", "schema")
+    ui_color = "#f5cba7"
+
+    def __init__(
+        self,
+        *,
+        conn_id: str = QueueHook.default_conn_name,
+        sink: str,
+        batch: Any = DEFAULT_BATCH,
+        schema: Any = None,
+        value_format: Literal["json", "raw"] = "json",
+        mode: Literal["auto", "driver", "executors"] = "auto",
+        quarantine: str | None = None,
+        dead_letter: bool = False,
+        spark_master: str | None = None,
+        spark_conf: dict[str, str] | None = None,
+        submit: bool = False,
+        spark_submit: str | None = None,
+        config: dict[str, Any] | None = None,
+        ingest_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        check_no_secrets(config, f"SparkIngestOperator({self.task_id})")
+        self.conn_id = conn_id
+        self.sink = sink
+        self.batch = batch
+        self.schema = schema
+        self.value_format = value_format
+        self.mode = mode
+        self.quarantine = quarantine
+        self.dead_letter = dead_letter
+        self.spark_master = spark_master
+        self.spark_conf = dict(spark_conf or {})
+        self.submit = submit
+        self.spark_submit = spark_submit
+        self.config = dict(config or {})
+        self.ingest_kwargs = dict(ingest_kwargs or {})
+
+    def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
+        specs = batches_from_context(self.batch, context)
+        if not specs:
+            raise ValueError(
+                "SparkIngestOperator: no batch to ingest. Give 'batch' (e.g. the XCom of a "
+                "QueueMessageSensor), schedule the DAG on an Asset watched by a "
+                'QueueMessageTrigger, or trigger the run with conf {"batch": <BatchSpec dict>}.'
+            )
+        hook = QueueHook(self.conn_id)
+        source = hook.config(**self.config)
+        self.log.info("Source: %s", redact(source))
+        results = [self._ingest_one(spec, source, context) for spec in specs]
+        return results[0] if len(results) == 1 else results
+
+    def _ingest_one(
+        self, spec: BatchSpec, source: dict[str, Any], context: Context
+    ) -> dict[str, Any]:
+        self.log.info("Ingesting %s", describe_batch(spec))
+        result = self._run_submit(spec, source) if self.submit else self._run_here(spec, source)
+        self.log.info(
+            "Batch %s: read %s, written %s, quarantined %s, duplicates %s, skipped %s",
+            spec.batch_id,
+            result.get("read"),
+            result.get("written"),
+            result.get("quarantined"),
+            result.get("duplicates"),
+            result.get("skipped"),
+        )
+        return result
+
+    def _options(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "value_format": self.value_format,
+            "mode": self.mode,
+            "quarantine": self.quarantine,
+            "dead_letter": self.dead_letter,
+            **self.ingest_kwargs,
+        }
+
+    def _run_here(self, spec: BatchSpec, source: dict[str, Any]) -> dict[str, Any]:
+        from sluice.spark import ingest, spark_session
+
+        spark = spark_session(self.spark_master, f"sluice-{self.task_id}", self.spark_conf)
+        result = ingest(spark, spec, self.sink, source=source, **self._options())
+        return result.to_dict()
+
+    def _submit_executable(self) -> str:
+        if self.spark_submit:
+            return self.spark_submit
+        found = shutil.which("spark-submit")
+        if found:
+            return found
+        import pyspark
+
+        return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+
+    def _run_submit(self, spec: BatchSpec, source: dict[str, Any]) -> dict[str, Any]:
+        """spark-submit the ingest script (:func:`sluice.spark.submit_script_path`). The source
+        config, with its password, goes in a 0600 file in a private temporary directory
+        (``--source @file``), removed afterwards; the summary is the last line of stdout."""
+        from sluice.spark import submit_script_path
+
+        with tempfile.TemporaryDirectory(prefix="sluice-submit-") as tmp:
+            source_file = Path(tmp) / "source.json"
+            fd = os.open(source_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                json.dump(source, handle)
+            command = [self._submit_executable()]
+            if self.spark_master:
+                command += ["--master", self.spark_master]
+            for key, value in self.spark_conf.items():
+                command += ["--conf", f"{key}={value}"]
+            command += [
+                submit_script_path(),
+                *submit_arguments(spec, self.sink, self._options()),
+                "--source",
+                f"@{source_file}",
+            ]
+            self.log.info("Running %s", " ".join(command))
+            # The driver (and local executors) run this interpreter, which has Sluice installed,
+            # unless the deployment says otherwise.
+            python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+            env = {
+                **os.environ,
+                "PYSPARK_PYTHON": python,
+                "PYSPARK_DRIVER_PYTHON": os.environ.get("PYSPARK_DRIVER_PYTHON", python),
+            }
+            done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+        output = hide_secrets(done.stderr, source)
+        if done.returncode != 0:
+            printed = hide_secrets(done.stdout, source)
+            raise RuntimeError(
+                f"spark-submit exited with {done.returncode}:\n{printed[-2000:]}{output[-4000:]}"
+            )
+        self.log.info("spark-submit log (end):\n%s", output[-2000:])
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if not lines:
+            raise RuntimeError(
+                f"spark-submit printed no ingest summary:\n{hide_secrets(done.stdout, source)}"
+            )
+        result: dict[str, Any] = json.loads(lines[-1])
+        return result
+
+
+#: Options of :func:`sluice.spark.ingest` whose flag in the submit script is not their name.
+_FLAGS = {"value_format": "--format"}
+
+
+def submit_arguments(spec: BatchSpec, sink: str, options: Mapping[str, Any]) -> list[str]:
+    """The submit script's arguments for ``spec`` and ``options`` (no secrets among them)."""
+    args = ["--spec", spec.to_json(), "--sink", str(sink)]
+    for name, value in options.items():
+        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+        if value is None or value is False:
+            continue
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, (str, int, float)):
+            args += [flag, str(value)]
+        else:
+            raise TypeError(
+                f"SparkIngestOperator(submit=True): {name} must be a string or a number for "
+                f"spark-submit, got {type(value).__name__} (give the schema as Spark DDL)."
+            )
+    return args

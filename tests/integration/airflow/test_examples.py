@@ -1,0 +1,205 @@
+"""The example DAGs, each run once with ``dag.test()`` against real brokers and the session's
+local Spark; the Parquet they write is read back with pyarrow. The Kafka run uses a SASL
+password, which must appear nowhere: task logs, XCom, rendered template fields, the
+serialized DAG and trigger."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+
+from sluice.batch import BatchSpec
+from sluice.mqtt import MqttMessageQueue
+from sluice.testing.brokers import BrokerProcess
+from sluice.testing.topics import create_kafka_topic
+from sluice_airflow.operators.publish import QueuePublishOperator
+from tests.airflow_env import DAGS_FOLDER
+from tests.integration.airflow import dag_runs
+from tests.integration.airflow.conftest import SetConnection
+
+pytestmark = pytest.mark.usefixtures("airflow_db", "spark")
+
+READINGS = [
+    {"device": f"sensor-{n % 2}", "temperature": 20.0 + n, "ts": f"2026-01-01T12:00:0{n}Z"}
+    for n in range(5)
+]
+
+
+def publish(conn_id: str, topic: str, messages: list[Any]) -> None:
+    task = QueuePublishOperator(task_id="publish", conn_id=conn_id, topic=topic, messages=messages)
+    task.execute({})  # type: ignore[arg-type]
+
+
+def dataset_rows(path: Path) -> list[dict[str, Any]]:
+    table = ds.dataset(path, format="parquet", partitioning="hive").to_table()
+    rows: list[dict[str, Any]] = table.select(["device", "temperature"]).to_pylist()
+    return sorted(rows, key=lambda r: r["temperature"])
+
+
+def expected_rows() -> list[dict[str, Any]]:
+    return [{"device": r["device"], "temperature": r["temperature"]} for r in READINGS]
+
+
+def example(name: str, monkeypatch: pytest.MonkeyPatch, sink: Path, **env: str) -> Any:
+    """The example DAG file ``name``, imported with the test's settings in the environment."""
+    monkeypatch.setenv("SLUICE_EXAMPLE_SINK", str(sink))
+    monkeypatch.setenv("SLUICE_EXAMPLE_SCHEDULE", "none")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return dag_runs.load_module(DAGS_FOLDER / f"{name}.py")
+
+
+def test_kafka_to_parquet_keeps_the_password_secret(
+    noida_broker: BrokerProcess,
+    set_connection: SetConnection,
+    unique_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    password = f"pw-{secrets.token_hex(8)}"  # noida-db accepts any SASL/PLAIN password
+    conn = set_connection(
+        "sluice_kafka_default",
+        "sluice_kafka",
+        noida_broker.host,
+        noida_broker.port,
+        login="sluice",
+        password=password,
+        extra={"options.session_timeout": 6000},
+    )
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 2)
+    publish(conn, unique_name, [*READINGS, "not json"])
+    dag = example(
+        "kafka_to_parquet",
+        monkeypatch,
+        tmp_path,
+        SLUICE_EXAMPLE_KAFKA_TOPIC=unique_name,
+        SLUICE_EXAMPLE_KAFKA_GROUP=f"{unique_name}-group",
+    ).dag
+    dag_run, states = dag_runs.run(dag)
+    assert states == {"wait_for_messages": "success", "ingest": "success"}
+    values = dag_runs.xcoms(dag_run)
+    spec = BatchSpec.from_dict(values["wait_for_messages"])
+    assert (spec.topic, spec.group_id, spec.message_count) == (
+        unique_name,
+        f"{unique_name}-group",
+        6,
+    )
+    result = values["ingest"]
+    assert (result["batch_id"], result["read"], result["written"], result["quarantined"]) == (
+        spec.batch_id,
+        6,
+        5,
+        1,
+    )
+    assert result["committed"] is True
+    assert dataset_rows(tmp_path / "kafka_to_parquet") == expected_rows()
+
+    # the password, nowhere
+    from airflow.sdk.exceptions import TaskDeferred
+
+    with pytest.raises(TaskDeferred) as deferred:
+        dag.get_task("wait_for_messages").execute({})
+    seen = {
+        "serialized trigger": json.dumps(deferred.value.trigger.serialize()),
+        "database": dag_runs.database_text(dag_run),
+        "task output": "".join(capfd.readouterr()),
+    }
+    logs = Path(dag_runs.test_dags_folder()).parent / "logs"
+    seen.update({str(p): p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file()})
+    # what was searched holds what it should: task logs, XCom, rendered fields, serialized DAG
+    assert "Ingesting batch" in seen["task output"]
+    assert spec.batch_id in seen["database"]
+    assert str(tmp_path / "kafka_to_parquet") in seen["database"]
+    assert "sluice_airflow.sensors.queue" in seen["database"]
+    assert [where for where, text in seen.items() if password in text] == []
+
+
+def test_mqtt_to_parquet(
+    mosquitto_broker: BrokerProcess,
+    set_connection: SetConnection,
+    unique_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broker = mosquitto_broker
+    conn = set_connection("sluice_mqtt_default", "sluice_mqtt", broker.host, broker.port)
+    topic, session = f"sluice/{unique_name}", f"{unique_name}-ingest"
+    # The persistent session exists before the readings are published (as after a first run),
+    # so the broker keeps them for it.
+    queue = MqttMessageQueue()
+    queue.configure(
+        {
+            "connection.host": broker.host,
+            "connection.port": broker.port,
+            "topic": topic,
+            "client_id": session,
+            "options.qos": 1,
+            "autocommit": False,
+        }
+    )
+    queue.open(None)
+    queue.close(None)
+    publish(conn, topic, READINGS)
+    dag = example(
+        "mqtt_to_parquet",
+        monkeypatch,
+        tmp_path,
+        SLUICE_EXAMPLE_MQTT_TOPIC=topic,
+        SLUICE_EXAMPLE_MQTT_CLIENT_ID=session,
+    ).dag
+    dag_run, states = dag_runs.run(dag)
+    assert states == {"wait_for_messages": "success", "ingest": "success"}
+    values = dag_runs.xcoms(dag_run)
+    spec = BatchSpec.from_dict(values["wait_for_messages"])
+    assert (spec.kind, spec.topic, spec.client_id) == ("mqtt", topic, session)
+    assert (values["ingest"]["read"], values["ingest"]["written"]) == (5, 5)
+    assert dataset_rows(tmp_path / "mqtt_to_parquet") == expected_rows()
+
+
+def test_kafka_event_driven_ingests_the_watchers_batch(
+    noida_broker: BrokerProcess,
+    set_connection: SetConnection,
+    unique_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    conn = set_connection(
+        "sluice_kafka_default", "sluice_kafka", noida_broker.host, noida_broker.port
+    )
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
+    publish(conn, unique_name, READINGS)
+    module = example(
+        "kafka_event_driven",
+        monkeypatch,
+        tmp_path,
+        SLUICE_EXAMPLE_KAFKA_TOPIC=unique_name,
+        SLUICE_EXAMPLE_KAFKA_EVENT_GROUP=f"{unique_name}-group",
+    )
+    dag = module.dag
+    assert dag.schedule == [module.readings]
+    (watcher,) = module.readings.watchers
+    trigger = type(watcher.trigger)(**watcher.trigger.serialize()[1])  # as the triggerer does
+
+    async def first_event() -> Any:
+        events = trigger.run()
+        try:
+            return (await asyncio.wait_for(anext(events), 30)).payload
+        finally:
+            await events.aclose()
+
+    batch = asyncio.run(first_event())
+    assert BatchSpec.from_dict(batch).message_count == 5
+    # dag.test() cannot attach asset events to its run; a run triggered with the batch as
+    # conf takes the same path from there (triggering_asset_events: tests/unit/airflow).
+    dag_run, states = dag_runs.run(dag, run_conf={"batch": batch})
+    assert states == {"ingest": "success"}
+    result = dag_runs.xcoms(dag_run)["ingest"]
+    assert (result["batch_id"], result["written"]) == (BatchSpec.from_dict(batch).batch_id, 5)
+    assert dataset_rows(tmp_path / "kafka_event_driven") == expected_rows()

@@ -1,0 +1,89 @@
+"""QueueMessageSensor in a real DAG run (``dag.test()``) against a real Kafka broker: poke,
+reschedule and deferrable modes return the same batch; with nothing waiting the sensor times
+out, and soft_fail skips it. The publish operator feeds them."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice.batch import BatchSpec
+from sluice.testing.brokers import BrokerProcess
+from sluice.testing.topics import create_kafka_topic
+from tests.integration.airflow import dag_runs
+from tests.integration.airflow.conftest import SetConnection
+
+SENSOR_DAG = """
+import datetime
+
+from airflow.sdk import DAG
+
+from sluice_airflow.operators.publish import QueuePublishOperator
+from sluice_airflow.sensors.queue import QueueMessageSensor
+
+CONN, TOPIC, EMPTY, GROUP = {conn!r}, {topic!r}, {empty!r}, {group!r}
+SENSOR = dict(
+    conn_id=CONN, topic=TOPIC, config={{"group_id": GROUP}}, min_messages=4, max_messages=10,
+    poke_interval=1, timeout=60,
+)
+
+with DAG(
+    dag_id={dag_id!r},
+    schedule=None,
+    start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+    catchup=False,
+) as dag:
+    publish = QueuePublishOperator(
+        task_id="publish",
+        conn_id=CONN,
+        topic=TOPIC,
+        messages=[{{"value": {{"n": n}}, "key": f"k{{n}}"}} for n in range(4)],
+    )
+    poke = QueueMessageSensor(task_id="poke", deferrable=False, mode="poke", **SENSOR)
+    reschedule = QueueMessageSensor(
+        task_id="reschedule", deferrable=False, mode="reschedule", **SENSOR
+    )
+    deferred = QueueMessageSensor(task_id="deferred", **SENSOR)
+    publish >> [poke, reschedule, deferred]
+    QueueMessageSensor(
+        task_id="nothing_waits",
+        conn_id=CONN,
+        topic=EMPTY,
+        config={{"group_id": GROUP}},
+        deferrable=False,
+        mode="reschedule",
+        poke_interval=1,
+        timeout=2,
+        soft_fail=True,
+    )
+"""
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_every_sensor_mode_returns_the_waiting_batch(
+    noida_broker: BrokerProcess, set_connection: SetConnection, unique_name: str
+) -> None:
+    conn = set_connection(
+        "sluice_sensor_test", "sluice_kafka", noida_broker.host, noida_broker.port
+    )
+    topic, empty, group = unique_name, f"{unique_name}-empty", f"{unique_name}-group"
+    create_kafka_topic(noida_broker.bootstrap, topic, 2)
+    create_kafka_topic(noida_broker.bootstrap, empty, 1)
+    dag_id = "sluice_sensor_modes"
+    path = dag_runs.write_dag(
+        dag_id,
+        SENSOR_DAG.format(conn=conn, topic=topic, empty=empty, group=group, dag_id=dag_id),
+    )
+    dag_run, states = dag_runs.run(dag_runs.load_dag(path, dag_id))
+    assert states == {
+        "publish": "success",
+        "poke": "success",
+        "reschedule": "success",
+        "deferred": "success",
+        "nothing_waits": "skipped",
+    }
+    values = dag_runs.xcoms(dag_run)
+    assert values["publish"] == 4
+    spec = BatchSpec.from_dict(values["poke"])
+    assert (spec.topic, spec.group_id, spec.message_count) == (topic, group, 4)
+    assert values["reschedule"] == values["deferred"] == values["poke"]
+    assert "nothing_waits" not in values

@@ -1,0 +1,180 @@
+"""Operators and the sensor, up to the point where a broker would be needed."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.api.datamodels._generated import AssetReferenceAssetEventDagRun
+from airflow.sdk.exceptions import TaskDeferred
+from airflow.sdk.execution_time.comms import AssetEventDagRunReferenceResult
+from airflow.sdk.execution_time.context import TriggeringAssetEventsAccessor
+
+from sluice.batch import BatchSpec, OffsetRange
+from sluice_airflow.operators.publish import QueuePublishOperator, to_envelope
+from sluice_airflow.operators.spark import (
+    SparkIngestOperator,
+    batches_from_context,
+    submit_arguments,
+)
+from sluice_airflow.sensors.queue import QueueMessageSensor
+from sluice_airflow.triggers.queue import QueueMessageTrigger
+
+SPEC = BatchSpec("kafka", "orders", group_id="g", ranges=(OffsetRange(0, 0, 5),))
+LATER = BatchSpec("kafka", "orders", group_id="g", ranges=(OffsetRange(0, 5, 9),))
+
+
+def asset_events(*payloads: Any) -> TriggeringAssetEventsAccessor:
+    asset = AssetReferenceAssetEventDagRun(name="readings", uri="readings", extra={})
+    return TriggeringAssetEventsAccessor.build(
+        AssetEventDagRunReferenceResult(
+            asset=asset,
+            extra={"from_trigger": True, "payload": payload},
+            source_task_id=None,
+            source_dag_id=None,
+            source_run_id=None,
+            source_map_index=None,
+            source_aliases=[],
+            timestamp=datetime.datetime.now(datetime.UTC),
+        )
+        for payload in payloads
+    )
+
+
+# ---- publish -------------------------------------------------------------------------------
+
+
+def test_a_dict_with_value_describes_a_message() -> None:
+    envelope = to_envelope(
+        {"value": {"t": 1}, "key": "dev-1", "headers": {"h": "v"}, "message_type": "reading"}
+    )
+    assert json.loads(envelope.message) == {"t": 1}
+    assert envelope.key == b"dev-1"
+    assert envelope.headers == [("h", b"v")]
+    assert envelope.message_type == "reading"
+
+
+@pytest.mark.parametrize("payload", [{"device": "d", "value": 2, "unit": "C"}, "text", 42])
+def test_anything_else_is_the_payload(payload: Any) -> None:
+    envelope = to_envelope(payload, "reading")
+    expected = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+    assert envelope.message is not None
+    assert envelope.message == expected or json.loads(envelope.message) == payload
+    assert envelope.key is None
+    assert envelope.message_type == "reading"
+
+
+@pytest.mark.parametrize(
+    "messages", [[1, 2], "[1, 2]", "[1, 2]".replace(",", " ,"), lambda: iter([1, 2])]
+)
+def test_messages_from_a_list_a_rendered_template_or_a_callable(messages: Any) -> None:
+    task = QueuePublishOperator(task_id="p", topic="t", messages=messages)
+    assert task._items() == [1, 2]
+
+
+def test_messages_that_are_no_list_are_refused() -> None:
+    with pytest.raises(TypeError, match="must be a list"):
+        QueuePublishOperator(task_id="p", topic="t", messages="{'a': 1}")._items()
+    with pytest.raises(ValueError, match="neither JSON nor a Python literal"):
+        QueuePublishOperator(task_id="p", topic="t", messages="not a list")._items()
+
+
+# ---- which batch the ingest takes ----------------------------------------------------------
+
+
+def test_the_batch_argument_wins_as_dict_json_or_rendered_repr() -> None:
+    events = {"triggering_asset_events": asset_events(LATER.to_dict())}
+    for batch in (SPEC.to_dict(), SPEC.to_json(), str(SPEC.to_dict()), SPEC):
+        assert batches_from_context(batch, events) == [SPEC]
+
+
+def test_without_a_batch_every_triggering_event_is_one_batch_once() -> None:
+    context = {
+        "triggering_asset_events": asset_events(SPEC.to_dict(), LATER.to_dict(), SPEC.to_dict())
+    }
+    assert batches_from_context("None", context) == [SPEC, LATER]
+
+
+def test_events_not_from_a_trigger_are_ignored_and_conf_is_the_last_resort() -> None:
+    run = SimpleNamespace(conf={"batch": LATER.to_dict()})
+    context = {"triggering_asset_events": asset_events({"other": 1}), "dag_run": run}
+    assert batches_from_context(None, context) == [LATER]
+    assert batches_from_context(None, {}) == []
+
+
+def test_an_edited_batch_is_refused() -> None:
+    edited = {**SPEC.to_dict(), "ranges": [{"partition": 0, "start": 0, "end": 99}]}
+    with pytest.raises(ValueError, match="does not match its content"):
+        batches_from_context(edited, {})
+
+
+def test_no_batch_at_all_says_where_one_comes_from() -> None:
+    task = SparkIngestOperator(task_id="ingest", sink="/tmp/x", batch=None)
+    with pytest.raises(ValueError, match="no batch to ingest"):
+        task.execute({})  # type: ignore[arg-type]
+
+
+def test_submit_arguments_carry_no_credentials() -> None:
+    options = {
+        "schema": "a INT",
+        "value_format": "raw",
+        "dead_letter": True,
+        "quarantine": None,
+        "chunk_size": 5,
+    }
+    assert submit_arguments(SPEC, "/data", options) == [
+        "--spec", SPEC.to_json(), "--sink", "/data", "--schema", "a INT", "--format", "raw",
+        "--dead-letter", "--chunk-size", "5",
+    ]  # fmt: skip
+    from sluice.spark import submit
+
+    parsed = submit.parser().parse_args([*submit_arguments(SPEC, "/d", options), "--source", "x"])
+    assert (parsed.value_format, parsed.chunk_size, parsed.dead_letter) == ("raw", 5, True)
+
+
+# ---- the sensor defers to the trigger, with the sensor's timeout -----------------------------
+
+
+def test_a_deferrable_sensor_defers_for_its_timeout() -> None:
+    sensor = QueueMessageSensor(
+        task_id="wait",
+        conn_id="c",
+        topic="orders",
+        min_messages=3,
+        max_messages=10,
+        config={"group_id": "g"},
+        timeout=120,
+        trigger_poll_interval=0.5,
+    )
+    with pytest.raises(TaskDeferred) as info:
+        sensor.execute({})  # type: ignore[arg-type]
+    deferred = info.value
+    assert deferred.timeout == datetime.timedelta(seconds=120)
+    assert deferred.method_name == "execute_complete"
+    assert isinstance(deferred.trigger, QueueMessageTrigger)
+    assert deferred.trigger.serialize()[1] == {
+        "conn_id": "c",
+        "topic": "orders",
+        "min_messages": 3,
+        "max_messages": 10,
+        "poll_interval": 0.5,
+        "config": {"group_id": "g"},
+    }
+    assert sensor.execute_complete({}, SPEC.to_dict()) == SPEC.to_dict()  # type: ignore[arg-type]
+
+
+def test_a_secret_in_a_task_config_is_refused() -> None:
+    from sluice.queues.config import ConfigError
+
+    for make in (
+        lambda: QueueMessageSensor(task_id="s", topic="t", config={"credential.password": "x"}),
+        lambda: QueuePublishOperator(
+            task_id="p", topic="t", messages=[], config={"credential.password": "x"}
+        ),
+        lambda: SparkIngestOperator(task_id="i", sink="/x", config={"credential.password": "x"}),
+    ):
+        with pytest.raises(ConfigError, match="is a secret"):
+            make()
