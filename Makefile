@@ -1,11 +1,18 @@
 # The commands a user needs. `make test` works on a fresh machine: it installs what is missing.
-.PHONY: setup test lint
+.PHONY: setup test lint demo
 
 setup:
 	bash scripts/setup.sh
 
 test:
 	bash scripts/test.sh
+
+# The whole thing end to end: brokers, sample readings, Airflow and Dagster, Spark, Parquet
+# (./demo-output). Options of scripts/demo.py go in DEMO_ARGS, e.g. DEMO_ARGS="--waves 3".
+demo:
+	bash scripts/setup.sh
+	UV="uv"; command -v uv >/dev/null 2>&1 || UV="python3 -m uv"; \
+	PATH="/usr/sbin:$$PATH" $$UV run --locked --all-packages python scripts/demo.py $(DEMO_ARGS)
 
 lint:
 	bash scripts/setup.sh

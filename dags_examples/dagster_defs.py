@@ -43,7 +43,7 @@ def _secret(name: str) -> EnvVar | None:
 
 SINK = Path(_env("SLUICE_EXAMPLE_SINK", "sluice-lake")).absolute()
 INTERVAL = int(_env("SLUICE_EXAMPLE_SENSOR_INTERVAL", "30"))
-SCHEMA = "id INT, name STRING, reading DOUBLE"
+SCHEMA = "device STRING, temperature DOUBLE, humidity DOUBLE, ts TIMESTAMP"  # IoT readings
 
 kafka_events = make_ingest_asset(
     "kafka_events",

@@ -104,7 +104,10 @@ def test_one_run_per_batch_exactly_once_across_a_daemon_restart(
     connection.configure({"connection.uri": noida_broker.bootstrap})
     connection.open(None)
     try:
-        values = [{"value": json.dumps({"id": i, "name": f"n{i}"}).encode()} for i in range(5)]
+        values = [
+            {"value": json.dumps({"device": f"d{i}", "temperature": float(i)}).encode()}
+            for i in range(5)
+        ]
         connection.publish(unique_name, values, {"partition": 0})
     finally:
         connection.close(None)
@@ -113,7 +116,7 @@ def test_one_run_per_batch_exactly_once_across_a_daemon_restart(
     tags = {t["key"]: t["value"] for t in run["tags"]}
     assert tags["dagster/run_key"] == tags["sluice/batch_id"]
     table = pq.read_table(str(tmp_path / "lake" / "kafka_events"))
-    assert sorted(table.column("id").to_pylist()) == [0, 1, 2, 3, 4]
+    assert sorted(table.column("temperature").to_pylist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert table.column("batch_id").unique().to_pylist() == [tags["sluice/batch_id"]]
 
     skipped = [t["skipReason"] or "" for t in ticks(deployment, selector)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -26,7 +27,7 @@ from ..queues.config import read_config, to_config_params
 from ..queues.envelope import normalize_headers, to_bytes
 from .config import CONNECTION_KEYS, bootstrap_servers, client_config, credentials
 from .logs import hide_secret, kafka_log_level
-from .offsets import topic_end_offsets
+from .offsets import EndProbe
 from .subscription import KafkaMessageListener, Subscription
 
 __all__ = ["KafkaConnection"]
@@ -43,6 +44,8 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         self._producer: KafkaProducer | None = None
         self._admin: KafkaAdminClient | None = None
         self._subscriptions: dict[tuple[str, str, int], list[Subscription]] = {}
+        self._probes: dict[str, EndProbe] = {}  # by topic; guarded by self._lock
+        self._lock = threading.Lock()  # the probes and the lazily made admin client
 
     # ---- configuration -------------------------------------------------------------------
 
@@ -110,7 +113,11 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         producer, self._producer = self._producer, None
         if producer is not None:
             producer.close(timeout=self._config["options.request_timeout"] / 1000)
-        admin, self._admin = self._admin, None
+        with self._lock:
+            probes, self._probes = list(self._probes.values()), {}
+            admin, self._admin = self._admin, None
+        for probe in probes:
+            probe.close()
         if admin is not None:
             admin.close()
 
@@ -244,44 +251,62 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         )
 
     def end_offsets(self, topic: str) -> dict[int, int]:
-        """The current end offset of each partition of ``topic`` ({} if it does not exist yet)."""
+        """The current end offset of each partition of ``topic`` ({} if it does not exist)."""
         self._check_open()
-        consumer = KafkaConsumer(**self.client_config(), fetch_max_wait_ms=10)
-        try:
-            return topic_end_offsets(consumer, topic)
-        finally:
-            consumer.close()
+        return self._probe(topic).ends()
 
     def group_offsets(
         self, topic: str, group_id: str
     ) -> tuple[dict[int, int | None], dict[int, int], dict[int, int]]:
-        """(committed, beginning, end) offsets by partition, without joining the group."""
+        """(committed, beginning, end) offsets by partition, without joining the group.
+
+        Cheap to call again: the ends come from the topic's long-lived probe consumer, the
+        committed offsets of every partition from one OffsetFetch request.
+        """
         self._check_open()
-        consumer = KafkaConsumer(
-            **self.client_config(),
-            group_id=group_id,
-            enable_auto_commit=False,
-            fetch_max_wait_ms=10,
-        )
-        try:
-            ends = topic_end_offsets(consumer, topic)
-            tps = [TopicPartition(topic, p) for p in ends]
-            beginnings = (
-                {tp.partition: o for tp, o in consumer.beginning_offsets(tps).items()}
-                if tps
-                else {}
+        probe = self._probe(topic)
+        ends = probe.ends()
+        beginnings = probe.beginnings(list(ends))
+        return self._committed(topic, group_id, list(ends)), beginnings, ends
+
+    def _probe(self, topic: str) -> EndProbe:
+        with self._lock:
+            probe = self._probes.get(topic)
+            if probe is None:
+                probe = self._probes[topic] = EndProbe(topic, self._probe_consumer)
+            return probe
+
+    def _probe_consumer(self) -> KafkaConsumer:
+        return self._connect(
+            lambda: KafkaConsumer(
+                **self.client_config(),
+                enable_auto_commit=False,
+                # No long poll: the probe's fetches are meant to come back at once.
+                fetch_max_wait_ms=10,
+                # Partitions added to the topic show up within seconds, not minutes.
+                metadata_max_age_ms=5000,
             )
-            committed = {tp.partition: consumer.committed(tp) for tp in tps}
-            return committed, beginnings, ends
-        finally:
-            consumer.close(autocommit=False)
+        )
+
+    def _committed(self, topic: str, group_id: str, partitions: list[int]) -> dict[int, int | None]:
+        """The group's committed offset of each of ``partitions`` (None: never committed)."""
+        if not partitions:
+            return {}
+        tps = [TopicPartition(topic, p) for p in partitions]
+        offsets = self._connect_to_admin().list_group_offsets({group_id: tps}).get(group_id, {})
+        committed: dict[int, int | None] = {}
+        for tp in tps:
+            meta = offsets.get(tp)
+            committed[tp.partition] = meta.offset if meta is not None and meta.offset >= 0 else None
+        return committed
 
     # ---- administration ------------------------------------------------------------------
 
     def _connect_to_admin(self) -> KafkaAdminClient:
-        if self._admin is None:
-            self._admin = self._connect(lambda: KafkaAdminClient(**self.client_config()))
-        return self._admin
+        with self._lock:
+            if self._admin is None:
+                self._admin = self._connect(lambda: KafkaAdminClient(**self.client_config()))
+            return self._admin
 
     def create_queue(self, name: str) -> None:
         """Create topic ``name`` (options.num_partitions, options.replication_factor).

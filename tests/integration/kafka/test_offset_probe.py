@@ -1,0 +1,106 @@
+"""Repeated offset questions reuse one probe consumer per topic and still see new messages."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ClassVar
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.errors import IncompatibleBrokerVersion
+
+import sluice.kafka.connection
+from sluice.batch import BatchSpec, OffsetRange, plan_batch
+from sluice.kafka import KafkaMessageQueue
+from sluice.testing import wait_until
+
+from .conftest import QueueFactory
+
+
+class CountedConsumer(KafkaConsumer):  # type: ignore[misc]
+    """A real KafkaConsumer whose constructions are counted."""
+
+    made: ClassVar[list[CountedConsumer]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        CountedConsumer.made.append(self)
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[CountedConsumer]:
+    """The consumers KafkaConnection makes for its offset questions (not its subscriptions)."""
+    CountedConsumer.made = []
+    monkeypatch.setattr(sluice.kafka.connection, "KafkaConsumer", CountedConsumer)
+    return CountedConsumer.made
+
+
+def send(queue: KafkaMessageQueue, partition: int, count: int = 1) -> None:
+    """``count`` messages to ``partition`` in one batch (Tansu then lists a wrong end),
+    acknowledged by the broker when this returns."""
+    queue._conn().publish(queue.topic, [{"value": b"m"}] * count, {"partition": partition})
+
+
+def planned(queue: KafkaMessageQueue) -> tuple[OffsetRange, ...]:
+    spec = plan_batch(queue)
+    return spec.ranges if spec is not None else ()
+
+
+def test_repeated_plans_reuse_one_consumer_and_see_each_new_message(
+    make_queue: QueueFactory, counted: list[CountedConsumer]
+) -> None:
+    queue = make_queue(partitions=2)
+    assert planned(queue) == ()
+    for step in range(1, 6):
+        send(queue, partition=1, count=3)
+        assert planned(queue) == (OffsetRange(1, 0, 3 * step),), "sent messages must show at once"
+    send(queue, partition=0)
+    assert planned(queue) == (OffsetRange(0, 0, 1), OffsetRange(1, 0, 15))
+    assert queue.read_message_count() == 16
+    assert len(counted) == 1, "every plan must ask the same long-lived probe consumer"
+    assert counted[0].subscription() is None, "the probe must never subscribe to the group"
+
+    queue.close(None)
+    assert counted[0]._closed, "closing the queue's connection must close its probe"
+
+
+def test_plans_from_several_threads_share_the_probe(
+    make_queue: QueueFactory, counted: list[CountedConsumer]
+) -> None:
+    queue = make_queue(partitions=3)
+    for partition in (0, 2, 2):
+        send(queue, partition)
+    with ThreadPoolExecutor(4) as pool:
+        specs: list[BatchSpec | None] = list(pool.map(lambda _: plan_batch(queue), range(12)))
+    assert {spec.ranges for spec in specs if spec is not None} == {
+        (OffsetRange(0, 0, 1), OffsetRange(2, 0, 2))
+    }
+    assert len(specs) == 12 and None not in specs
+    assert len(counted) == 1
+
+
+def test_the_probe_follows_partitions_added_to_the_topic(
+    make_queue: QueueFactory, counted: list[CountedConsumer]
+) -> None:
+    queue = make_queue(partitions=1)
+    send(queue, partition=0)
+    assert planned(queue) == (OffsetRange(0, 0, 1),)
+    admin = KafkaAdminClient(**queue._conn().client_config())
+    try:
+        admin.create_partitions({queue.topic: 2})
+    except IncompatibleBrokerVersion:
+        pytest.skip("the broker cannot add partitions (Tansu 0.6 has no CreatePartitions)")
+    finally:
+        admin.close()
+    wait_until(
+        lambda: len(queue._conn().end_offsets(queue.topic)) == 2,
+        timeout=20,
+        message="the probe to list the added partition",
+    )
+    producer = KafkaProducer(**queue._conn().client_config())  # the queue's has old metadata
+    try:
+        producer.send(queue.topic, b"m", partition=1).get(10)
+    finally:
+        producer.close()
+    assert planned(queue) == (OffsetRange(0, 0, 1), OffsetRange(1, 0, 1))
+    assert len(counted) == 1
