@@ -13,6 +13,7 @@ Every broker is stopped by its pid when its scope ends.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import uuid
@@ -135,3 +136,5 @@ def spark() -> Iterator[Any]:
     )
     yield session
     session.stop()
+    # py4j logs from finalizers at interpreter exit, after pytest closed the log streams
+    logging.getLogger("py4j").setLevel(logging.WARNING)
