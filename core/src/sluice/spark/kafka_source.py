@@ -33,9 +33,6 @@ def reader_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
         **client_config(dict(config)),
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",  # a start deleted by retention: read what is left
-        # Room for a whole record batch of a busy producer: a batch larger than the limit may
-        # come back truncated from some brokers (noida-db), and the read would stall on it.
-        "max_partition_fetch_bytes": 8 * 1024 * 1024,
     }
 
 
