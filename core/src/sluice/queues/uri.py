@@ -18,6 +18,7 @@ from .base import MessageQueue
 
 __all__ = [
     "Transport",
+    "config_from_uri",
     "queue_from_config",
     "queue_from_uri",
     "register_transport",
@@ -125,8 +126,8 @@ def uri_to_config(uri: str, known_keys: set[str] | None = None) -> dict[str, Any
     return config
 
 
-def queue_from_uri(uri: str, name: str | None = None) -> MessageQueue:
-    """A configured (not yet opened) queue for ``uri``; the transport is chosen by scheme."""
+def config_from_uri(uri: str) -> tuple[str, dict[str, Any]]:
+    """(scheme, config keys) of a queue URI; top-level keys are those of its transport."""
     scheme = urlsplit(uri).scheme
     if not scheme:
         raise ValueError(
@@ -134,10 +135,13 @@ def queue_from_uri(uri: str, name: str | None = None) -> MessageQueue:
         )
     cls = _transport_for(scheme).load()
     top_level = {k.name for k in cls.CONFIG_KEYS if not k.name.startswith("options.")}
-    config = uri_to_config(uri, top_level)
-    queue = cls(name or config.get("topic"))
-    queue.configure(config)
-    return queue
+    return scheme, uri_to_config(uri, top_level)
+
+
+def queue_from_uri(uri: str, name: str | None = None) -> MessageQueue:
+    """A configured (not yet opened) queue for ``uri``; the transport is chosen by scheme."""
+    scheme, config = config_from_uri(uri)
+    return queue_from_config(scheme, config, name)
 
 
 def queue_from_config(

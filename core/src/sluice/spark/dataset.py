@@ -105,9 +105,6 @@ class Dataset:
         os.replace(temporary, batches / f"{output_id}.json")
         shutil.rmtree(staging, ignore_errors=True)
 
-    def discard(self, staging: Path) -> None:
-        shutil.rmtree(staging, ignore_errors=True)
-
     def written_ends(self, topic: str, group_id: str | None) -> dict[int, int]:
         """Per partition, the highest offset end of any published Kafka batch of the group."""
         ends: dict[int, int] = {}

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from ..batch import BatchSpec, OffsetRange
 from ..queues.config import ConfigError
-from ..queues.uri import queue_from_config, transports, uri_to_config
+from ..queues.uri import config_from_uri, queue_from_config
 from .classify import Rules, bad_rows, classify, good_rows, parse_schema
 from .dataset import Dataset, parquet_rows
 from .records import RAW_SCHEMA_DDL
@@ -125,13 +125,8 @@ def _source_config(spec: BatchSpec, source: str | Mapping[str, Any]) -> dict[str
         scheme = urlsplit(source).scheme.lower()
         if not scheme:
             raise ConfigError(f"source {source!r} has no scheme; write e.g. kafka://localhost:9092")
-        keys = (
-            {k.name for k in transports()[scheme].load().CONFIG_KEYS}
-            if scheme in transports()
-            else set()
-        )
         try:
-            config = uri_to_config(source, {k for k in keys if not k.startswith("options.")})
+            config = config_from_uri(source)[1]
         except ValueError:  # several Kafka servers: the queue reads them from connection.uri
             config = {"connection.uri": source}
     else:
