@@ -1,5 +1,7 @@
 """Sluice in Dagster: Kafka and MQTT messages ingested into Parquet, one run per batch.
 
+    export DAGSTER_HOME=~/.dagster  # any directory; its dagster.yaml turns telemetry off:
+    mkdir -p "$DAGSTER_HOME" && cp dags_examples/dagster.yaml "$DAGSTER_HOME/"
     dagster dev -f dags_examples/dagster_defs.py
 
 - ``kafka_events``: an asset, the Parquet dataset of the Kafka topic; ``kafka_events_sensor``
@@ -7,13 +9,13 @@
 - ``mqtt_readings``: a job that ingests the MQTT session's messages; ``mqtt_readings_sensor``
   runs it once per batch.
 
-Set from the environment (defaults in brackets):
-``SLUICE_EXAMPLE_KAFKA_BOOTSTRAP`` [localhost:9092], ``SLUICE_EXAMPLE_KAFKA_TOPIC`` [events],
-``SLUICE_EXAMPLE_MQTT_URL`` [mqtt://localhost:1883], ``SLUICE_EXAMPLE_MQTT_TOPIC``
-[sensors/#], ``SLUICE_EXAMPLE_SINK`` [./sluice-lake], ``SLUICE_EXAMPLE_SENSOR_INTERVAL``
-[30 seconds], ``SLUICE_EXAMPLE_KAFKA_PASSWORD`` / ``SLUICE_EXAMPLE_MQTT_PASSWORD`` (with
-``..._USERNAME``; read through ``dagster.EnvVar``, so the value never lands in run config),
-``SLUICE_SPARK_MASTER`` [local[*]]. The sensors start stopped: turn them on in the UI.
+The sensors start stopped: turn them on in the UI (Automation) or with
+``dagster sensor start --start-all -f dags_examples/dagster_defs.py``. A run needs the batch
+its sensor puts in the run config, so materializing by hand without one fails.
+
+Settings come from ``SLUICE_EXAMPLE_*`` environment variables (brokers, topics, sink, sensor
+interval, logins): README.md, "Quickstart: Dagster", lists them with their defaults.
+Passwords are read through ``dagster.EnvVar``, so a value never lands in run config.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Sluice demo (``make demo``): IoT readings from Kafka and MQTT into Parquet, end to end.
 
 1. starts the embedded brokers (noida-db for Kafka, mosquitto for MQTT, as ``sluice brokers
-   up`` does) with their state in ``$SLUICE_HOME/demo`` (default ``./.sluice/demo``);
+   up`` does) with their state in ``$SLUICE_HOME/demo`` (default ``~/.sluice/demo``);
 2. starts one local SparkSession (``local[2]``) and a throwaway Airflow home (sqlite, in
    ``$SLUICE_HOME/demo/airflow-<pid>``);
 3. opens the MQTT session of the Dagster sensor (its first tick: nothing waits yet);
@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -571,7 +572,7 @@ def parquet_rows(path: Path) -> int:
 def check_on_disk(runs: SourceRuns) -> tuple[int, int]:
     """Rows of the dataset and of its quarantine, which must be what the runs reported."""
     rows = parquet_rows(runs.sink)
-    quarantined = parquet_rows(runs.sink / "_quarantine")
+    quarantined = sum(parquet_rows(d) for d in runs.sink.glob("batch_id=*/_quarantine"))
     if (rows, quarantined) != (runs.total("written"), runs.total("quarantined")):
         raise DemoError(
             f"{runs.sink} holds {rows} rows and {quarantined} quarantined, but the "
@@ -744,6 +745,10 @@ def run_demo(options: Options, steps: Steps, brokers: Brokers, closers: list[Clo
             mqtt.results.append(result)
             steps.say(describe(result))
 
+    with steps.step("Iceberg: the Kafka readings again, into an Iceberg table (SQLite catalog)"):
+        for line in ingest_into_iceberg(spark, kafka_url, airflow.schema, output / "iceberg"):
+            steps.say(line)
+
     all_runs = [kafka, mqtt]
     chart = output / "ingested.png"
     with steps.step("Checking the Parquet datasets and drawing the chart"):
@@ -758,8 +763,9 @@ def run_demo(options: Options, steps: Steps, brokers: Brokers, closers: list[Clo
     outputs: list[tuple[str, Path]] = []
     for runs in all_runs:
         outputs += [(f"{runs.source} dataset", runs.sink)]
-        outputs += [(f"{runs.source} quarantine", runs.sink / "_quarantine")]
+        outputs += [(f"{runs.source} quarantine", runs.sink / "batch_id=*" / "_quarantine")]
     outputs += [
+        ("iceberg table", output / "iceberg"),
         ("chart", chart),
         ("summary", output / "summary.json"),
     ]
@@ -768,6 +774,43 @@ def run_demo(options: Options, steps: Steps, brokers: Brokers, closers: list[Clo
     console.print("\nOutputs:")
     for label, path in outputs:
         console.print(f"  {label + ':':<18} {path}", highlight=False, soft_wrap=True)
+
+
+def ingest_into_iceberg(spark: Any, kafka_url: str, schema: str, lake: Path) -> list[str]:
+    """The Kafka topic read again, by a consumer group of its own, into an Iceberg table of an
+    embedded SQLite catalog; then the table's snapshots, each naming its batch."""
+    from sluice.batch import plan_batch
+    from sluice.kafka import KafkaMessageQueue
+    from sluice.spark import ingest
+    from sluice.spark.sinks.iceberg import IcebergSink
+
+    lake.mkdir(parents=True, exist_ok=True)
+    os.environ.update(
+        {
+            "PYICEBERG_CATALOG__DEMO__TYPE": "sql",
+            "PYICEBERG_CATALOG__DEMO__URI": f"sqlite:///{lake / 'catalog.db'}",
+            "PYICEBERG_CATALOG__DEMO__WAREHOUSE": (lake / "warehouse").as_uri(),
+        }
+    )
+    table = "iceberg://demo/demo.readings"
+    queue = KafkaMessageQueue(KAFKA_TOPIC)
+    queue.configure(
+        {
+            "connection.uri": kafka_url.split("://", 1)[1],
+            "topic": KAFKA_TOPIC,
+            "group_id": "demo-iceberg",
+            "from_beginning": True,
+        }
+    )
+    queue.open(None)
+    lines = []
+    try:
+        while (spec := plan_batch(queue)) is not None:
+            result = ingest(spark, spec, table, source=kafka_url, schema=schema)
+            lines.append(describe(result.to_dict()))
+    finally:
+        queue.close(None)
+    return lines + IcebergSink(table).snapshot_lines()
 
 
 def describe(result: dict[str, Any]) -> str:
@@ -789,7 +832,7 @@ def write_summary(all_runs: list[SourceRuns], chart: Path, path: Path, seconds: 
                 "read": r.total("read"),
                 "messages_per_second": round(r.messages_per_second, 1),
                 "dataset": str(r.sink),
-                "quarantine": str(r.sink / "_quarantine"),
+                "quarantine": str(r.sink / "batch_id=*" / "_quarantine"),
                 "batch_ids": [res["batch_id"] for res in r.results],
             }
             for r in all_runs
@@ -830,7 +873,7 @@ def parse_args(argv: list[str] | None) -> Options:
         parser.error("--waves, --kafka-messages and --mqtt-messages must be at least 1")
     if not 0 <= args.malformed <= min(args.kafka_messages, args.mqtt_messages):
         parser.error("--malformed must be between 0 and the messages per wave")
-    home = Path(os.environ.get("SLUICE_HOME") or Path.cwd() / ".sluice") / "demo"
+    home = Path(os.environ.get("SLUICE_HOME") or Path.home() / ".sluice") / "demo"
     return Options(
         output=args.output.absolute(),
         home=home.absolute(),
@@ -853,8 +896,20 @@ def clear_outputs(output: Path) -> None:
             target.unlink(missing_ok=True)
 
 
+def quiet_libraries() -> None:
+    """Drop the library warnings that say nothing to a demo user: Airflow's missing graphviz,
+    Starlette's httpx deprecation (Airflow's in-process API client), Dagster's pointers to its
+    ``dg`` tool. Python's -W / PYTHONWARNINGS still win; the tests filter nothing."""
+    if sys.warnoptions:
+        return
+    warnings.filterwarnings("ignore", message="Could not import graphviz")
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+    warnings.filterwarnings("ignore", message=r"(?s).*superseded.*\bdg\b")
+
+
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
+    quiet_libraries()
     clear_outputs(options.output)
     log = options.output / "demo.log"
     interrupts = Interrupts()

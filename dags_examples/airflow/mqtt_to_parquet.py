@@ -12,7 +12,7 @@ session while nobody is connected.
 The connection, e.g. ``AIRFLOW_CONN_SLUICE_MQTT_DEFAULT='{"conn_type": "sluice_mqtt",
 "host": "localhost", "port": 1883}'``.
 
-Environment (see ``_settings.py``): ``SLUICE_EXAMPLE_MQTT_CONN`` [sluice_mqtt_default],
+Environment (defaults in brackets): ``SLUICE_EXAMPLE_MQTT_CONN`` [sluice_mqtt_default],
 ``SLUICE_EXAMPLE_MQTT_TOPIC`` [sluice/iot/readings], ``SLUICE_EXAMPLE_MQTT_CLIENT_ID``
 [sluice-mqtt-to-parquet], ``SLUICE_EXAMPLE_SINK`` [/tmp/sluice/datasets],
 ``SLUICE_EXAMPLE_MIN_MESSAGES`` [1], ``SLUICE_EXAMPLE_MAX_MESSAGES`` [100000],
@@ -21,30 +21,36 @@ Environment (see ``_settings.py``): ``SLUICE_EXAMPLE_MQTT_CONN`` [sluice_mqtt_de
 
 from __future__ import annotations
 
+import datetime
 import os
 
-from _settings import (
-    MAX_MESSAGES,
-    MIN_MESSAGES,
-    MQTT_CONN,
-    MQTT_TOPIC,
-    READING_SCHEMA,
-    SCHEDULE,
-    START,
-    sink_for,
-)
 from airflow.sdk import DAG
 
 from sluice_airflow.operators.spark import SparkIngestOperator
 from sluice_airflow.sensors.queue import QueueMessageSensor
 
+
+def setting(name: str, default: str) -> str:
+    """The environment variable ``SLUICE_EXAMPLE_<name>``, else ``default``."""
+    return os.environ.get(f"SLUICE_EXAMPLE_{name}", default)
+
+
 DAG_ID = "mqtt_to_parquet"
-CLIENT_ID = os.environ.get("SLUICE_EXAMPLE_MQTT_CLIENT_ID", "sluice-mqtt-to-parquet")
+MQTT_CONN = setting("MQTT_CONN", "sluice_mqtt_default")
+MQTT_TOPIC = setting("MQTT_TOPIC", "sluice/iot/readings")
+CLIENT_ID = setting("MQTT_CLIENT_ID", "sluice-mqtt-to-parquet")
+SINK = os.path.join(setting("SINK", "/tmp/sluice/datasets"), DAG_ID)
+MIN_MESSAGES = int(setting("MIN_MESSAGES", "1"))
+MAX_MESSAGES = int(setting("MAX_MESSAGES", "100000"))
+_schedule = setting("SCHEDULE", "@continuous")
+SCHEDULE = None if _schedule.lower() == "none" else _schedule  # "none": triggered by hand
+#: JSON readings such as {"device": "sensor-1", "temperature": 21.5, "ts": "2026-01-01T12:00:00Z"}
+READING_SCHEMA = "device STRING, temperature DOUBLE, ts TIMESTAMP"
 
 with DAG(
     dag_id=DAG_ID,
     schedule=SCHEDULE,
-    start_date=START,
+    start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
     catchup=False,
     max_active_runs=1,  # one connection to the session at a time
     tags=["sluice", "mqtt"],
@@ -64,7 +70,7 @@ with DAG(
     ingest = SparkIngestOperator(
         task_id="ingest",
         conn_id=MQTT_CONN,
-        sink=sink_for(DAG_ID),
+        sink=SINK,
         schema=READING_SCHEMA,
     )
     wait_for_messages >> ingest

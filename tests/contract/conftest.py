@@ -2,7 +2,9 @@
 
 ``queue_kit`` builds queues of one transport on a topic of the test's own; calling
 ``kit.open_queue()`` again gives a new consumer of the same topic and group/session, which
-is how the suite restarts a consumer.
+is how the suite restarts a consumer. ``kit.open_dead_letter_queue()`` reads the topic that
+``move_to_dead_letter`` writes to: memory and Kafka ``<topic>.dlq`` (their default), MQTT the
+dead-letter topic the kit configures.
 """
 
 from __future__ import annotations
@@ -26,11 +28,18 @@ class QueueKit:
 
     transport: str
     uri: str
+    dead_letter_uri: str
     prepare: Callable[[], None] = lambda: None
     opened: list[MessageQueue] = field(default_factory=list)
 
     def open_queue(self) -> MessageQueue:
-        queue = queue_from_uri(self.uri)
+        return self._open(self.uri)
+
+    def open_dead_letter_queue(self) -> MessageQueue:
+        return self._open(self.dead_letter_uri)
+
+    def _open(self, uri: str) -> MessageQueue:
+        queue = queue_from_uri(uri)
         queue.open(None)
         self.opened.append(queue)
         return queue
@@ -48,6 +57,15 @@ def _kafka_uri(bootstrap: str, topic: str) -> str:
     )
 
 
+def _create_kafka_topics(bootstrap: str, *topics: str) -> None:
+    for topic in topics:
+        create_kafka_topic(bootstrap, topic, KAFKA_PARTITIONS)
+
+
+def _mqtt_query(client_id: str) -> str:
+    return f"qos=1&autocommit=false&client_id={client_id}&clean_session=false&autosubscribe=true"
+
+
 def _transports() -> list[str]:
     kafka = ["kafka-external"] if os.environ.get(KAFKA_ENV) else ["kafka-noida", "kafka-tansu"]
     return ["memory", *kafka, "mqtt"]
@@ -58,7 +76,7 @@ def queue_kit(request: pytest.FixtureRequest, unique_name: str) -> Iterator[Queu
     transport: str = request.param
     topic = unique_name
     if transport == "memory":
-        kit = QueueKit(transport, f"memory:///{topic}")
+        kit = QueueKit(transport, f"memory:///{topic}", f"memory:///{topic}.dlq")
     elif transport.startswith("kafka"):
         broker = (
             external_broker(KAFKA_ENV, "kafka", 9092)
@@ -70,17 +88,20 @@ def queue_kit(request: pytest.FixtureRequest, unique_name: str) -> Iterator[Queu
         kit = QueueKit(
             transport,
             _kafka_uri(bootstrap, topic),
-            lambda: create_kafka_topic(bootstrap, topic, KAFKA_PARTITIONS),
+            # joins its group at open, while the test's queue joins its own
+            _kafka_uri(bootstrap, f"{topic}.dlq") + "&autosubscribe=true",
+            lambda: _create_kafka_topics(bootstrap, topic, f"{topic}.dlq"),
         )
     else:
         broker = external_broker(MQTT_ENV, "mqtt", 1883) or request.getfixturevalue(
             "mosquitto_broker"
         )
         assert isinstance(broker, ExternalBroker) or broker.scheme == "mqtt"
+        address = f"mqtt://{broker.host}:{broker.port}"
         kit = QueueKit(
             transport,
-            f"mqtt://{broker.host}:{broker.port}/sluice/{topic}?qos=1&autocommit=false"
-            f"&client_id={topic}&clean_session=false&autosubscribe=true",
+            f"{address}/sluice/{topic}?{_mqtt_query(topic)}&dead_letter_topic=sluice/{topic}-dead",
+            f"{address}/sluice/{topic}-dead?{_mqtt_query(f'{topic}-dead')}",
         )
     kit.prepare()
     try:

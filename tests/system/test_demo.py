@@ -138,6 +138,19 @@ def test_demo_ingests_both_sources_prints_the_summary_and_stops_its_brokers(
         assert dataset.count_rows() == number(cells[2])
         assert Path(summary[source]["dataset"]).parent == out
 
+    # the Kafka readings again in an Iceberg table, one snapshot naming its batch
+    snapshots = re.findall(r"snapshot \d+: batch (\w+) \(kafka ", stdout)
+    assert len(snapshots) == 1, stdout
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    lake = out / "iceberg"
+    catalog = SqlCatalog(
+        "demo", uri=f"sqlite:///{lake / 'catalog.db'}", warehouse=(lake / "warehouse").as_uri()
+    )
+    readings = catalog.load_table("demo.readings").scan().to_arrow()
+    assert readings.num_rows == WAVES * (KAFKA - MALFORMED)
+    assert set(readings.column("batch_id").to_pylist()) == set(snapshots)
+
     chart = out / "ingested.png"
     assert chart.read_bytes()[:8] == PNG_SIGNATURE
     with Image.open(chart) as image:

@@ -1,10 +1,15 @@
 """BatchSpec: the hand-off between sensing and ingesting — which messages, as data, not payloads.
 
 Kafka: a topic, a consumer group and per-partition ``[start, end)`` offset ranges.
-MQTT: a topic filter, the persistent session's client id and a maximum number of messages.
+MQTT: a topic filter, the persistent session's client id, a maximum number of messages and a
+``sequence`` (the planning time in milliseconds) that tells the session's batches apart.
 
 A spec is JSON-serialisable and has a ``batch_id`` derived from its content, so the same
-batch planned twice has the same id (a sensor's run key, an ingest's output directory).
+batch planned twice has the same id, and one id names a batch everywhere: the sensor's run
+key, the logs, the sink's ``batch_id=<id>`` directory and record, and the IngestResult. A
+Kafka batch is its ranges, so planning the same waiting messages again gives the same id. An
+MQTT batch is "what the session holds when the ingest drains it": each plan is a new batch
+(a new ``sequence``), and a retried plan keeps its id.
 :func:`plan_batch` computes one from a queue without committing or moving anything.
 """
 
@@ -47,6 +52,7 @@ class BatchSpec:
     ranges: tuple[OffsetRange, ...] = field(default_factory=tuple)  # Kafka
     client_id: str | None = None  # MQTT persistent session
     max_messages: int | None = None  # MQTT
+    sequence: int | None = None  # MQTT: tells the batches of one session apart
 
     @property
     def batch_id(self) -> str:
@@ -64,6 +70,8 @@ class BatchSpec:
     def _content(self) -> dict[str, Any]:
         content = asdict(self)
         content["ranges"] = [asdict(r) for r in sorted(self.ranges)]
+        if content["sequence"] is None:  # absent, so that ids of specs without one stay
+            del content["sequence"]
         return content
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,7 +84,8 @@ class BatchSpec:
     def from_dict(cls, data: dict[str, Any]) -> BatchSpec:
         """Parse :meth:`to_dict` output; a ``batch_id`` not matching the content is an error."""
         fields = {k: v for k, v in data.items() if k != "batch_id"}
-        unknown = set(fields) - {"kind", "topic", "group_id", "ranges", "client_id", "max_messages"}
+        known = {"kind", "topic", "group_id", "ranges", "client_id", "max_messages", "sequence"}
+        unknown = set(fields) - known
         if unknown:
             raise ValueError(f"BatchSpec has unknown fields: {', '.join(sorted(unknown))}")
         if fields.get("kind") not in ("kafka", "mqtt"):

@@ -1,5 +1,5 @@
 """Connection fields to config keys: how an Airflow Connection or a Dagster resource becomes
-the one config vocabulary (DESIGN.md).
+the one config vocabulary (docs/architecture.md).
 
 A connection has a host, a port, a login, a password and a mapping of further keys (an Airflow
 Connection's extra JSON, a Dagster resource's ``config`` field). :func:`config_from_fields`
@@ -16,6 +16,7 @@ from typing import Any
 
 from .queues.config import COMMON_KEYS, ConfigError, ConfigKey
 from .queues.uri import transports
+from .secrets import is_secret_key
 
 __all__ = [
     "KINDS",
@@ -40,7 +41,7 @@ def known_keys(kind: str) -> dict[str, ConfigKey]:
 
 def secret_keys(kind: str) -> set[str]:
     """The names of the keys of ``kind`` whose values are secrets."""
-    return {name for name, key in known_keys(kind).items() if key.secret or "password" in name}
+    return {name for name, key in known_keys(kind).items() if key.secret or is_secret_key(name)}
 
 
 def check_keys(kind: str, keys: Iterable[str], where: str) -> None:
@@ -61,7 +62,7 @@ def check_no_secrets(config: Mapping[str, Any] | None, where: str) -> None:
     DAGs and triggers) holds a credential: those belong in the connection."""
     secret_names = {k.name for k in COMMON_KEYS if k.secret}
     for key in config or {}:
-        if key in secret_names or "password" in key:
+        if is_secret_key(str(key), secret_names):
             raise ConfigError(
                 f"{where}: config key '{key}' is a secret; put it in the connection (its "
                 "password field or extra), not in the task's config."

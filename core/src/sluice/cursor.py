@@ -19,9 +19,13 @@ from what is waiting on the broker and what became of the last batch's run:
 - otherwise: the next batch, from the committed offsets to the end of the topic, cut to
   ``max_messages``, if at least ``min_messages`` wait.
 
-MQTT has no offsets: a batch is "drain the persistent session", every batch has the same
-``batch_id``, and a failed run's messages stay unacknowledged in the session, so the next
-batch takes them again; each batch after a finished run gets the next attempt number.
+MQTT has no offsets: a batch is "drain the persistent session" and a failed run's messages
+stay unacknowledged in the session, so the next batch takes them again. A batch whose run is
+not found yet is asked for again unchanged (same ``batch_id``, same run key); otherwise each
+tick plans the session's next batch.
+
+A scheduler that cannot see its runs (Airflow's trigger) decides the run state from the
+broker instead, with :func:`run_state_from_offsets`; the rules are in :mod:`sluice.sensing`.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Any
 
 from .batch import BatchSpec, limit_ranges
 
-__all__ = ["BatchCursor", "BatchRequest", "RunState", "run_key"]
+__all__ = ["BatchCursor", "BatchRequest", "RunState", "run_key", "run_state_from_offsets"]
 
 
 class RunState(StrEnum):
@@ -73,6 +77,7 @@ class BatchCursor:
     last: BatchSpec | None = None
     attempt: int = 0
     requested: int = 0  # batches requested so far
+    emitted_at: float | None = None  # when ``last`` was requested (epoch seconds), if known
 
     @property
     def last_run_key(self) -> str | None:
@@ -85,6 +90,7 @@ class BatchCursor:
                 "last": self.last.to_dict() if self.last is not None else None,
                 "attempt": self.attempt,
                 "requested": self.requested,
+                "emitted_at": self.emitted_at,
             },
             sort_keys=True,
             separators=(",", ":"),
@@ -103,6 +109,7 @@ class BatchCursor:
                 last=BatchSpec.from_dict(last) if last else None,
                 attempt=int(data.get("attempt", 0)),
                 requested=int(data.get("requested", 0)),
+                emitted_at=_optional_float(data.get("emitted_at")),
             )
         except (ValueError, TypeError, AttributeError) as exc:
             raise ValueError(
@@ -144,6 +151,8 @@ class BatchCursor:
             and self.outstanding(waiting)
         ):
             spec, retry = self.last, True
+        elif self.last is not None and self.last.kind == "mqtt" and last_run is RunState.MISSING:
+            spec = self.last  # each MQTT plan is a new batch: keep the one asked for
         elif waiting is not None and waiting.kind == "kafka":
             ranges = list(waiting.ranges)
             if max_messages is not None:
@@ -165,12 +174,43 @@ class BatchCursor:
             retry = retry or again
         return BatchRequest(spec, attempt, retry)
 
-    def advance(self, request: BatchRequest) -> BatchCursor:
-        """The cursor after ``request`` was asked for."""
+    def advance(self, request: BatchRequest, now: float | None = None) -> BatchCursor:
+        """The cursor after ``request`` was asked for (at ``now``, epoch seconds, if given)."""
         positions = dict(self.positions)
         for r in request.spec.ranges:
             positions[r.partition] = r.end
-        return BatchCursor(positions, request.spec, request.attempt, self.requested + 1)
+        return BatchCursor(positions, request.spec, request.attempt, self.requested + 1, now)
+
+
+def run_state_from_offsets(
+    cursor: BatchCursor, waiting: BatchSpec | None, now: float, rerun_after: float
+) -> RunState:
+    """The run state of ``cursor.last`` as the broker shows it, for a sensor that cannot see
+    its runs (the rules are in :mod:`sluice.sensing`).
+
+    ``waiting`` is the group's whole backlog (a Kafka plan from the committed offsets, not cut
+    to a size; None when nothing waits). Kafka: SUCCEEDED once the committed offsets reached
+    the last batch's ends in every partition; else ACTIVE until ``rerun_after`` seconds after
+    it was emitted, FAILED from then on. A cursor of another topic or group is NONE. MQTT has
+    no offsets: an emitted MQTT batch counts as SUCCEEDED (what its run does not acknowledge
+    stays in the session, for the next batch).
+    """
+    last = cursor.last
+    if last is None:
+        return RunState.NONE
+    if last.kind != "kafka":
+        return RunState.SUCCEEDED
+    if waiting is not None and (waiting.topic, waiting.group_id) != (last.topic, last.group_id):
+        return RunState.NONE
+    if not cursor.outstanding(waiting):
+        return RunState.SUCCEEDED
+    if cursor.emitted_at is not None and now - cursor.emitted_at < rerun_after:
+        return RunState.ACTIVE
+    return RunState.FAILED
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _nothing_waiting(topic: str | None, count: int, min_messages: int) -> str:

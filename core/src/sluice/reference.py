@@ -52,7 +52,7 @@ _ENVIRONMENT: tuple[tuple[str, str, str], ...] = (
     (
         "sluice.cli.brokers:HOME_ENV",
         "SLUICE_HOME",
-        "Where `sluice brokers` keeps the embedded brokers' state (default `./.sluice`).",
+        "Where `sluice brokers` keeps the embedded brokers' state (default `~/.sluice`).",
     ),
     ("", "SLUICE_DEBUG", "`1`: the `sluice` command shows tracebacks and library logs."),
 )

@@ -9,24 +9,80 @@ What every sensor of Sluice shares (Airflow's sensor and trigger, Dagster's sens
   once at least ``min_messages`` wait. Kafka counts the group's backlog at the broker; MQTT
   cannot see a backlog, so it counts what the session delivered to the sensing queue
   (at most the broker's in-flight window: 20 on a default mosquitto).
-- :class:`EmittedRanges`: a watcher that plans again before the last batch was ingested
-  (and committed) would see the same messages twice; it remembers where the ranges it
-  emitted ended, per partition, and only emits what starts at or after them.
+- :func:`next_emission`: what a sensor that fires again and again (an Airflow
+  ``AssetWatcher``, a Dagster sensor) emits next, from its :class:`~sluice.cursor.BatchCursor`.
+
+The one sensing model
+---------------------
+
+The group's committed offsets are the truth of what was ingested; what a sensor emitted is
+only what it *asked for*. A sensor keeps one batch in flight and remembers it (the
+:class:`~sluice.cursor.BatchCursor`: the last batch, its attempt number, when it was
+emitted, and where its ranges end). It plans every *new* batch from the committed offsets
+(``[committed, end)`` per partition, cut to ``max_messages``), so a batch never starts after
+an offset that no batch has written. What it does at each check, given what became of the
+last batch's run:
+
+- **Nothing emitted yet** (or the cursor is of another topic or group): emit the batch
+  planned from the committed offsets once at least ``min_messages`` wait.
+- **The run is in flight** (queued or running): emit nothing, however much arrives.
+- **The run finished** (its offsets are committed): emit the next batch, planned from the
+  committed offsets, once at least ``min_messages`` wait.
+- **The run failed** and the committed offsets are still behind the batch's ends in some
+  partition: emit the *same* batch again (same ranges, so the same ``batch_id``: the ingest
+  finds and replaces its own output, never writes it twice) with the next attempt number.
+  New messages wait for the batch after it. If the offsets show the batch landed after all
+  (the run committed, then failed), the next batch is planned instead.
+
+How a sensor knows the run state:
+
+- Dagster's sensor sees its runs (queued, started, succeeded, failed, cancelled).
+- Airflow's trigger cannot see DAG runs, so it reads the broker
+  (:func:`~sluice.cursor.run_state_from_offsets`): the run *finished* when the group's
+  committed offsets reached the batch's ends in every partition; until then it is *in
+  flight* for ``rerun_after`` seconds after the emission (a lease), and *failed* once that
+  lease ran out. The trigger checks every ``poll_interval``; its cursor lives in the watched
+  asset's state store, so a triggerer restart keeps it (and the lease's start).
+  ``rerun_after`` must exceed the longest ingest run, or a slow run's batch is emitted again
+  while it runs; too long a lease only delays the retry of a failed run.
+
+MQTT has no offsets: a batch is "drain the persistent session" and each plan is a new batch.
+A run that fails leaves its messages unacknowledged in the session, so the next batch takes
+them again; a sensor therefore never re-emits an MQTT batch after a failure, it plans the
+next one. Airflow's trigger holds the session until ``min_messages`` wait in it and emits;
+then it hands the session to the ingest and watches the topic with a client of its own,
+emitting the session's next batch each time ``min_messages`` more have arrived, and takes the
+session again to look at what is left in it once ``rerun_after`` seconds passed without an
+emission. Dagster's sensor asks for one MQTT batch at a time (its run state is known).
+
+While nothing is emitted, a sensor says so at a steady interval: ``waiting: N of M messages
+on TOPIC`` (:func:`waiting_status`), or which batch is in flight.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from .batch import BatchSpec, OffsetRange, limit_ranges, plan_batch
+from .batch import BatchSpec, plan_batch
+from .cursor import BatchCursor, BatchRequest, RunState, run_state_from_offsets
 from .queues.base import MessageQueue
 from .queues.config import ConfigError
 
-__all__ = ["EmittedRanges", "plan_waiting", "sensing_config", "wait_for_batch"]
+__all__ = [
+    "DEFAULT_RERUN_AFTER",
+    "count_waiting",
+    "next_emission",
+    "plan_waiting",
+    "sensing_config",
+    "wait_for_batch",
+    "waiting_status",
+]
+
+#: Seconds after an emission until a watcher takes a batch whose offsets are still not
+#: committed as failed, and emits it again (see the module docstring).
+DEFAULT_RERUN_AFTER = 600.0
 
 
 def sensing_config(kind: str, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -62,6 +118,15 @@ def plan_waiting(
     return spec
 
 
+def count_waiting(queue: MessageQueue) -> int:
+    """Messages waiting on an opened Kafka queue (the group's backlog) or delivered to an MQTT
+    sensing queue (see the module docstring), for a log line."""
+    spec = plan_batch(queue)
+    if spec is None or spec.kind != "kafka":
+        return int(queue.read_message_count())
+    return spec.message_count
+
+
 def wait_for_batch(
     queue: MessageQueue,
     min_messages: int = 1,
@@ -79,62 +144,42 @@ def wait_for_batch(
         time.sleep(min(check_every, max(0.0, deadline - time.monotonic())))
 
 
-@dataclass
-class EmittedRanges:
-    """Where the Kafka ranges emitted so far ended, per partition (see the module docstring).
+def waiting_status(count: int, min_messages: int, topic: str) -> str:
+    """The line a waiting sensor logs: ``waiting: N of M messages on TOPIC``."""
+    return f"waiting: {count} of {max(1, min_messages)} messages on {topic}"
 
-    ``fresh(spec)`` cuts ``spec`` to what was not emitted yet; ``record(spec)`` notes an emitted
-    one. The state is JSON (``to_json``/``from_json``) for a Dagster cursor or Airflow's asset
-    state store.
+
+def next_emission(
+    cursor: BatchCursor,
+    waiting: BatchSpec | None,
+    now: float,
+    rerun_after: float = DEFAULT_RERUN_AFTER,
+    min_messages: int = 1,
+    max_messages: int | None = None,
+    topic: str | None = None,
+) -> tuple[BatchCursor, BatchRequest | str]:
+    """What a watcher that cannot see its runs emits now (the rules are in the module
+    docstring), and its cursor afterwards.
+
+    ``waiting`` is what the broker holds: Kafka, the group's whole backlog (planned from the
+    committed offsets, not cut to a size; None when empty); MQTT, the session's next batch
+    when at least ``min_messages`` wait, else None. Returns the cursor unchanged and a reason
+    (for the log, :func:`waiting_status` when too few wait on ``topic``) when nothing is
+    emitted.
     """
-
-    topic: str | None = None
-    group_id: str | None = None
-    ends: dict[int, int] = field(default_factory=dict)
-
-    def _same_stream(self, spec: BatchSpec) -> bool:
-        return (self.topic, self.group_id) == (spec.topic, spec.group_id)
-
-    def fresh(
-        self, spec: BatchSpec | None, min_messages: int = 1, max_messages: int | None = None
-    ) -> BatchSpec | None:
-        """The part of ``spec`` (planned without a limit) not emitted yet, cut to
-        ``max_messages``; None when fewer than ``min_messages`` are new.
-
-        A partition whose log now ends before the recorded end was recreated (or its offsets
-        reset): its recorded end no longer means anything and is ignored.
-        """
-        if spec is None or spec.kind != "kafka":
-            return spec
-        ends = self.ends if self._same_stream(spec) else {}
-        ranges = []
-        for r in spec.ranges:
-            emitted = ends.get(r.partition, 0)
-            start = max(r.start, emitted) if emitted <= r.end else r.start
-            if r.end > start:
-                ranges.append(OffsetRange(r.partition, start, r.end))
-        if max_messages is not None:
-            ranges = limit_ranges(ranges, max_messages)
-        fresh = BatchSpec(spec.kind, spec.topic, group_id=spec.group_id, ranges=tuple(ranges))
-        return fresh if fresh.message_count >= max(1, min_messages) else None
-
-    def record(self, spec: BatchSpec) -> None:
-        """Note that ``spec`` was emitted."""
-        if spec.kind != "kafka":
-            return
-        if not self._same_stream(spec):
-            self.topic, self.group_id, self.ends = spec.topic, spec.group_id, {}
-        for r in spec.ranges:
-            self.ends[r.partition] = max(self.ends.get(r.partition, 0), r.end)
-
-    def to_json(self) -> str:
-        ends = {str(p): e for p, e in sorted(self.ends.items())}
-        return json.dumps({"topic": self.topic, "group_id": self.group_id, "ends": ends})
-
-    @classmethod
-    def from_json(cls, text: str | None) -> EmittedRanges:
-        if not text:
-            return cls()
-        data = json.loads(text)
-        ends = {int(p): int(e) for p, e in (data.get("ends") or {}).items()}
-        return cls(data.get("topic"), data.get("group_id"), ends)
+    state = run_state_from_offsets(cursor, waiting, now, rerun_after)
+    if state is RunState.ACTIVE and cursor.last is not None:
+        age = max(0.0, now - (cursor.emitted_at or now))
+        return cursor, (
+            f"waiting: batch {cursor.last.batch_id} (attempt {cursor.attempt}, "
+            f"{cursor.last.message_count} message(s)) emitted {age:.0f} s ago is not committed "
+            f"yet; it is emitted again if it is not committed within {rerun_after - age:.0f} s"
+        )
+    decision = cursor.next_request(waiting, state, max_messages, min_messages)
+    if isinstance(decision, str):
+        if waiting is not None and waiting.kind == "kafka":
+            decision = waiting_status(waiting.message_count, min_messages, waiting.topic)
+        elif waiting is None and topic is not None:
+            decision = waiting_status(0, min_messages, topic)
+        return cursor, decision
+    return cursor.advance(decision, now), decision

@@ -15,8 +15,8 @@ import pyarrow.dataset as ds
 import pytest
 
 from sluice.batch import BatchSpec
+from sluice.brokers import BrokerProcess
 from sluice.mqtt import MqttMessageQueue
-from sluice.testing.brokers import BrokerProcess
 from sluice.testing.topics import create_kafka_topic
 from sluice_airflow.operators.publish import QueuePublishOperator
 from tests.airflow_env import DAGS_FOLDER

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from sluice.brokers import BrokerProcess
 from sluice.testing import free_port
-from sluice.testing.brokers import BrokerProcess
 from sluice_airflow.hooks.queue import QueueHook
 from tests.integration.airflow.conftest import SetConnection
 

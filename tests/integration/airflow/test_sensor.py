@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.batch import BatchSpec
-from sluice.testing.brokers import BrokerProcess
+from sluice.brokers import BrokerProcess
 from sluice.testing.topics import create_kafka_topic
 from tests.integration.airflow import dag_runs
 from tests.integration.airflow.conftest import SetConnection

@@ -11,8 +11,8 @@ import pyarrow.dataset as ds
 import pytest
 
 from sluice.batch import plan_batch
+from sluice.brokers import BrokerProcess
 from sluice.kafka import KafkaMessageQueue
-from sluice.testing.brokers import BrokerProcess
 from sluice.testing.topics import create_kafka_topic
 from sluice_airflow.operators.publish import QueuePublishOperator
 from sluice_airflow.operators.spark import SparkIngestOperator

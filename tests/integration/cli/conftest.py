@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from sluice.brokers import BrokerProcess
 from sluice.testing import wait_until
-from sluice.testing.brokers import BrokerProcess
 
 
 @pytest.fixture

@@ -74,6 +74,8 @@ def test_up_status_down_through_the_console_script(home: Path) -> None:
     ]
     started = _entries(home)
     assert [e.pid for e in started] == [int(r[2]) for r in rows]
+    listed = json.loads(_sluice(home, "brokers", "status", "--json").stdout)
+    assert [b["url"] for b in listed["brokers"]] == urls and listed["home"] == str(home)
 
     os.kill(started[1].pid, signal.SIGKILL)  # mosquitto crashes
     wait_until(lambda: not running(started[1]), 10, message="mosquitto to exit")
@@ -110,3 +112,22 @@ def test_a_port_in_use_is_one_line(home: Path) -> None:
 def test_down_with_nothing_started(home: Path) -> None:
     out = assert_ok(run("brokers", "down", env={"SLUICE_HOME": str(home)}))
     assert "No brokers to stop" in out
+
+
+def test_the_state_lives_in_the_home_directory_whatever_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SLUICE_HOME"}
+    env["HOME"] = str(tmp_path / "user")
+    (tmp_path / "elsewhere").mkdir()
+    status = subprocess.run(
+        [SLUICE, "brokers", "status", "--json"],
+        env=env,
+        cwd=tmp_path / "elsewhere",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout) == {"home": str(tmp_path / "user" / ".sluice"), "brokers": []}

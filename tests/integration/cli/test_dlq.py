@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from sluice.brokers import BrokerProcess
 from sluice.kafka import KafkaMessageQueue
 from sluice.queues import MessageEnvelope
-from sluice.testing.brokers import BrokerProcess
 from tests.unit.cli.runner import assert_ok, run, table_rows
 
 from .conftest import read_topic

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +42,32 @@ def test_a_bad_schema_fails_before_reading(
     topic = f"{kafka}/{unique_name}"
     assert_ok(run("publish", topic, "--sample", "iot", "--count", "3"))
     uri = f"{topic}?group_id={unique_name}"
-    bad = run("ingest", uri, "--sink", str(tmp_path), "--schema", "device STRNG,, x")
-    assert_error(bad, 2, "not a valid Spark DDL string", "device STRING, temperature DOUBLE")
+    bad = run("ingest", uri, "--sink", str(tmp_path), "--schema", "device STRNG, x INT")
+    assert_error(
+        bad,
+        2,
+        "not a valid Spark DDL string: unknown type 'STRNG' for field 'device' (did you mean "
+        "STRING?) at position 8",
+        "device STRING, temperature DOUBLE",
+    )
+    unwritable = run("ingest", uri, "--sink", "/proc/nope", "--schema", "device STRING")
+    assert_error(unwritable, 2, "The sink /proc/nope is not writable (No such file or directory)")
     assert "Total lag: 3" in assert_ok(run("lag", uri))  # nothing was committed
+
+
+def test_spark_start_up_lines_are_hidden_without_debug(
+    kafka: str, unique_name: str, tmp_path: Path
+) -> None:
+    """A real `sluice ingest` process, with a Spark of its own: only Sluice's lines print."""
+    topic = f"{kafka}/{unique_name}"
+    assert_ok(run("publish", topic, "--sample", "iot", "--count", "3"))
+    sluice = Path(sys.executable).with_name("sluice")
+    uri = f"{topic}?group_id={unique_name}"
+    args = [str(sluice), "ingest", uri, "--sink", str(tmp_path / "lake"), "--schema", SCHEMA]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "Ingested batch" in done.stdout
+    assert "WARN" not in done.stderr and "log4j" not in done.stderr, done.stderr
 
 
 def test_mqtt_session_batch(spark: Any, mqtt: str, unique_name: str, tmp_path: Path) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from sluice.brokers import BrokerProcess
 from sluice.kafka import KafkaMessageQueue
 from sluice.queues import queue_from_uri
-from sluice.testing.brokers import BrokerProcess
 from sluice.testing.topics import create_kafka_topic
 from tests.unit.cli.runner import assert_error, assert_ok, run, table_rows
 

@@ -45,7 +45,7 @@ def make_queue(unique_name: str) -> Iterator[Callable[..., MqttMessageQueue]]:
 def receive_all(
     queue: MqttMessageQueue, count: int, complete: bool = True
 ) -> list[MessageEnvelope]:
-    got = []
+    got: list[MessageEnvelope] = []
     for _ in range(count):
         message = queue.receive(None, WAIT_MS)
         assert message is not None, f"only {len(got)} of {count} messages arrived"

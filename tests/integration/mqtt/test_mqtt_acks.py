@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
+from collections import Counter
 
 import pytest
 
 from sluice.queues import MessageEnvelope
-from sluice.testing import BrokerProcess, free_port, wait_until
+from sluice.testing import BrokerProcess, wait_until
+from sluice.testing.plugin import ExternalBroker
 
 from .conftest import QueueFactory, receive_all
+from .wire import MqttProxy
 
 FAST = {"options.reconnect_timeout": 200, "autocommit": False}
 
@@ -77,19 +76,61 @@ def test_completing_a_message_of_an_earlier_connection_acknowledges_its_redelive
     assert make_queue(private_mosquitto, **session).receive(None, 1000) is None, "acknowledged"
 
 
-@pytest.fixture
-def stock_mosquitto(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """mosquitto with its stock limits (the shared fixtures raise max_inflight_messages)."""
-    exe = shutil.which("mosquitto", path=f"{os.environ.get('PATH', '')}:/usr/sbin")
-    assert exe, "needs Debian's mosquitto"
-    port = free_port()
-    conf = tmp_path / "mosquitto.conf"
-    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\nuser root\n")
-    broker = BrokerProcess(
-        "mosquitto", "mqtt", port, [exe, "-c", str(conf)], tmp_path, tmp_path / "log"
-    )
-    yield broker.start()
-    broker.stop()
+@pytest.mark.parametrize("version", ["3.1.1", "5"])
+def test_acknowledgements_in_flight_across_a_reconnection_never_name_a_stale_packet_id(
+    make_queue: QueueFactory, private_mosquitto: BrokerProcess, unique_name: str, version: str
+) -> None:
+    """400 messages are handed out on one connection, then completed a hundred at a time:
+    while it is up, after the broker hung up, between the new CONNECT and its CONNACK (the
+    proxy holds the CONNACK back), and once reconnected. On the wire, every PUBACK names a
+    message the broker sent on the same connection, each message is acknowledged once, none
+    is handed out twice, and the session is empty afterwards."""
+    proxy = MqttProxy(private_mosquitto.port, mqtt5=version == "5")
+    try:
+        session = {"client_id": f"{unique_name}-r", "options.protocol_version": version}
+        reader = make_queue(
+            ExternalBroker("proxy", "mqtt", proxy.host, proxy.port), **session, **FAST
+        )
+        connection = reader._conn()
+        writer = make_queue(private_mosquitto, **{"options.autosubscribe": False})
+        for i in range(400):
+            writer.send(None, MessageEnvelope(None, "t", str(i)))
+        handed = receive_all(reader, 400, complete=False)
+
+        for message in handed[:100]:
+            reader.complete(message)
+        wait_until(lambda: len(proxy.acked()) == 100, message="100 PUBACKs on connection 1")
+        proxy.hold_connack = True
+        proxy.drop()
+        wait_until(lambda: not connection.is_connected, message="the client to see the drop")
+        for message in handed[100:200]:  # the connection is down
+            reader.complete(message)
+        wait_until(
+            lambda: len(proxy.links) == 2 and proxy.links[1].connect_seen.is_set(),
+            message="the client's new CONNECT",
+        )
+        for message in handed[200:300]:  # CONNECT sent, CONNACK not yet received
+            reader.complete(message)
+        proxy.links[1].release.set()
+        resumed(reader, 2)
+        for message in handed[300:]:  # reconnected; the broker resends what is unacknowledged
+            reader.complete(message)
+
+        wait_until(lambda: len(proxy.acked()) >= 400 or proxy.stale(), message="400 PUBACKs")
+        assert proxy.stale() == [], "PUBACKs of packet ids the connection was never sent"
+        acked = Counter(_message_id(payload) for payload in proxy.acked())
+        assert acked == Counter(m.message_id for m in handed), "each acknowledged once"
+        assert reader.receive(None, 300) is None, "a message was handed out twice"
+        reader.close(None)
+        assert make_queue(private_mosquitto, **session).receive(None, 1000) is None
+    finally:
+        proxy.close()
+
+
+def _message_id(payload: bytes) -> str | None:
+    envelope = MessageEnvelope.from_json(payload)
+    assert envelope is not None, f"not an envelope: {payload[:40]!r}"
+    return envelope.message_id
 
 
 @pytest.mark.parametrize("version", ["3.1.1", "5"])

@@ -83,13 +83,14 @@ def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
 
 def dataset_rows(sink: Path) -> list[dict[str, Any]]:
     """Every published row of the dataset (quarantine and staging excluded)."""
-    if not any(sink.glob("batch_id=*")):
+    if not any(sink.glob("batch_id=*/*.parquet")):
         return []
     return pq.read_table(sink).drop_columns(["batch_id"]).to_pylist()
 
 
 def quarantine_rows(sink: Path) -> list[dict[str, Any]]:
-    quarantine = sink / "_quarantine"
-    if not quarantine.exists():
-        return []
-    return pq.read_table(quarantine).drop_columns(["batch_id"]).to_pylist()
+    """Every published quarantined row (each batch keeps its own in ``_quarantine``)."""
+    rows = []
+    for directory in sorted(sink.glob("batch_id=*/_quarantine")):
+        rows += pq.read_table(directory).to_pylist()
+    return rows

@@ -1,36 +1,24 @@
-"""Run one ingest in a process of its own and stop at a stage until the test kills it.
+"""Run one ingest in a process of its own, on the parent's Spark (sluice.testing.crash).
 
-    python crash_child.py SPEC_JSON SINK SOURCE STAGE MARKER
+    python crash_child.py ARGUMENTS_JSON
 
-On reaching STAGE it creates MARKER and waits; the test then SIGKILLs it.
+ARGUMENTS_JSON holds ``spec``, ``sink``, ``source`` and further keyword arguments of ingest().
+The failpoint to die at comes from SLUICE_FAILPOINTS in the environment.
 """
 
 from __future__ import annotations
 
+import json
 import sys
-import time
-from pathlib import Path
 
-from sluice.spark import IngestEvent, ingest, spark_session
+from sluice.spark import ingest
+from sluice.testing.crash import attached_session
 
 
 def main() -> None:
-    spec, sink, source, stage, marker = sys.argv[1:6]
-
-    def stop_at(event: IngestEvent) -> None:
-        if event.stage == stage:
-            Path(marker).touch()
-            time.sleep(600)  # killed here
-
-    spark = spark_session("local[1]", "sluice-crash", {"spark.ui.enabled": "false"})
-    ingest(
-        spark,
-        spec,
-        sink,
-        source=source,
-        schema="device STRING, temperature DOUBLE",
-        progress=stop_at,
-    )
+    arguments = json.loads(sys.argv[1])
+    spark = attached_session()
+    ingest(spark, arguments.pop("spec"), arguments.pop("sink"), **arguments)
 
 
 if __name__ == "__main__":

@@ -72,3 +72,47 @@ def test_mqtt_batch_goes_to_the_dataset_bad_ones_to_quarantine_and_the_dead_lett
 def test_mqtt_ingest_refuses_qos_0(spark: Any, session: BatchSpec, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"needs options\.qos 1"):
         ingest(spark, session, tmp_path, source="mqtt://127.0.0.1:1883?qos=0")
+
+
+def test_one_id_names_an_mqtt_batch_everywhere(
+    spark: Any, mosquitto_broker: Broker, session: BatchSpec, tmp_path: Path
+) -> None:
+    """Two waves planned from the session: each has its own id, which is the directory, the
+    record and the result's; a rerun of a published batch leaves new messages to the next."""
+    base = session.topic[:-2]
+    planner = mqtt_queue(mosquitto_broker, topic=session.topic, client_id=f"{base}-plan")
+    publisher = mqtt_queue(mosquitto_broker, topic=f"{base}/a", **{"options.autosubscribe": False})
+    source = {"connection.uri": mosquitto_broker.url}
+    try:
+        specs = []
+        for wave in range(2):
+            publisher.send(None, MessageEnvelope(None, "reading", json.loads(reading(wave))))
+            spec = _with_session(planner.plan_batch(50), session)
+            result = ingest(spark, spec, tmp_path, source=source, schema=SCHEMA)
+            assert result.batch_id == spec.batch_id and result.written == 1
+            assert (tmp_path / f"batch_id={spec.batch_id}").is_dir()
+            specs.append(spec)
+        publisher.send(None, MessageEnvelope(None, "reading", json.loads(reading(9))))
+        rerun = ingest(spark, specs[-1], tmp_path, source=source, schema=SCHEMA)
+        following = ingest(
+            spark,
+            _with_session(planner.plan_batch(50), session),
+            tmp_path,
+            source=source,
+            schema=SCHEMA,
+        )
+    finally:
+        publisher.close(None)
+        planner.close(None)
+
+    assert specs[0].batch_id != specs[1].batch_id
+    assert (rerun.written, rerun.skipped) == (0, 1), "left for the next batch"
+    assert following.written == 1
+    assert sorted(r["temperature"] for r in dataset_rows(tmp_path)) == [0.0, 0.1, 0.9]
+
+
+def _with_session(spec: BatchSpec, session: BatchSpec) -> BatchSpec:
+    """``spec`` (planned by another client) for the ingest session of ``session``."""
+    return BatchSpec(
+        "mqtt", spec.topic, client_id=session.client_id, max_messages=50, sequence=spec.sequence
+    )

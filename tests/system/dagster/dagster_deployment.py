@@ -26,16 +26,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from sluice.testing import free_port, wait_until
 
 BIN = Path(sys.executable).parent
 
-DAGSTER_YAML = """\
-telemetry:
-  enabled: false
-sensors:
-  use_threads: false
-"""
+#: The examples' instance settings (telemetry off, as the README says), and the tests' own.
+DAGSTER_YAML = (Path(__file__).resolve().parents[3] / "dags_examples" / "dagster.yaml").read_text()
+DAGSTER_YAML += "sensors:\n  use_threads: false\n"
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return bool(process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _reset_signals() -> None:
@@ -69,11 +75,16 @@ class Component:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM to the process group, SIGKILL if it has not exited within ``timeout``."""
+        """SIGTERM to the process group, SIGKILL if it has not exited within ``timeout``;
+        then every process it had started must be gone (also one that left the group)."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
         pgid = proc.pid  # start_new_session: the process leads its own group
+        try:
+            started = psutil.Process(pgid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            started = []
         for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(pgid, sig)
@@ -86,6 +97,14 @@ class Component:
                 continue
         with contextlib.suppress(ProcessLookupError):  # what the group started goes with it
             os.killpg(pgid, signal.SIGKILL)
+        _, remaining = psutil.wait_procs(started, timeout=10)
+        left = [p for p in remaining if _running(p)]
+        if left:
+            for p in left:
+                p.kill()
+            raise RuntimeError(
+                f"{self.name}: processes it started outlived it: {[p.pid for p in left]}"
+            )
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -142,11 +161,13 @@ class DagsterDeployment:
     def start(self, timeout: float = 90.0) -> DagsterDeployment:
         self.code_server.start(self.process_env, self.cwd)
         self.webserver.start(self.process_env, self.cwd)
-        self.daemon.start(self.process_env, self.cwd)
         try:
             wait_until(self._webserver_up, timeout, 0.5, "the Dagster webserver to answer")
         except TimeoutError:
             raise RuntimeError(f"webserver did not start:\n{self.webserver.log_tail()}") from None
+        # Only now: the webserver has created the instance's SQLite tables, which two processes
+        # creating at once collide on ("table alembic_version already exists").
+        self.daemon.start(self.process_env, self.cwd)
         return self
 
     def restart_daemon(self) -> None:

@@ -9,7 +9,8 @@ import pytest
 from airflow.sdk import Connection
 
 from sluice.queues.config import ConfigError
-from sluice_airflow.hooks.queue import config_from_connection, hide_secrets, queue_kind
+from sluice.secrets import redact_text
+from sluice_airflow.hooks.queue import config_from_connection, queue_kind
 
 
 def conn(conn_type: str = "sluice_kafka", extra: dict[str, Any] | None = None, **fields: Any):
@@ -74,6 +75,6 @@ def test_wrong_connection_type_says_which_to_use() -> None:
         queue_kind(conn("kafka"))
 
 
-def test_hide_secrets_removes_passwords() -> None:
+def test_redact_text_removes_the_connection_passwords() -> None:
     config = config_from_connection(conn(password="pw-123", login="u"))
-    assert hide_secrets("refused pw-123 for u", config) == "refused *** for u"
+    assert redact_text("refused pw-123 for u", config) == "refused *** for u"

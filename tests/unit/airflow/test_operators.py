@@ -122,17 +122,20 @@ def test_submit_arguments_carry_no_credentials() -> None:
         "schema": "a INT",
         "value_format": "raw",
         "dead_letter": True,
-        "quarantine": None,
+        "fail_on_data_loss": False,
         "chunk_size": 5,
     }
     assert submit_arguments(SPEC, "/data", options) == [
         "--spec", SPEC.to_json(), "--sink", "/data", "--schema", "a INT", "--format", "raw",
-        "--dead-letter", "--chunk-size", "5",
+        "--dead-letter", "--accept-data-loss", "--chunk-size", "5",
     ]  # fmt: skip
     from sluice.spark import submit
 
     parsed = submit.parser().parse_args([*submit_arguments(SPEC, "/d", options), "--source", "x"])
     assert (parsed.value_format, parsed.chunk_size, parsed.dead_letter) == ("raw", 5, True)
+    assert parsed.accept_data_loss
+    default = submit_arguments(SPEC, "/d", {"fail_on_data_loss": True})
+    assert "--accept-data-loss" not in default
 
 
 # ---- the sensor defers to the trigger, with the sensor's timeout -----------------------------
@@ -162,6 +165,7 @@ def test_a_deferrable_sensor_defers_for_its_timeout() -> None:
         "max_messages": 10,
         "poll_interval": 0.5,
         "config": {"group_id": "g"},
+        "rerun_after": 600.0,
     }
     assert sensor.execute_complete({}, SPEC.to_dict()) == SPEC.to_dict()  # type: ignore[arg-type]
 

@@ -19,6 +19,7 @@ SETTINGS: list[dict[str, Any]] = [
         "max_messages": 500,
         "poll_interval": 0.5,
         "config": {"client_id": "ingest", "options.qos": 1},
+        "rerun_after": 90.0,
     },
 ]
 
@@ -87,6 +88,7 @@ def test_serialization_holds_the_connection_id_not_its_password(
     [
         ({"min_messages": 0}, "min_messages must be at least 1"),
         ({"min_messages": 5, "max_messages": 2}, "max_messages"),
+        ({"rerun_after": 0}, "rerun_after must be a positive number of seconds"),
     ],
 )
 def test_bad_sizes_are_refused(kwargs: dict[str, Any], message: str) -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.cli.errors import CliError, describe, redact, remember_secrets
+from sluice.cli.errors import CliError, describe
+from sluice.secrets import redact_text, remember_text
 
 from .runner import assert_error, run
 
@@ -46,6 +47,7 @@ from .runner import assert_error, run
         (["publish", "mqtt://h:1883/a/%23?qos=1", "--sample", "iot"], ["Cannot publish to 'a/#'"]),
         (["publish"], ["Missing argument"]),
         (["no-such-command"], ["No such command 'no-such-command'"]),
+        (["publsh"], ["No such command 'publsh'. Did you mean 'publish'? See 'sluice --help'."]),
         (["lag", "kafka://h:9092/t"], ["add ?group_id=NAME"]),
         (["lag", "mqtt://h:1883/t?group_id=g"], ["'sluice lag' works on kafka://"]),
         (["peek", "mqtt://h:1883/t"], ["add client_id=NAME&qos=1"]),
@@ -103,7 +105,14 @@ def test_a_password_in_the_query_is_hidden_too() -> None:
 
 
 def test_redact_hides_uri_passwords_and_remembered_secrets() -> None:
-    remember_secrets(["mqtt://u:p%40ss@h:1883/t"])
-    text = redact("mqtt://u:p%40ss@h:1883/t failed; the password p@ss was refused")
+    remember_text("mqtt://u:p%40ss@h:1883/t")
+    text = redact_text("mqtt://u:p%40ss@h:1883/t failed; the password p@ss was refused")
     assert "p%40ss" not in text and "p@ss" not in text
     assert "mqtt://u:***@h:1883/t" in text
+
+
+def test_empty_input_to_publish_is_an_error_unless_allowed() -> None:
+    empty = run("publish", "kafka://127.0.0.1:1/t", "--stdin", input="")
+    assert_error(empty, 1, "Nothing to publish: standard input holds no JSON line", "--allow-empty")
+    allowed = run("publish", "kafka://127.0.0.1:1/t", "--stdin", "--allow-empty", input="")
+    assert allowed.exit_code == 0 and "Published 0 messages" in allowed.stdout

@@ -100,3 +100,13 @@ def test_the_cursor_round_trips_through_json() -> None:
 def test_a_cursor_that_is_not_ours_says_how_to_recover() -> None:
     with pytest.raises(ValueError, match="Clear the cursor"):
         BatchCursor.from_json('{"positions": [1, 2]}')
+
+
+def test_an_mqtt_batch_whose_run_does_not_exist_yet_is_asked_for_unchanged() -> None:
+    """Each MQTT plan is a new batch: the one asked for is kept until its run exists."""
+    planned = BatchSpec("mqtt", "plant/#", client_id="lake", sequence=1)
+    cursor = BatchCursor().advance(BatchRequest(planned))
+    later = BatchSpec("mqtt", "plant/#", client_id="lake", sequence=2)
+    same = request(cursor, later, RunState.MISSING)
+    assert (same.spec, same.run_key, same.retry) == (planned, planned.batch_id, True)
+    assert request(cursor, later, RunState.FAILED).spec == later

@@ -72,3 +72,21 @@ def test_the_password_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
         configured = resources.queue
         assert configured.config()["credential.password"] == "s3cret"
         assert "s3cret" not in repr(configured.redacted_config())
+
+
+def test_a_password_in_the_bootstrap_uri_is_hidden_from_metadata_and_errors() -> None:
+    resource = KafkaQueueResource(bootstrap="kafka://svc:boot-pw-9@h1:9092,h2:9092", topic="t")
+    assert resource.redacted_config()["connection.uri"] == "kafka://svc:***@h1:9092,h2:9092"
+    assert resource.address == "h1:9092,h2:9092"
+    assert resource.scrub("refused boot-pw-9") == "refused ***"
+    try:
+        try:
+            raise KeyError("boot-pw-9")
+        except KeyError as inner:
+            raise ValueError("ingest failed") from inner
+    except ValueError as exc:
+        clean = resource.scrubbed(exc)  # the cause holds it: raise this one from None
+    assert clean is not None and "boot-pw-9" not in str(clean)
+    assert resource.scrubbed(ValueError("nothing secret")) is None
+    unreachable = resource.unavailable(ConnectionError("kafka://svc:boot-pw-9@h1:9092 down"))
+    assert "boot-pw-9" not in str(unreachable) and "svc:***@h1" in str(unreachable)

@@ -116,11 +116,14 @@ def test_tls_with_client_certificate() -> None:
     assert "sasl_mechanism" not in kwargs
 
 
-def test_unrecognised_protocol_warns_naming_the_key() -> None:
-    with pytest.warns(UnknownConfigKeyWarning, match="'connection.protocol'.*'tcpconnection.host'"):
-        assert (
-            built({"connection.protocol": "tcpconnection.host"})["security_protocol"] == "PLAINTEXT"
-        )
+def test_a_misspelt_protocol_is_an_error_naming_the_key_and_the_allowed_values() -> None:
+    # Falling back to plaintext would send the credentials unencrypted.
+    with pytest.raises(ConfigError, match=r"'connection.protocol'.*'sasl-ssl'.*sasl_ssl, ssl"):
+        built({"connection.protocol": "sasl-ssl", "credential.username": "u"})
+    with pytest.raises(ConfigError, match=r"'connection.protocol'.*'tls1'"):
+        KafkaConnection().configure({"connection.protocol": "tls1"})
+    with pytest.raises(ConfigError, match=r"scheme of config key 'connection.uri'.*'kafkas'"):
+        KafkaConnection().configure({"connection.uri": "kafkas://u:secret-pw@h:9093"})
 
 
 def test_timeouts_map_onto_kafka_python() -> None:

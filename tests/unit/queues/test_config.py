@@ -4,7 +4,8 @@ import pytest
 from pip_services3_commons.config import ConfigParams
 
 from sluice.queues import ConfigError, ConfigKey, UnknownConfigKeyWarning
-from sluice.queues.config import read_config, redact
+from sluice.queues.config import read_config
+from sluice.secrets import redact_config
 
 KEYS = (
     ConfigKey("topic", str, None, "Topic."),
@@ -69,5 +70,5 @@ def test_secret_values_never_appear_in_errors_or_redacted_config() -> None:
     with pytest.raises(ConfigError) as error:
         read_config({"options.token": "hunter2"}, secret_key, "Q")
     assert "hunter2" not in str(error.value)
-    shown = redact({"credential.password": "hunter2", "topic": "t"})
+    shown = redact_config({"credential.password": "hunter2", "topic": "t"})
     assert shown == {"credential.password": "***", "topic": "t"}

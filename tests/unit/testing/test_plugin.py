@@ -7,9 +7,11 @@ import pytest
 from sluice.testing.plugin import KAFKA_ENV, MQTT_ENV, external_broker
 
 
-def test_plugin_is_registered_as_a_pytest_entry_point() -> None:
-    plugins = {ep.name: ep.value for ep in entry_points(group="pytest11")}
-    assert plugins.get("sluice") == "sluice.testing.plugin"
+def test_plugin_is_opt_in_not_an_entry_point() -> None:
+    """Installing sluice-core must not give every project fixtures named ``spark``: a project
+    asks for them with ``-p sluice.testing.plugin`` (as this one does in pyproject.toml)."""
+    plugins = {ep.value for ep in entry_points(group="pytest11")}
+    assert "sluice.testing.plugin" not in plugins
 
 
 def test_external_brokers_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""The ``sluice`` command: embedded brokers, publish, peek, lag, ingest and dead-letter replay.
+"""The ``sluice`` command: embedded brokers, publish, peek, lag, ingest, audit, dead-letter replay.
 
 Each command group lives in its own module and imports the queue, Kafka, MQTT and Spark
 libraries only when it runs, so ``sluice --help`` stays fast.
@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from . import brokers, dlq, ingest, inspect, publish
+from . import audit, brokers, dlq, ingest, inspect, publish
 from .errors import SluiceGroup, set_debug
 
 __all__ = ["app", "main"]
@@ -46,6 +46,7 @@ app.command("publish")(publish.publish)
 app.command("peek")(inspect.peek)
 app.command("lag")(inspect.lag)
 app.command("ingest")(ingest.ingest)
+app.command("audit")(audit.audit)
 app.add_typer(dlq.app, name="dlq")
 
 
@@ -65,5 +66,9 @@ def main() -> None:
         logging.getLogger().addHandler(logging.NullHandler())
         import warnings
 
-        warnings.simplefilter("ignore")
+        # Warnings of the libraries under Sluice (Spark, kafka-python, paho, pip-services) say
+        # nothing to its user; Sluice's own (an unknown config key) is an error in the
+        # commands (queues.strict_config). Python's -W / PYTHONWARNINGS still win.
+        if not sys.warnoptions:
+            warnings.simplefilter("ignore")
     app()

@@ -2,7 +2,8 @@
 
 noida-db (Kafka) and mosquitto (MQTT), or Tansu with ``--kafka tansu``, run detached (their own
 session, output to a log file) so they outlive the command. Their pids, ports and working
-directories are kept in ``$SLUICE_HOME`` (default ``./.sluice``); ``down`` stops them by pid,
+directories are kept in ``$SLUICE_HOME`` (default ``~/.sluice``), so any directory sees the
+same brokers; ``down`` stops them by pid,
 after checking that the pid is still the broker it started.
 """
 
@@ -64,8 +65,8 @@ class Entry:
 
 
 def home() -> Path:
-    """The state directory: ``$SLUICE_HOME``, else ``.sluice`` in the current directory."""
-    return Path(os.environ.get(HOME_ENV) or Path.cwd() / ".sluice")
+    """The state directory: ``$SLUICE_HOME``, else ``~/.sluice``."""
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".sluice")
 
 
 def _load() -> tuple[list[Entry], dict[str, int]]:
@@ -136,7 +137,7 @@ def _stop(entry: Entry, timeout: float = 10.0) -> bool:
 
 
 def _start(name: str, port: int | None) -> Entry:
-    from sluice.testing import BrokerError, start_mosquitto, start_noida, start_tansu
+    from sluice.brokers import BrokerError, start_mosquitto, start_noida, start_tansu
 
     starters = {"noida": start_noida, "tansu": start_tansu, "mosquitto": start_mosquitto}
     workdir = home() / name
@@ -262,9 +263,27 @@ def down(
 
 
 @app.command()
-def status() -> None:
+def status(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the brokers as JSON (for scripts).")
+    ] = False,
+) -> None:
     """List the brokers started here: name, URL, pid and whether each is alive."""
     entries, _ = _load()
+    if as_json:
+        listed = [
+            {
+                "name": e.name,
+                "url": e.url,
+                "host": e.host,
+                "port": e.port,
+                "pid": e.pid,
+                "alive": running(e),
+            }
+            for e in entries
+        ]
+        output.out().print(json.dumps({"home": str(home()), "brokers": listed}, indent=2))
+        return
     if not entries:
         output.out().print(f"No brokers recorded in {home()}. Start them with: sluice brokers up")
         return

@@ -4,12 +4,12 @@ Commands raise :class:`CliError` (or let a library error through); :class:`Sluic
 turns any exception into ``Error: <one line>`` with exit code 2 for usage errors (the command
 line is wrong: an option, a URI, a config key, a file) and 1 for runtime errors (a broker that
 cannot be reached, bad data, a missing extra). ``--debug`` adds the traceback. Passwords of
-URIs seen on the command line never appear: every line printed here is redacted.
+URIs seen on the command line never appear: every line printed here goes through
+:func:`sluice.secrets.redact_text`.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -18,6 +18,8 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from sluice.secrets import redact_text, remember_text
+
 __all__ = [
     "RUNTIME",
     "USAGE",
@@ -25,16 +27,12 @@ __all__ = [
     "SluiceGroup",
     "describe",
     "is_debug",
-    "redact",
-    "remember_secrets",
     "report",
     "set_debug",
 ]
 
 USAGE = 2
 RUNTIME = 1
-
-_URI_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^:@/\s]*):(?P<pw>[^@/\s]+)@")
 
 
 class CliError(Exception):
@@ -47,7 +45,6 @@ class CliError(Exception):
 
 class _State:
     debug = False
-    secrets: set[str] = set()  # noqa: RUF012 - one process, one command line
 
 
 def set_debug(debug: bool) -> None:
@@ -56,30 +53,6 @@ def set_debug(debug: bool) -> None:
 
 def is_debug() -> bool:
     return _State.debug
-
-
-def remember_secrets(args: Sequence[str]) -> None:
-    """Note the passwords of URIs on the command line (in the user info, or a query parameter
-    such as ``credential.password``) so that no message can show them."""
-    from urllib.parse import parse_qsl, unquote, urlsplit
-
-    for arg in args:
-        for match in _URI_PASSWORD.finditer(arg):
-            _State.secrets.update({match.group("pw"), unquote(match.group("pw"))})
-        if "://" in arg and "?" in arg:
-            for name, value in parse_qsl(urlsplit(arg).query):
-                if "password" in name or name.endswith("access_key"):
-                    raw = arg.split(f"{name}=", 1)[-1].split("&", 1)[0]
-                    _State.secrets.update({value, raw})
-
-
-def redact(text: str) -> str:
-    """``text`` with URI passwords and every remembered secret replaced by ``***``."""
-    text = _URI_PASSWORD.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:***@", text)
-    for secret in sorted(_State.secrets, key=len, reverse=True):
-        if secret:
-            text = text.replace(secret, "***")
-    return text
 
 
 def _one_line(text: str) -> str:
@@ -101,6 +74,8 @@ def describe(exc: BaseException) -> tuple[str, int]:
     module = type(exc).__module__
     if name == "ConfigError":
         return _one_line(str(exc)), USAGE
+    if name in ("DataLossError", "ConcurrentIngestError"):  # they say what to do
+        return _one_line(str(exc)), RUNTIME
     if name == "UnknownConfigKeyWarning":
         text = _one_line(str(exc)).replace(" is ignored.", ".")
         return (
@@ -142,7 +117,8 @@ def _describe_click(exc: Any) -> tuple[str, int]:
     ctx = getattr(exc, "ctx", None)
     code = int(exc.exit_code)
     if code == USAGE and ctx is not None:
-        message = f"{message.rstrip('.')}. See '{ctx.command_path} --help'."
+        ended = message if message.endswith(("?", "!", ".")) else f"{message}."
+        message = f"{ended} See '{ctx.command_path} --help'."
     return message, code
 
 
@@ -158,9 +134,9 @@ class SluiceGroup(TyperGroup):
         **extra: Any,
     ) -> Any:
         _State.debug = False
-        _State.secrets = set()
         argv = list(sys.argv[1:] if args is None else args)
-        remember_secrets(argv)
+        for arg in argv:  # the passwords of URIs on the command line, wherever they show up
+            remember_text(arg)
         if not standalone_mode:
             return super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -178,7 +154,7 @@ def report(exc: BaseException) -> int:
     message, code = describe(exc)
     if _State.debug:
         trace = "".join(traceback.format_exception(exc))
-        sys.stderr.write(redact(trace))
-    sys.stderr.write(f"Error: {redact(message)}\n")
+        sys.stderr.write(redact_text(trace))
+    sys.stderr.write(f"Error: {redact_text(message)}\n")
     sys.stderr.flush()
     return code

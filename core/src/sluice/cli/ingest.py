@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -41,10 +46,10 @@ def ingest(
         ),
     ],
     sink: Annotated[
-        Path,
+        str,
         typer.Option(
-            file_okay=False,
-            help="Directory of the Parquet dataset (the batch goes to <sink>/batch_id=<id>/).",
+            help="Directory of the Parquet dataset (the batch goes to <sink>/batch_id=<id>/), "
+            "or an Apache Iceberg table: iceberg://CATALOG/NAMESPACE.TABLE.",
             show_default=False,
         ),
     ],
@@ -78,15 +83,29 @@ def ingest(
     dead_letter: Annotated[
         bool, typer.Option(help="Also republish records that do not parse to <topic>.dlq.")
     ] = False,
+    fail_on_broker_drops: Annotated[
+        bool,
+        typer.Option(
+            help="MQTT: fail when the broker's count of dropped messages rose since the last "
+            "ingest (mosquitto's max_queued_messages was reached)."
+        ),
+    ] = False,
+    accept_data_loss: Annotated[
+        bool,
+        typer.Option(
+            help="Skip messages the broker no longer has (retention, a recreated topic) and "
+            "record the loss, instead of failing."
+        ),
+    ] = False,
 ) -> None:
     """Ingest the messages waiting now: plan one batch, write it to Parquet, then commit."""
     target = parse(uri, command="ingest")
+    _check_uri(target)
+    _check_before_spark(schema, payload_column, sink)
     spec = _plan(target, max_messages)
     if spec is None:
         output.out().print(f"Nothing to ingest: no messages waiting on '{target.topic}'.")
         return
-    if importlib.util.find_spec("pyspark") is None:
-        raise CliError("'sluice ingest' needs PySpark: pip install 'sluice-core[spark]'.")
     from sluice.spark import ingest as run_ingest
 
     spark = _spark(master)
@@ -112,14 +131,41 @@ def ingest(
             value_format=value_format.value,
             mode=mode.value,
             dead_letter=dead_letter,
+            fail_on_data_loss=not accept_data_loss,
+            fail_on_broker_drops=fail_on_broker_drops,
             progress=progress,
         )
     _show(result)
 
 
-def _spark(master: str | None) -> Any:
-    import os
+@contextlib.contextmanager
+def _stderr_to(log: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``log`` while the block runs: a process started meanwhile
+    (Spark's JVM) keeps writing there, this one writes to the terminal again afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log, "ab") as handle:
+        os.dup2(handle.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
+
+def _check_before_spark(schema: str | None, payload_column: str | None, sink: str) -> None:
+    """What the user typed, checked in seconds: Spark takes several to start."""
+    if importlib.util.find_spec("pyspark") is None:
+        raise CliError("'sluice ingest' needs PySpark: pip install 'sluice-core[spark]'.")
+    from sluice.spark.classify import parse_schema
+    from sluice.spark.sinks import open_sink
+
+    parse_schema(schema, payload_column)
+    open_sink(sink).check()
+
+
+def _spark(master: str | None) -> Any:
     from sluice.spark import spark_session
     from sluice.spark.session import DEFAULT_MASTER, MASTER_ENV
 
@@ -127,22 +173,29 @@ def _spark(master: str | None) -> Any:
     if chosen.startswith("local"):
         # A local Spark has no business on the network: keep its driver on loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = spark_session(chosen)
+    if is_debug():
+        spark = spark_session(chosen)
+    else:  # Spark's start-up lines would bury the result: the JVM writes to a log file
+        with _stderr_to(Path(tempfile.gettempdir()) / f"sluice-spark-{os.getpid()}.log"):
+            spark = spark_session(chosen)
     if not is_debug() and hasattr(spark, "sparkContext") and not chosen.startswith("sc://"):
         spark.sparkContext.setLogLevel("ERROR")  # Spark's warnings would bury the result
     return spark
+
+
+def _check_uri(target: QueueUri) -> None:
+    if target.kind == "kafka" and not target.given("group_id"):
+        raise CliError(
+            "'sluice ingest' commits what it ingested for a consumer group: add "
+            "?group_id=NAME to the URI.",
+            usage=True,
+        )
 
 
 def _plan(target: QueueUri, max_messages: int | None) -> BatchSpec | None:
     from sluice.batch import plan_batch
 
     if target.kind == "kafka":
-        if not target.given("group_id"):
-            raise CliError(
-                "'sluice ingest' commits what it ingested for a consumer group: add "
-                "?group_id=NAME to the URI.",
-                usage=True,
-            )
         queue = target.queue({"from_beginning": True})
         with opened(queue):
             return plan_batch(queue, max_messages=max_messages)
@@ -169,6 +222,7 @@ def _show(result: IngestResult) -> None:
         ("quarantined", data["quarantined"]),
         ("duplicates", data["duplicates"]),
         ("skipped", data["skipped"]),
+        ("broker dropped", data["dropped"]),
         ("bytes", data["bytes"]),
         ("seconds", data["seconds"]),
         ("msg/s", round(result.messages_per_second)),

@@ -256,6 +256,9 @@ def publish(
     key_field: Annotated[
         str | None, typer.Option(help="Use this JSON field of each message as its key.")
     ] = None,
+    allow_empty: Annotated[
+        bool, typer.Option(help="Succeed when --file or --stdin holds no message.")
+    ] = False,
 ) -> None:
     """Publish JSON lines (a file, stdin) or sample IoT readings to a Kafka or MQTT topic."""
     target = parse(uri, command="publish")
@@ -266,8 +269,18 @@ def publish(
             usage=True,
         )
     lines, total = _input(file, stdin, sample, count, malformed, seed, key_field)
-    sent, seconds = _send_all(target, lines(), total, rate)
+    if total == 0 and not allow_empty:
+        where = f"the file {file}" if file is not None else "standard input"
+        raise CliError(
+            f"Nothing to publish: {where} holds no JSON line. Pass --allow-empty if that is "
+            "expected."
+        )
+    sent, seconds = _send_all(target, lines(), total, rate) if total else (0, 0.0)
     speed = sent / seconds if seconds > 0 else 0.0
     output.out().print(
-        f"Published {sent} messages to {target.shown} in {seconds:.2f} s ({speed:,.0f} msg/s)."
+        f"Published {_messages(sent)} to {target.shown} in {seconds:.2f} s ({speed:,.0f} msg/s)."
     )
+
+
+def _messages(count: int) -> str:
+    return f"{count:,} message" + ("" if count == 1 else "s")

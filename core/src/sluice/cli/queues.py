@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from .errors import CliError, redact
+from sluice.secrets import redact_text, redact_uri
+
+from .errors import CliError
 
 if TYPE_CHECKING:
     from sluice.batch import OffsetRange
@@ -51,7 +53,7 @@ class QueueUri:
     @property
     def shown(self) -> str:
         """The URI without its password, for messages."""
-        return redact(self.uri)
+        return redact_uri(self.uri)
 
     @property
     def topic(self) -> str:
@@ -82,7 +84,7 @@ def parse(uri: str, *, kinds: tuple[Kind, ...] = ("kafka", "mqtt"), command: str
     known = transports()
     if not scheme or "://" not in uri:
         raise CliError(
-            f"'{redact(uri)}' is not a queue URI: write e.g. kafka://127.0.0.1:9092/TOPIC "
+            f"'{redact_uri(uri)}' is not a queue URI: write e.g. kafka://127.0.0.1:9092/TOPIC "
             "or mqtt://127.0.0.1:1883/TOPIC?qos=1.",
             usage=True,
         )
@@ -90,7 +92,7 @@ def parse(uri: str, *, kinds: tuple[Kind, ...] = ("kafka", "mqtt"), command: str
     if transport is None:
         schemes = ", ".join(f"{s}://" for s in sorted(known) if s != "memory")
         raise CliError(
-            f"Unknown URI scheme '{scheme}://' in '{redact(uri)}': use one of {schemes}.",
+            f"Unknown URI scheme '{scheme}://' in '{redact_uri(uri)}': use one of {schemes}.",
             usage=True,
         )
     if scheme == "memory":
@@ -114,10 +116,10 @@ def parse(uri: str, *, kinds: tuple[Kind, ...] = ("kafka", "mqtt"), command: str
     try:
         config = uri_to_config(uri, top_level)
     except ValueError as exc:
-        raise CliError(redact(str(exc)), usage=True) from exc
+        raise CliError(redact_text(str(exc)), usage=True) from exc
     if not config.get("topic"):
         raise CliError(
-            f"The URI '{redact(uri)}' names no topic: put it in the path, "
+            f"The URI '{redact_uri(uri)}' names no topic: put it in the path, "
             f"e.g. {scheme}://{urlsplit(uri).netloc.rpartition('@')[2] or 'host:port'}/TOPIC.",
             usage=True,
         )

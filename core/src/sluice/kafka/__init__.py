@@ -1,4 +1,5 @@
-"""Kafka transport on kafka-python: KafkaConnection (seed 001) and KafkaMessageQueue (seed 000)."""
+"""Kafka transport on kafka-python: KafkaConnection and KafkaMessageQueue, as pip-services'
+Kafka components."""
 
 from .connection import KafkaConnection
 from .queue import KafkaMessageQueue

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
 from urllib.parse import unquote
 
-from ..queues.config import ConfigKey, UnknownConfigKeyWarning
+from ..queues.config import ConfigError, ConfigKey
+from ..secrets import redact_text
 
 DEFAULT_BOOTSTRAP_ENV = "SLUICE_KAFKA_BOOTSTRAP"
 
-#: Keys of KafkaConnection (seed 001); a queue that owns its connection accepts them too.
+#: Keys of KafkaConnection (as pip-services' KafkaConnection); a queue that owns its connection
+#: accepts them too.
 CONNECTION_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("client_id", str, None, "Kafka client id (default: the host name)."),
     ConfigKey(
@@ -71,7 +72,7 @@ CONNECTION_KEYS: tuple[ConfigKey, ...] = (
     ),
 )
 
-#: Keys of KafkaMessageQueue (seed 000), beyond the connection's.
+#: Keys of KafkaMessageQueue (as pip-services' KafkaMessageQueue), beyond the connection's.
 QUEUE_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("topic", str, None, "Kafka topic to send to and receive from."),
     ConfigKey("queue", str, None, "pip-services alias of 'topic'."),
@@ -168,14 +169,17 @@ def security_protocol(config: dict[str, Any]) -> str:
         protocol = _split_uri(str(config["connection.uri"]))[0]
     key = str(protocol).lower() if protocol else None
     if key not in _PROTOCOLS:
-        warnings.warn(
-            f"KafkaConnection: config key 'connection.protocol' has the unknown value "
-            f"{protocol!r}; "
-            f"using plaintext. Use one of: tcp, ssl, sasl_plaintext, sasl_ssl.",
-            UnknownConfigKeyWarning,
-            stacklevel=5,
+        # Never fall back to plaintext: a typo would send the credentials unencrypted.
+        allowed = ", ".join(sorted(k for k in _PROTOCOLS if k))
+        where = (
+            "config key 'connection.protocol'"
+            if config.get("connection.protocol")
+            else "the scheme of config key 'connection.uri'"
         )
-        key = None
+        raise ConfigError(
+            f"KafkaConnection: {where} has the unknown value {redact_text(str(protocol))!r}. "
+            f"Use one of: {allowed}."
+        )
     chosen = _PROTOCOLS[key]
     if credentials(config)[0] and chosen in ("PLAINTEXT", "SSL"):
         chosen = "SASL_" + chosen

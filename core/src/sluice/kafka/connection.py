@@ -1,5 +1,6 @@
-"""KafkaConnection (seed 001): one producer, an admin client and the consumer subscriptions,
-shareable by several queues through the reference ``*:connection:kafka:*:1.0``."""
+"""KafkaConnection (as pip-services' KafkaConnection): one producer, an admin client and the
+consumer subscriptions, shareable by several queues through the reference
+``*:connection:kafka:*:1.0``."""
 
 from __future__ import annotations
 
@@ -25,7 +26,14 @@ from pip_services3_commons.run import IOpenable
 
 from ..queues.config import read_config, to_config_params
 from ..queues.envelope import normalize_headers, to_bytes
-from .config import CONNECTION_KEYS, bootstrap_servers, client_config, credentials
+from ..queues.references import resolve_references
+from .config import (
+    CONNECTION_KEYS,
+    bootstrap_servers,
+    client_config,
+    credentials,
+    security_protocol,
+)
 from .logs import hide_secret, kafka_log_level
 from .offsets import EndProbe
 from .subscription import KafkaMessageListener, Subscription
@@ -37,7 +45,7 @@ T = TypeVar("T")
 
 
 class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[misc]
-    """A connection to a Kafka cluster on kafka-python (see seed 001 for the keys)."""
+    """A connection to a Kafka cluster on kafka-python (pip-services' KafkaConnection keys)."""
 
     def __init__(self) -> None:
         self._config: dict[str, Any] = read_config({}, CONNECTION_KEYS, "KafkaConnection")
@@ -46,6 +54,7 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         self._subscriptions: dict[tuple[str, str, int], list[Subscription]] = {}
         self._probes: dict[str, EndProbe] = {}  # by topic; guarded by self._lock
         self._lock = threading.Lock()  # the probes and the lazily made admin client
+        self._references: IReferences | None = None
 
     # ---- configuration -------------------------------------------------------------------
 
@@ -56,10 +65,13 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         """Take already validated values (a queue that owns its connection passes its own)."""
         self._config = dict(values)
         hide_secret(credentials(self._config)[1])
+        security_protocol(self._config)  # a misspelt connection.protocol fails here
         logging.getLogger("kafka").setLevel(kafka_log_level(int(values["options.log_level"])))
 
     def set_references(self, references: IReferences) -> None:
-        """Nothing to resolve: connection and credentials come from the configuration."""
+        """Keep the discovery services and credential stores that ``open`` resolves
+        ``connection.discovery_key`` and ``credential.store_key`` through."""
+        self._references = references
 
     @property
     def servers(self) -> list[str]:
@@ -81,6 +93,11 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         """Connect the producer: ``options.max_retries`` tries, ``options.retry_timeout`` apart."""
         if self._producer is not None:
             return
+        self.use_config(
+            resolve_references(
+                self._config, self._references, correlation_id, "KafkaConnection", join_servers=True
+            )
+        )
         self._producer = self._connect(
             lambda: KafkaProducer(
                 acks="all" if self._config["options.acks"] == -1 else self._config["options.acks"],
@@ -126,27 +143,34 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
             raise ConnectionError("The Kafka connection is not opened; call open() first.")
         return self._producer
 
-    def get_connection(self) -> KafkaProducer:
-        """The connection object: the producer (kafka-python has no connection pool object)."""
-        return self._check_open()
+    def get_connection(self) -> KafkaProducer | None:
+        """The connection object: the producer (kafka-python has no connection pool object);
+        None before ``open`` and after ``close``, as in pip-services."""
+        return self._producer
 
-    def get_producer(self) -> KafkaProducer:
-        return self._check_open()
+    def get_producer(self) -> KafkaProducer | None:
+        """The producer; None before ``open`` and after ``close``, as in pip-services."""
+        return self._producer
 
     # ---- publishing ----------------------------------------------------------------------
 
     def publish(
         self,
         topic: str,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, Any] | bytes | str],
         options: Mapping[str, Any] | None = None,
     ) -> None:
-        """Send ``messages`` ({value, key, timestamp, headers} dicts) and wait until all are acked.
+        """Send ``messages`` and wait until all are acked: {value, key, timestamp, headers}
+        dicts (pip-services' KafkaConnection), or bare values (bytes or str, as
+        pip-services3-kafka publishes).
 
         ``options`` may hold ``partition`` (send everything to that partition).
         """
         producer = self._check_open()
         partition = (options or {}).get("partition")
+        records: list[Mapping[str, Any]] = [
+            m if isinstance(m, Mapping) else {"value": m} for m in messages
+        ]
         futures = [
             producer.send(
                 topic,
@@ -156,7 +180,7 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
                 timestamp_ms=message.get("timestamp"),
                 partition=partition,
             )
-            for message in messages
+            for message in records
         ]
         timeout = self._config["options.request_timeout"] / 1000
         producer.flush(timeout)
@@ -175,6 +199,7 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         not in it start at 0).
         """
         self._check_open()
+        group_id = group_id or "default"  # as pip-services: the seed's group id is optional
         key = (topic, group_id, id(listener))
         if key in self._subscriptions:
             return
@@ -207,13 +232,14 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         self._subscriptions[key] = subscriptions
 
     def unsubscribe(self, topic: str, group_id: str, listener: KafkaMessageListener) -> None:
-        for subscription in self._subscriptions.pop((topic, group_id, id(listener)), []):
+        key = (topic, group_id or "default", id(listener))
+        for subscription in self._subscriptions.pop(key, []):
             subscription.stop()
 
     def subscriptions(
         self, topic: str, group_id: str, listener: KafkaMessageListener
     ) -> list[Subscription]:
-        return list(self._subscriptions.get((topic, group_id, id(listener)), []))
+        return list(self._subscriptions.get((topic, group_id or "default", id(listener)), []))
 
     def _owner(
         self, topic: str, group_id: str, partition: int, listener: KafkaMessageListener

@@ -1,4 +1,5 @@
-"""KafkaMessageQueue (seed 000) on kafka-python, with the semantics DESIGN.md asks for.
+"""KafkaMessageQueue (as pip-services' KafkaMessageQueue) on kafka-python, with the semantics of
+docs/architecture.md.
 
 - ``read_message_count`` is the group's real backlog: end offsets minus committed offsets.
 - ``peek``/``peek_batch`` look at the local buffer and never commit.
@@ -49,6 +50,7 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
     CONFIG_KEYS = (*QUEUE_KEYS, *CONNECTION_KEYS, LISTEN_INTERVAL_KEY)
     CONNECTION_CLASS = KafkaConnection
     CONNECTION_DESCRIPTOR = Descriptor("*", "connection", "kafka", "*", "1.0")
+    JOIN_SERVERS = True
 
     def __init__(self, name: str | None = None) -> None:
         super().__init__(
@@ -110,12 +112,21 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
         self._subscribe()
         return self._conn().subscriptions(self.topic, self.group_id, self)
 
+    def wait_assigned(self, timeout: float | None = None) -> bool:
+        """Wait until the group has assigned each of this queue's consumers its partitions
+        (subscribing first if needed); False if ``timeout`` seconds (default: twice the
+        session timeout plus 5 s) pass first. Until then a receive finds nothing."""
+        if timeout is None:
+            timeout = 2 * self._config["options.session_timeout"] / 1000 + 5
+        deadline = time.monotonic() + timeout
+        return all(
+            subscription.wait_assigned(max(0.0, deadline - time.monotonic()))
+            for subscription in self.subscriptions()
+        )
+
     def _wait_assigned(self) -> list[Subscription]:
-        subscriptions = self.subscriptions()
-        timeout = 2 * self._config["options.session_timeout"] / 1000 + 5
-        for subscription in subscriptions:
-            subscription.wait_assigned(timeout)
-        return subscriptions
+        self.wait_assigned()
+        return self.subscriptions()
 
     # ---- the listener side: called on the consumer's thread ------------------------------
 
@@ -158,7 +169,7 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
 
     # ---- sending -------------------------------------------------------------------------
 
-    def send(self, correlation_id: str | None, message: MessageEnvelope) -> None:
+    def _send(self, correlation_id: str | None, message: MessageEnvelope) -> None:
         self._check_open(correlation_id)
         message.sent_time = datetime.datetime.now(datetime.UTC)
         partition = self._config["options.write_partition"]

@@ -26,7 +26,7 @@ POLL_MS = 100
 
 
 class KafkaMessageListener(Protocol):
-    """Seed 001's IKafkaMessageListener, plus back-pressure and rebalance hooks."""
+    """pip-services' IKafkaMessageListener, plus back-pressure and rebalance hooks."""
 
     def on_message(self, topic: str, partition: int, message: Any) -> None: ...
 

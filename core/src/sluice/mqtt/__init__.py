@@ -1,4 +1,5 @@
-"""MQTT transport on paho-mqtt 2.x: MqttConnection and MqttMessageQueue (seed 002)."""
+"""MQTT transport on paho-mqtt 2.x: MqttConnection and MqttMessageQueue, as pip-services' MQTT
+components."""
 
 from .connection import MqttConnection
 from .queue import MqttMessageQueue

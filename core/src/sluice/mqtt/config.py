@@ -1,5 +1,6 @@
-"""The MQTT configuration keys (seed 002 plus Sluice's session, TLS and acknowledgement keys),
-and what they mean for the client: the broker's address, the protocol and the session."""
+"""The MQTT configuration keys (pip-services' MqttMessageQueue keys plus Sluice's session, TLS
+and acknowledgement keys), and what they mean for the client: the broker's address, the protocol
+and the session."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ CONNECTION_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("options.ws_path", str, "/mqtt", "HTTP path of an MQTT-over-WebSocket (ws, wss)."),
 )
 
-#: Keys of MqttMessageQueue (seed 002), beyond the connection's.
+#: Keys of MqttMessageQueue (as pip-services' MqttMessageQueue), beyond the connection's.
 QUEUE_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("topic", str, None, "MQTT topic to publish to; as a filter it may hold + and #."),
     ConfigKey("queue", str, None, "pip-services alias of 'topic'."),

@@ -2,8 +2,9 @@
 through the reference ``*:connection:mqtt:*:1.0``.
 
 Every successful CONNACK starts a new *generation* of the connection. A message is
-acknowledged only on the generation it arrived on: after a reconnect its packet id may
-belong to another message, and a persistent session redelivers it anyway.
+acknowledged only on the generation it arrived on, while that connection is up: after a
+reconnect its packet id may belong to another message, and a persistent session redelivers
+it anyway. :class:`sluice.mqtt.acks.AckLedger` makes that check and the PUBACK one step.
 
 Queues sharing a connection may listen to overlapping filters. A message handed to several
 of them is acknowledged when the last one acknowledges it. Under MQTT 5 every filter is
@@ -32,6 +33,8 @@ from pip_services3_commons.refer import IReferenceable, IReferences
 from pip_services3_commons.run import IOpenable
 
 from ..queues.config import read_config, to_config_params
+from ..queues.references import resolve_references
+from .acks import AckLedger
 from .config import (
     CONNECTION_KEYS,
     Endpoint,
@@ -62,6 +65,9 @@ class MqttMessageListener(Protocol):
 
     A listener may also define ``on_connected(session_present: bool)``, called on paho's
     network thread after every (re)connection, before the messages of the new connection.
+    A listener that sets ``manual_ack = True`` acknowledges QoS >= 1 messages itself through
+    :meth:`MqttConnection.ack` (Sluice's queues do); for any other listener (pip-services
+    code) the connection acknowledges a message once the listener's ``on_message`` returns.
     """
 
     def on_message(self, topic: str, data: bytes, packet: paho.MQTTMessage) -> None: ...
@@ -87,11 +93,7 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         self._connected = threading.Event()
         self._refusal: Any = None  # the CONNACK reason code of a refused connection
         self._pending: dict[int, _Pending] = {}
-        self._generation = 0
-        self._fresh_generation = 0  # the last connection on which the session started afresh
-        # (generation, packet id) -> acknowledgements still awaited, for a message handed to
-        # several listeners: the broker gets its one PUBACK when the last listener acks
-        self._holds: dict[tuple[int, int], int] = {}
+        self._acks = AckLedger()  # generations and acknowledgements, under their own lock
 
     # ---- configuration -------------------------------------------------------------------
 
@@ -104,7 +106,9 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         broker_address(self._config)  # a wrong protocol is a configuration error
 
     def set_references(self, references: IReferences) -> None:
-        """Nothing to resolve: connection and credentials come from the configuration."""
+        """Resolve ``connection.discovery_key`` and ``credential.store_key`` through the
+        discovery services and credential stores in ``references`` (configure first)."""
+        self._config = resolve_references(self._config, references, None, "MqttConnection")
 
     @property
     def address(self) -> str:
@@ -118,13 +122,19 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
     @property
     def generation(self) -> int:
         """How many times the broker has accepted this connection (see the module docstring)."""
-        return self._generation
+        return self._acks.generation
+
+    @property
+    def is_connected(self) -> bool:
+        """Whether the connection of the current generation is up (not lost, not closed)."""
+        return self._acks.live
 
     def redelivers(self, generation: int) -> bool:
-        """Whether the broker sends again, on the current connection, the QoS 1 messages left
-        unacknowledged on connection ``generation``: true when the session has survived every
-        reconnection since (the broker resends unacknowledged messages on a resumed session)."""
-        return self._fresh_generation <= generation < self._generation
+        """Whether the broker sends again the QoS 1 messages left unacknowledged on connection
+        ``generation``: true when the session has survived every reconnection since (the broker
+        resends unacknowledged messages on a resumed session), and while disconnected when
+        the session is persistent (they come to the next connection)."""
+        return self._acks.redelivers(generation)
 
     def __repr__(self) -> str:
         return f"MqttConnection({self.address}, open={self.is_open()})"
@@ -251,10 +261,25 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         """Disconnect. A persistent session keeps its subscriptions and unacknowledged messages."""
         client, self._client = self._client, None
         if client is not None:
+            self._acks.disconnected(self.is_persistent)  # PUBACKs queued so far go before it
             client.disconnect()
             client.loop_stop()
         with self._lock:
             self._subscriptions.clear()
+
+    def get_connection(self) -> paho.Client | None:
+        """The paho client; None before ``open`` and after ``close``, as in pip-services."""
+        return self._client
+
+    def read_queue_names(self) -> list[str]:
+        """MQTT brokers do not list their topics: always empty, as in pip-services."""
+        return []
+
+    def create_queue(self, name: str) -> None:
+        """Nothing to do: MQTT topics exist as soon as someone publishes to them."""
+
+    def delete_queue(self, name: str) -> None:
+        """Nothing to do: MQTT topics cannot be deleted."""
 
     # ---- paho callbacks (network thread) -------------------------------------------------
 
@@ -267,10 +292,8 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
                 log.error("%s", self._refused(reason))
             self._connected.set()
             return
-        self._generation += 1
-        if not flags.session_present:
-            self._fresh_generation = self._generation
-        if self._generation > 1 and self.is_persistent and not flags.session_present:
+        generation = self._acks.connected(flags.session_present)
+        if generation > 1 and self.is_persistent and not flags.session_present:
             log.warning(
                 "the MQTT broker at %s lost the persistent session of client %r: "
                 "QoS 1/2 messages published while disconnected are lost; subscribing again",
@@ -278,7 +301,6 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
                 self._config.get("client_id"),
             )
         with self._lock:
-            self._holds.clear()  # the packet ids of the previous connection are stale
             filters = [(t, qos) for t, (qos, _) in self._subscriptions.items() if qos is not None]
             listeners = [x for _, registered in self._subscriptions.values() for x in registered]
         for topic, qos in filters:  # every time: a clean session has forgotten them
@@ -293,6 +315,9 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
     def _on_disconnect(
         self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
     ) -> None:
+        # Before paho's reconnect() empties its outgoing queue: no PUBACK of this connection
+        # can be queued after it and reach the next connection.
+        self._acks.disconnected(self.is_persistent)
         if self._client is None:
             return
         if self._config["options.retry_connect"]:
@@ -330,14 +355,17 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
                 and (not ids or subscription_id(topic) in ids)
                 for listener in registered
             ]
-            if message.qos > 0 and len(listeners) > 1:
-                self._holds[self._generation, message.mid] = len(listeners)
+        generation = self._acks.generation
+        if message.qos > 0:
+            self._acks.share(message.mid, generation, len(listeners))
         if not listeners:
             log.debug(
                 "no queue listens to %r; message %d left unacknowledged", message.topic, message.mid
             )
         for listener in listeners:
             listener.on_message(message.topic, bytes(message.payload), message)
+            if message.qos > 0 and not getattr(listener, "manual_ack", False):
+                self.ack(message.mid, message.qos, generation)
 
     # ---- messaging -----------------------------------------------------------------------
 
@@ -349,17 +377,22 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
     def publish(
         self,
         topic: str,
-        payload: bytes | None,
-        qos: int = 0,
+        payload: bytes | str | None,
+        qos: int | Mapping[str, Any] = 0,
         retain: bool = False,
         properties: Properties | None = None,
     ) -> None:
         """Publish and, for QoS >= 1, wait until the broker has it.
 
+        ``qos`` may also be pip-services3-mqtt's options dict (``{"qos": 1, "retain": False}``).
+
         While the connection is down paho keeps a QoS >= 1 message and sends it on reconnect;
         this waits for that too (up to ``options.connect_timeout``). A QoS 0 message cannot
         wait: publishing one while disconnected raises ``ConnectionError``.
         """
+        if isinstance(qos, Mapping):
+            options = qos
+            qos, retain = int(options.get("qos", 0)), bool(options.get("retain", retain))
         info = self._check_open().publish(topic, payload, qos, retain, properties)
         queued = qos > 0 and info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN
         if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS and not queued:
@@ -391,10 +424,16 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
             if listener not in listeners:
                 listeners.append(listener)
 
-    def subscribe(self, topic: str, qos: int, listener: MqttMessageListener) -> None:
+    def subscribe(
+        self, topic: str, qos: int | Mapping[str, Any], listener: MqttMessageListener
+    ) -> None:
         """Deliver messages matching ``topic`` (+ and # allowed) to ``listener``.
 
+        ``qos`` may also be pip-services3-mqtt's options dict (``{"qos": 1}``).
+
         Waits for the broker's SUBACK; raises ``ConnectionError`` if the broker refuses."""
+        if isinstance(qos, Mapping):
+            qos = int(qos.get("qos", 0))
         client = self._check_open()
         self.add_listener(topic, listener)
         with self._lock:
@@ -441,7 +480,9 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
                     topic,
                 )
 
-    def unsubscribe(self, topic: str, listener: MqttMessageListener, at_broker: bool) -> None:
+    def unsubscribe(
+        self, topic: str, listener: MqttMessageListener, at_broker: bool = True
+    ) -> None:
         """Stop delivering to ``listener``. With ``at_broker`` (a connection that stays open)
         the last listener of ``topic`` also unsubscribes at the broker, so the broker stops
         sending what nobody would acknowledge."""
@@ -458,16 +499,10 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
     def ack(self, mid: int, qos: int, generation: int) -> bool:
         """Acknowledge a message (PUBACK, or PUBCOMP for QoS 2) that arrived on ``generation``.
 
-        Does nothing (and returns False) for QoS 0, on a closed connection, or when the
-        connection has been re-established since: the packet id may then be another message's.
-        """
+        Does nothing (and returns False) for QoS 0, on a closed or lost connection, when the
+        connection has been re-established since (the packet id may then be another
+        message's), or while other listeners still hold the message."""
         client = self._client
-        if qos == 0 or client is None or generation != self._generation:
+        if client is None:
             return False
-        with self._lock:
-            awaited = self._holds.pop((generation, mid), 1) - 1
-            if awaited > 0:  # other listeners still hold the message
-                self._holds[generation, mid] = awaited
-                return False
-        client.ack(mid, qos)
-        return True
+        return self._acks.ack(mid, qos, generation, client.ack)

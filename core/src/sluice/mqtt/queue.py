@@ -1,4 +1,5 @@
-"""MqttMessageQueue (seed 002) on paho-mqtt 2.x, doing better than the seed where MQTT allows.
+"""MqttMessageQueue (as pip-services' MqttMessageQueue) on paho-mqtt 2.x, doing better where
+MQTT allows.
 
 - ``complete`` and ``abandon`` work, through manual acknowledgements (QoS 1): with
   ``autocommit`` false a message is acknowledged only by ``complete``; an abandoned one is
@@ -92,6 +93,8 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
     CONFIG_KEYS = (*QUEUE_KEYS, *CONNECTION_KEYS, LISTEN_INTERVAL_KEY)
     CONNECTION_CLASS = MqttConnection
     CONNECTION_DESCRIPTOR = Descriptor("*", "connection", "mqtt", "*", "1.0")
+    #: It acknowledges each message itself, on complete() (see MqttMessageListener).
+    manual_ack = True
 
     def __init__(self, name: str | None = None) -> None:
         super().__init__(name, self._capabilities_for(self._defaults(), durable=False))
@@ -204,7 +207,7 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
 
     # ---- sending -------------------------------------------------------------------------
 
-    def send(self, correlation_id: str | None, message: MessageEnvelope) -> None:
+    def _send(self, correlation_id: str | None, message: MessageEnvelope) -> None:
         self._check_open(correlation_id)
         if is_filter(self.topic):
             raise ValueError(
@@ -253,7 +256,13 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
                 "An MQTT batch needs a persistent session: configure client_id "
                 "(and leave options.clean_session false)."
             )
-        return BatchSpec("mqtt", self.topic, client_id=str(client_id), max_messages=max_messages)
+        return BatchSpec(
+            "mqtt",
+            self.topic,
+            client_id=str(client_id),
+            max_messages=max_messages,
+            sequence=time.time_ns() // 1_000_000,
+        )
 
     # ---- acknowledging -------------------------------------------------------------------
 

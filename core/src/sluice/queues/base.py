@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol, TypeAlias
 
 from pip_services3_commons.config import ConfigParams, NameResolver
+from pip_services3_commons.refer import IReferences
 from pip_services3_commons.run import ICleanable
 from pip_services3_messaging.queues import MessageQueue as _PipMessageQueue
 
 from .capabilities import MessagingCapabilities
 from .config import ConfigKey, read_config, to_config_params
-from .envelope import MessageEnvelope
+from .envelope import MessageEnvelope, as_envelope
+from .references import resolve_references
 
 __all__ = ["MessageQueue", "MessageReceiver"]
 
@@ -48,7 +52,11 @@ class MessageQueue(_PipMessageQueue, ICleanable):  # type: ignore[misc]
       unknown key: ``UnknownConfigKeyWarning``) and accepts a plain dict as well as ConfigParams;
     - ``receive`` has a default wait of 0 ms;
     - ``listen`` works on top of ``receive`` (no busy loop) and accepts a plain callable;
-    - ``send_as_object`` builds Sluice's ``MessageEnvelope`` (which handles bytes payloads).
+    - ``send_as_object`` builds Sluice's ``MessageEnvelope`` (which handles bytes payloads);
+    - ``send`` also takes pip-services' own ``MessageEnvelope`` (or a look-alike, see
+      :func:`~sluice.queues.envelope.as_envelope`); subclasses implement :meth:`_send`;
+    - ``open`` resolves ``connection.discovery_key`` and ``credential.store_key`` through the
+      references (see :mod:`sluice.queues.references`) and fails clearly when it cannot.
     """
 
     #: The configuration keys this queue understands, beyond the common connection/credential ones.
@@ -60,6 +68,9 @@ class MessageQueue(_PipMessageQueue, ICleanable):  # type: ignore[misc]
         self._config: dict[str, Any] = read_config({}, self.CONFIG_KEYS, self._component())
         self._listen_stop = threading.Event()
         self._opened = False
+        self._references: IReferences | None = None
+        #: The configuration ``open`` used: discovery and store keys resolved.
+        self._open_config: dict[str, Any] = dict(self._config)
 
     def is_open(self) -> bool:
         return self._opened
@@ -76,6 +87,27 @@ class MessageQueue(_PipMessageQueue, ICleanable):  # type: ignore[misc]
         super().configure(params)
         self._name = NameResolver.resolve(params, name)
 
+    def set_references(self, references: IReferences) -> None:
+        self._references = references
+        super().set_references(references)
+
+    def unset_references(self) -> None:
+        self._references = None
+
+    def open(self, correlation_id: str | None = None) -> None:
+        """Open the queue with its connection and credential resolved (see the class doc)."""
+        self._open_config = resolve_references(
+            self._config,
+            self._references,
+            correlation_id,
+            self._component(),
+            join_servers=self.JOIN_SERVERS,
+        )
+        self._open_with_params(correlation_id, [], None)
+
+    #: Whether several discovered connections make one server list (Kafka) or not (MQTT).
+    JOIN_SERVERS: ClassVar[bool] = False
+
     @property
     def config(self) -> dict[str, Any]:
         """The effective configuration (validated, defaults applied). Secrets are included."""
@@ -85,6 +117,19 @@ class MessageQueue(_PipMessageQueue, ICleanable):  # type: ignore[misc]
 
     def send_as_object(self, correlation_id: str | None, message_type: str, message: Any) -> None:
         self.send(correlation_id, MessageEnvelope(correlation_id, message_type, message))
+
+    def send(self, correlation_id: str | None, message: Any) -> None:
+        """Send ``message``: Sluice's or pip-services' ``MessageEnvelope``, or any object with
+        ``message_id``, ``message_type``, ``correlation_id`` and ``message``."""
+        envelope = as_envelope(message)
+        self._send(correlation_id, envelope)
+        if envelope is not message and getattr(message, "sent_time", False) is None:
+            with contextlib.suppress(AttributeError):
+                message.sent_time = envelope.sent_time  # as pip-services' queues set it
+
+    @abstractmethod
+    def _send(self, correlation_id: str | None, message: MessageEnvelope) -> None:
+        """Send Sluice's envelope (``send`` has converted what the caller gave)."""
 
     def renew_lock(self, message: MessageEnvelope, lock_timeout: int) -> None:
         """Renew a message lock. A no-op on queues that do not lock (see ``can_renew_lock``)."""

@@ -62,7 +62,14 @@ class BrokerQueue(MessageQueue, Generic[C]):
             self._shared_connection = shared  # type: ignore[assignment]
 
     def unset_references(self) -> None:
+        super().unset_references()
         self._shared_connection = None
+
+    def open(self, correlation_id: str | None = None) -> None:
+        if self._shared_connection is None:
+            super().open(correlation_id)
+        else:  # the shared connection has resolved its own connection and credential
+            self._open_with_params(correlation_id, [], None)
 
     def _open_with_params(
         self,
@@ -74,7 +81,7 @@ class BrokerQueue(MessageQueue, Generic[C]):
         if connection is None:
             connection = self.CONNECTION_CLASS()
             assert connection is not None
-            connection.use_config(self._config)
+            connection.use_config(self._open_config)  # discovery and store keys resolved
         self._before_open(connection)
         connection.open(correlation_id)
         self._connection = connection

@@ -12,11 +12,13 @@ from __future__ import annotations
 import difflib
 import re
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pip_services3_commons.config import ConfigParams
+
+from ..secrets import REDACTED, redact_text
 
 __all__ = [
     "COMMON_KEYS",
@@ -57,7 +59,7 @@ class ConfigKey:
         try:
             value = _convert(raw, self.type)
         except (TypeError, ValueError):
-            shown = "***" if self.secret else repr(raw)
+            shown = REDACTED if self.secret else redact_text(repr(raw))
             raise ConfigError(
                 f"{component}: config key '{self.name}' expects {self.type.__name__}, got {shown}. "
                 f"Fix the value of '{self.name}' in your configuration."
@@ -65,7 +67,8 @@ class ConfigKey:
         if self.choices and value not in self.choices:
             options = ", ".join(repr(c) for c in self.choices)
             raise ConfigError(
-                f"{component}: config key '{self.name}' must be one of {options}, got {value!r}."
+                f"{component}: config key '{self.name}' must be one of {options}, got "
+                f"{REDACTED if self.secret else redact_text(repr(value))}."
             )
         return value
 
@@ -177,18 +180,3 @@ def warn_unknown_key(key: str, known: Iterable[str], component: str) -> None:
         UnknownConfigKeyWarning,
         stacklevel=4,
     )
-
-
-def redact(
-    config: ConfigParams | Mapping[str, Any], keys: Sequence[ConfigKey] = ()
-) -> dict[str, Any]:
-    """A copy of ``config`` that is safe to log: secret values replaced by ``***``."""
-    secret_names = {k.name for k in (*COMMON_KEYS, *keys) if k.secret}
-    params = to_config_params(config)
-    out: dict[str, Any] = {}
-    for raw_key in params.get_keys():
-        name = _canonical(str(raw_key))
-        out[str(raw_key)] = (
-            "***" if name in secret_names or "password" in name else params.get(raw_key)
-        )
-    return out

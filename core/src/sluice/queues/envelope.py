@@ -10,7 +10,7 @@ from typing import Any
 from pip_services3_commons.convert import DateTimeConverter
 from pip_services3_messaging.queues import MessageEnvelope as _PipEnvelope
 
-__all__ = ["Header", "MessageEnvelope", "normalize_headers", "to_bytes"]
+__all__ = ["Header", "MessageEnvelope", "as_envelope", "normalize_headers", "to_bytes"]
 
 Header = tuple[str, bytes]
 
@@ -122,6 +122,42 @@ class MessageEnvelope(_PipEnvelope):  # type: ignore[misc]
             except (ValueError, TypeError):
                 return None
         return envelope
+
+
+#: What an object needs to be sent: pip-services' MessageEnvelope and look-alikes have these.
+ENVELOPE_FIELDS = ("message_id", "message_type", "correlation_id", "message")
+
+
+def as_envelope(message: object) -> MessageEnvelope:
+    """``message`` as Sluice's envelope: itself if it is one, else a copy of its fields.
+
+    Accepts pip-services' own ``MessageEnvelope`` and any object with ``message_id``,
+    ``message_type``, ``correlation_id`` and ``message`` (``sent_time``, ``key`` and ``headers``
+    are copied when present), so pip-services code can send what it always sent.
+    """
+    if isinstance(message, MessageEnvelope):
+        return message
+    missing = [name for name in ENVELOPE_FIELDS if not hasattr(message, name)]
+    if missing:
+        raise TypeError(
+            f"Cannot send a {type(message).__name__}: a message needs the attributes "
+            f"{', '.join(ENVELOPE_FIELDS)} (missing: {', '.join(missing)}). Wrap the payload "
+            "in a MessageEnvelope(correlation_id, message_type, payload), or use send_as_object."
+        )
+    fields: Any = message
+    copy = MessageEnvelope(
+        fields.correlation_id,
+        fields.message_type,
+        fields.message,
+        key=getattr(fields, "key", None),
+        headers=getattr(fields, "headers", None),
+    )
+    if fields.message_id is not None:
+        copy.message_id = str(fields.message_id)
+    sent_time = getattr(fields, "sent_time", None)
+    if isinstance(sent_time, datetime.datetime):
+        copy.sent_time = sent_time
+    return copy
 
 
 def _b64(data: bytes) -> str:

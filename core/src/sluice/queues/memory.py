@@ -1,9 +1,9 @@
 """MemoryMessageQueue: an in-process queue with real locking semantics, for tests and demos.
 
-It fixes the defects of pip-services3-messaging's ``MemoryMessageQueue`` (see DESIGN.md):
-an empty ``receive`` waits its full timeout instead of returning at once after the first
-send, an idle ``listen`` blocks instead of spinning, the lock a ``receive`` takes lasts
-``options.lock_timeout`` (not the receive's wait, so ``receive(cid, 0)`` then ``abandon``
+It fixes the defects of pip-services3-messaging's ``MemoryMessageQueue`` (docs/architecture.md,
+"Known defects"): an empty ``receive`` waits its full timeout instead of returning at once after
+the first send, an idle ``listen`` blocks instead of spinning, the lock a ``receive`` takes
+lasts ``options.lock_timeout`` (not the receive's wait, so ``receive(cid, 0)`` then ``abandon``
 no longer drops the message), and bytes payloads work.
 
 Queues configured with the same ``topic`` share their messages within the process, like
@@ -145,7 +145,7 @@ class MemoryMessageQueue(MessageQueue):
 
     # ---- sending and reading -------------------------------------------------------------
 
-    def send(self, correlation_id: str | None, message: MessageEnvelope) -> None:
+    def _send(self, correlation_id: str | None, message: MessageEnvelope) -> None:
         self._check_open(correlation_id)
         topic = self._topic
         with topic.cond:

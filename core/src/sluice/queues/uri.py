@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from ..secrets import redact_uri
 from .base import MessageQueue
 
 __all__ = [
@@ -90,7 +91,8 @@ def _transport_for(scheme: str) -> Transport:
 def uri_to_config(uri: str, known_keys: set[str] | None = None) -> dict[str, Any]:
     """The config keys a URI stands for.
 
-    Host and port become ``connection.host``/``connection.port``, user info becomes
+    Host and port become ``connection.host``/``connection.port`` (several servers,
+    ``h1:9092,h2:9092``, become ``connection.uri``), user info becomes
     ``credential.username``/``credential.password``, the path (percent-decoded, so ``%23`` is
     ``#``) becomes ``topic``, and each query parameter becomes a key: as written when it is a
     known top-level key or contains a dot, otherwise ``options.<name>``.
@@ -98,20 +100,27 @@ def uri_to_config(uri: str, known_keys: set[str] | None = None) -> dict[str, Any
     parts = urlsplit(uri)
     if not parts.scheme:
         raise ValueError(
-            f"Queue URI '{uri}' has no scheme; write e.g. kafka://localhost:9092/topic"
+            f"Queue URI '{redact_uri(uri)}' has no scheme; write e.g. kafka://localhost:9092/topic"
         )
     config: dict[str, Any] = {}
     transport = _REGISTRY.get(parts.scheme.lower())
     if transport is not None and transport.protocol:
         config["connection.protocol"] = transport.protocol
-    if parts.hostname:
-        config["connection.host"] = parts.hostname
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError(f"Queue URI '{uri}' has an invalid port.") from None
-    if port is not None:
-        config["connection.port"] = port
+    hosts = parts.netloc.rpartition("@")[2]
+    if "," in hosts:  # kafka://user:pw@h1:9092,h2:9092/topic: the servers stay a list
+        config["connection.uri"] = f"{parts.scheme}://{parts.netloc}"
+    else:
+        if parts.hostname:
+            config["connection.host"] = parts.hostname
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(
+                f"Queue URI '{redact_uri(uri)}' has an invalid port: write host:port, "
+                "e.g. kafka://localhost:9092/topic."
+            ) from None
+        if port is not None:
+            config["connection.port"] = port
     if parts.username:
         config["credential.username"] = unquote(parts.username)
     if parts.password:
@@ -131,7 +140,7 @@ def config_from_uri(uri: str) -> tuple[str, dict[str, Any]]:
     scheme = urlsplit(uri).scheme
     if not scheme:
         raise ValueError(
-            f"Queue URI '{uri}' has no scheme; write e.g. kafka://localhost:9092/topic"
+            f"Queue URI '{redact_uri(uri)}' has no scheme; write e.g. kafka://localhost:9092/topic"
         )
     cls = _transport_for(scheme).load()
     top_level = {k.name for k in cls.CONFIG_KEYS if not k.name.startswith("options.")}

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..queues.config import ConfigError
+from .ddl import DDLError, parse_ddl
 
 __all__ = ["MESSAGE_COLUMNS", "Rules", "bad_rows", "classify", "good_rows", "parse_schema"]
 
@@ -49,13 +50,12 @@ def parse_schema(schema: Any, payload_column: str | None = None) -> StructType |
         parsed = schema
     elif isinstance(schema, str):
         try:
-            ddl = StructType.fromDDL(schema)
-        except Exception as exc:
+            parsed = parse_ddl(schema)
+        except DDLError as exc:
             raise ConfigError(
-                f"schema {schema!r} is not a valid Spark DDL string ({str(exc).splitlines()[0]}). "
+                f"schema {schema!r} is not a valid Spark DDL string: {exc}. "
                 "Write it like 'device STRING, temperature DOUBLE, ts TIMESTAMP'."
             ) from None
-        parsed = ddl if isinstance(ddl, StructType) else StructType().add("value", ddl)
     else:
         raise ConfigError(
             f"schema must be a Spark DDL string or a StructType, not {type(schema).__name__}"

@@ -19,10 +19,17 @@ from kafka.structs import OffsetAndMetadata
 from ..batch import OffsetRange
 from ..kafka.config import client_config, credentials
 from ..kafka.logs import hide_secret
+from ..kafka.offsets import refresh_ends
 from ..kafka.ranges import read_range_records
 from .records import RecordColumns
 
-__all__ = ["commit_offsets", "committed_offsets", "read_ranges", "reader_kwargs"]
+__all__ = [
+    "commit_offsets",
+    "committed_offsets",
+    "partition_positions",
+    "read_ranges",
+    "reader_kwargs",
+]
 
 
 def reader_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -65,6 +72,26 @@ def committed_offsets(
     consumer = KafkaConsumer(**kwargs, group_id=group_id)
     try:
         return {p: consumer.committed(TopicPartition(topic, p)) for p in partitions}
+    finally:
+        consumer.close(autocommit=False)
+
+
+def partition_positions(
+    kwargs: Mapping[str, Any], topic: str, group_id: str, partitions: Sequence[int]
+) -> tuple[dict[int, int | None], dict[int, tuple[int, int]]]:
+    """The group's committed offset of each of ``partitions`` (None where it has none), and
+    (log start, log end) of each partition of ``topic`` that exists."""
+    consumer = KafkaConsumer(**kwargs, group_id=group_id)
+    try:
+        committed = {p: consumer.committed(TopicPartition(topic, p)) for p in partitions}
+        existing = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in partitions if p in existing]
+        if not tps:
+            return committed, {}
+        consumer.assign(tps)
+        starts = consumer.beginning_offsets(tps)
+        ends = refresh_ends(consumer, tps)
+        return committed, {tp.partition: (starts[tp], ends[tp]) for tp in tps}
     finally:
         consumer.close(autocommit=False)
 

@@ -14,10 +14,14 @@ __all__ = ["IngestResult"]
 class IngestResult:
     """The summary of one :func:`sluice.spark.ingest` call.
 
-    ``read`` messages were read from the broker; ``written`` of them went to the dataset and
-    ``quarantined`` to the quarantine dataset, so ``read == written + quarantined +
-    duplicates``. ``skipped`` messages of the spec were not read because an earlier run (or
-    another batch) had already written or committed them.
+    ``read`` messages were read from the broker; ``written`` of them went to the sink and
+    ``quarantined`` to its quarantine, so ``read == written + quarantined + duplicates``.
+    ``skipped`` messages of the spec were not read because the sink already held them (MQTT:
+    were left to the session's next batch, this one being published already). ``gaps`` are
+    ranges before the spec's start taken with it (an earlier batch of the group had not been
+    ingested), ``lost`` the messages given up with ``fail_on_data_loss=False``, ``commits``
+    the offsets committed per partition, ``dead_lettered`` the records sent to the dead-letter
+    topic, and ``dropped`` how many messages the MQTT broker reported dropping meanwhile.
     """
 
     batch_id: str
@@ -34,6 +38,11 @@ class IngestResult:
     bytes: int = 0
     seconds: float = 0.0
     committed: bool = False
+    commits: dict[int, int] = field(default_factory=dict)
+    gaps: list[OffsetRange] = field(default_factory=list)
+    lost: list[dict[str, Any]] = field(default_factory=list)
+    dead_lettered: int = 0
+    dropped: int | None = None
     output: str | None = None
     quarantine_output: str | None = None
 
@@ -45,5 +54,7 @@ class IngestResult:
         """JSON-serialisable: for XCom, Dagster metadata and logs."""
         data = asdict(self)
         data["ranges"] = [asdict(r) for r in self.ranges]
+        data["gaps"] = [asdict(r) for r in self.gaps]
+        data["commits"] = {str(p): o for p, o in self.commits.items()}
         data["seconds"] = round(self.seconds, 3)
         return data

@@ -6,8 +6,10 @@
     python -m sluice.spark --spec '{"kind": "kafka", ...}' --sink /data/orders --source kafka://h:9092
 
 ``--spec`` and ``--source`` take the value itself, ``@file`` or ``env:VARIABLE`` (keep a source
-with a password out of the command line: put its URI or JSON config in a variable or a file).
-The IngestResult is printed as one JSON line on stdout.
+with a password out of the command line: put its URI or JSON config in a variable or a file;
+a password given on the command line itself is used, with a warning). The IngestResult is
+printed as one JSON line on stdout. The source's passwords never reach the output: errors and
+logs go through :mod:`sluice.secrets`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from sluice.secrets import install_log_filter, redacted_errors, remember_config, secrets_in_text
 
 
 def _value(text: str, what: str) -> str:
@@ -38,8 +42,20 @@ def _value(text: str, what: str) -> str:
 def _source(text: str) -> str | dict[str, Any]:
     value = _value(text, "--source").strip()
     if value.startswith("{"):
-        config: dict[str, Any] = json.loads(value)
+        try:
+            config: dict[str, Any] = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"error: --source is not valid JSON ({exc})") from None
+        remember_config(config)
         return config
+    remember_config({"connection.uri": value})
+    if value == text and secrets_in_text(value):
+        print(
+            "sluice: warning: --source holds a password on the command line, where other users "
+            "of this machine can read it: give the source as @file or env:VARIABLE.",
+            file=sys.stderr,
+            flush=True,
+        )
     return value
 
 
@@ -48,14 +64,27 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m sluice.spark", description="Ingest one Sluice batch into Parquet."
     )
     p.add_argument("--spec", required=True, help="BatchSpec JSON, @file or env:VAR")
-    p.add_argument("--sink", required=True, help="dataset directory")
+    p.add_argument(
+        "--sink",
+        required=True,
+        help="dataset directory, or an Iceberg table iceberg://CATALOG/NAMESPACE.TABLE",
+    )
     p.add_argument(
         "--source", required=True, help="queue URI or JSON config, itself, @file or env:VAR"
     )
     p.add_argument("--schema", help="Spark DDL of the JSON payload, e.g. 'id INT, name STRING'")
     p.add_argument("--format", dest="value_format", choices=("json", "raw"), default="json")
     p.add_argument("--mode", choices=("auto", "driver", "executors"), default="auto")
-    p.add_argument("--quarantine", help="quarantine directory (default <sink>/_quarantine)")
+    p.add_argument(
+        "--fail-on-broker-drops",
+        action="store_true",
+        help="MQTT: fail when the broker's count of dropped messages rose",
+    )
+    p.add_argument(
+        "--accept-data-loss",
+        action="store_true",
+        help="skip messages gone from the broker (retention) and record the loss, not fail",
+    )
     p.add_argument("--dead-letter", action="store_true", help="also republish bad records")
     p.add_argument("--chunk-size", type=int, default=100_000)
     p.add_argument("--max-value-bytes", type=int, default=1_000_000)
@@ -65,19 +94,30 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    source = _source(args.source)
+    for name in ("sluice", "kafka"):
+        install_log_filter(name)
+    with redacted_errors():
+        result = _ingest(args, source)
+    print(json.dumps(result.to_dict()), flush=True)
+    return 0
+
+
+def _ingest(args: argparse.Namespace, source: str | dict[str, Any]) -> Any:
     from sluice.spark.ingest import ingest
     from sluice.spark.session import spark_session
 
     spark = spark_session(args.master, app_name="sluice-ingest")
-    result = ingest(
+    return ingest(
         spark,
         _value(args.spec, "--spec"),
         args.sink,
-        source=_source(args.source),
+        source=source,
         schema=args.schema,
         value_format=args.value_format,
         mode=args.mode,
-        quarantine=args.quarantine,
+        fail_on_data_loss=not args.accept_data_loss,
+        fail_on_broker_drops=args.fail_on_broker_drops,
         dead_letter=args.dead_letter,
         chunk_size=args.chunk_size,
         max_value_bytes=args.max_value_bytes,
@@ -85,8 +125,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"sluice: {e.stage} {e.read} of {e.total}", file=sys.stderr, flush=True
         ),
     )
-    print(json.dumps(result.to_dict()), flush=True)
-    return 0
 
 
 if __name__ == "__main__":

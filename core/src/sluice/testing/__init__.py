@@ -1,6 +1,6 @@
 """sluice.testing: real brokers on free ports for tests and demos, and a pytest plugin."""
 
-from .brokers import (
+from ..brokers import (
     BrokerError,
     BrokerProcess,
     free_port,

@@ -1,9 +1,13 @@
-"""pytest plugin (entry point ``sluice``): fixtures that start real brokers on free ports.
+"""pytest plugin: fixtures that start real brokers on free ports. Opt in with
+``pytest -p sluice.testing.plugin`` (or ``addopts`` / ``pytest_plugins``): installing sluice-core
+adds no fixtures to other projects.
 
 - ``noida_broker``, ``tansu_broker``: Kafka-protocol brokers, one per test session.
 - ``kafka_broker``: parametrized over both (or the broker ``SLUICE_TEST_KAFKA_BOOTSTRAP`` names).
 - ``mosquitto_broker``, ``mosquitto_auth_broker``: MQTT, anonymous and with a password file.
 - ``mqtt_broker``: mosquitto (or the broker ``SLUICE_TEST_MQTT_URL`` names).
+- ``stock_mosquitto``: mosquitto with its default queue limits (which drop messages) and
+  ``$SYS`` topics updated every second.
 - ``private_mosquitto``, ``private_noida``: a broker of the test's own, free to stop and restart.
 - ``unique_name``: a fresh topic / group / client id for one test.
 - ``spark``: one local SparkSession for the whole test session (it takes ~6 s to start).
@@ -24,7 +28,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from .brokers import BrokerAddress, BrokerProcess, start_mosquitto, start_noida, start_tansu
+from ..brokers import BrokerAddress, BrokerProcess, start_mosquitto, start_noida, start_tansu
 
 KAFKA_ENV = "SLUICE_TEST_KAFKA_BOOTSTRAP"
 MQTT_ENV = "SLUICE_TEST_MQTT_URL"
@@ -104,6 +108,15 @@ def mqtt_broker(request: pytest.FixtureRequest) -> Broker:
         return external
     broker: BrokerProcess = request.getfixturevalue("mosquitto_broker")
     return broker
+
+
+@pytest.fixture
+def stock_mosquitto() -> Iterator[BrokerProcess]:
+    """mosquitto with its default limits: 20 QoS 1 messages in flight per client, and 1,000
+    queued for an offline session (beyond that it drops them); ``sys_interval`` 1 s. A fresh
+    one per test: mosquitto's retained ``$SYS`` values expire 60 s after they last changed,
+    so on an older broker the drop count may not be readable at all."""
+    yield from _session_broker(lambda: start_mosquitto(raise_limits=False, sys_interval=1))
 
 
 @pytest.fixture

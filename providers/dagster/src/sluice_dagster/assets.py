@@ -19,8 +19,8 @@ def make_ingest_asset(
     value_format: str = "json",
     mode: str = "auto",
     spark_resource_key: str = "spark",
-    quarantine: str | None = None,
     dead_letter: bool = False,
+    fail_on_data_loss: bool = True,
     payload_column: str | None = None,
     key_prefix: str | Sequence[str] | None = None,
     group_name: str | None = None,
@@ -37,8 +37,8 @@ def make_ingest_asset(
         value_format=value_format,
         mode=mode,
         spark_resource_key=spark_resource_key,
-        quarantine=quarantine,
         dead_letter=dead_letter,
+        fail_on_data_loss=fail_on_data_loss,
         payload_column=payload_column,
     )
 

@@ -21,8 +21,8 @@ def make_ingest_job(
     value_format: str = "json",
     mode: str = "auto",
     spark_resource_key: str = "spark",
-    quarantine: str | None = None,
     dead_letter: bool = False,
+    fail_on_data_loss: bool = True,
     payload_column: str | None = None,
     description: str | None = None,
     tags: Mapping[str, Any] | None = None,
@@ -40,8 +40,8 @@ def make_ingest_job(
         value_format=value_format,
         mode=mode,
         spark_resource_key=spark_resource_key,
-        quarantine=quarantine,
         dead_letter=dead_letter,
+        fail_on_data_loss=fail_on_data_loss,
         payload_column=payload_column,
     )
     ingest_op = make_ingest_op(f"{name}_ingest", settings)

@@ -49,7 +49,10 @@ class IngestConfig(Config):
     spec: dict[str, Any] = Field(
         description="The batch to ingest: BatchSpec.to_dict() (the queue sensor puts it here)."
     )
-    sink: str | None = Field(default=None, description="Parquet dataset directory.")
+    sink: str | None = Field(
+        default=None,
+        description="Parquet dataset directory, or iceberg://CATALOG/NAMESPACE.TABLE.",
+    )
     schema_ddl: str | None = Field(
         default=None, description="Spark DDL of the JSON payload, e.g. 'id INT, name STRING'."
     )
@@ -69,8 +72,9 @@ class IngestSettings:
     value_format: str = "json"
     mode: str = "auto"
     spark_resource_key: str = "spark"
-    quarantine: str | None = None
     dead_letter: bool = False
+    fail_on_data_loss: bool = True  # False: record messages gone from the broker, go on
+    fail_on_broker_drops: bool = False  # MQTT: fail when the broker's drop count rose
     payload_column: str | None = None  # keep the parsed payload as one struct column
 
     def __post_init__(self) -> None:
@@ -134,17 +138,19 @@ def run_ingest(
             schema=config.schema_ddl or settings.schema,
             value_format=value_format,  # type: ignore[arg-type]
             mode=mode,  # type: ignore[arg-type]
-            quarantine=settings.quarantine,
             dead_letter=settings.dead_letter,
+            fail_on_data_loss=settings.fail_on_data_loss,
+            fail_on_broker_drops=settings.fail_on_broker_drops,
             payload_column=settings.payload_column,
             progress=progress,
         )
     except UNREACHABLE as exc:
         raise resource.unavailable(exc) from None
     except Exception as exc:
-        if resource.scrub(str(exc)) != str(exc):
-            raise RuntimeError(resource.scrub(str(exc))) from None
-        raise
+        clean = resource.scrubbed(exc)
+        if clean is None:
+            raise
+        raise clean from None
     metadata = ingest_metadata(result, lag=_lag(context, resource))
     context.log.info(
         f"Batch {spec.batch_id}: {result.read} read, {result.written} written, "
@@ -198,6 +204,12 @@ def ingest_metadata(result: IngestResult, lag: int | None = None) -> dict[str, A
     }
     if lag is not None:
         metadata["lag"] = MetadataValue.int(lag)
+    if result.dropped is not None:
+        metadata["broker_dropped"] = MetadataValue.int(result.dropped)
+    if result.lost:
+        metadata["lost"] = MetadataValue.json(result.lost)
+    if result.gaps:
+        metadata["gaps"] = MetadataValue.json(data["gaps"])
     if result.output:
         metadata["output"] = MetadataValue.path(result.output)
     if result.quarantine_output:

@@ -15,6 +15,7 @@ then never appear in run config, and Sluice never puts them in logs, metadata or
 
 from __future__ import annotations
 
+import traceback
 from typing import Any, ClassVar
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -24,8 +25,8 @@ from pydantic import Field, PrivateAttr
 from sluice.batch import BatchSpec
 from sluice.connection_fields import check_keys, known_keys
 from sluice.queues.base import MessageQueue
-from sluice.queues.config import redact
 from sluice.queues.uri import queue_from_config
+from sluice.secrets import redact_config, redact_exception, redact_text
 from sluice.sensing import wait_for_batch
 
 __all__ = [
@@ -116,7 +117,7 @@ class QueueResource(ConfigurableResource):  # type: ignore[type-arg]
 
     def redacted_config(self) -> dict[str, Any]:
         """``config()`` with secrets replaced by ``***``: safe to log."""
-        return redact(self.config())
+        return redact_config(self.config())
 
     @property
     def address(self) -> str:
@@ -152,9 +153,26 @@ class QueueResource(ConfigurableResource):  # type: ignore[type-arg]
             self._opened = True
         return self._queue
 
+    def _secret_fields(self) -> dict[str, Any]:
+        # The fields that can hold a secret, read without config()'s checks (this runs while
+        # an error is being reported).
+        fields = {"credential.password": self.password}
+        for name in ("bootstrap", "uri", "host"):
+            fields[f"connection.{name}"] = getattr(self, name, None)
+        return fields
+
     def scrub(self, text: str) -> str:
-        """``text`` with the password replaced by ``***`` (for messages from client libraries)."""
-        return text.replace(self.password, "***") if self.password else text
+        """``text`` with the password (also one inside a URI field) replaced by ``***``, and
+        any other secret :mod:`sluice.secrets` knows."""
+        return redact_text(text, self._secret_fields())
+
+    def scrubbed(self, exc: BaseException) -> BaseException | None:
+        """None when no secret shows in ``exc`` or its causes, else the exception to raise
+        instead, ``from None`` (the causes may hold the secret)."""
+        shown = "".join(traceback.format_exception(exc))
+        if self.scrub(shown) == shown:
+            return None
+        return redact_exception(exc)
 
     def unavailable(self, exc: BaseException) -> QueueUnavailableError:
         """The error to raise for ``exc``, a failure to reach the broker (secrets hidden)."""
@@ -316,6 +334,11 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
     conf: dict[str, str] = Field(
         default_factory=dict, description="Spark settings, e.g. {'spark.executor.memory': '2g'}."
     )
+    ship_sluice: bool = Field(
+        default=False,
+        description="Send Sluice to the executors (a zip on their sys.path), for clusters or "
+        "Spark Connect servers whose Python has pyarrow and pandas but not Sluice.",
+    )
 
     _session: Any = PrivateAttr(default=None)
 
@@ -324,5 +347,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
         if self._session is None:
             from sluice.spark import spark_session
 
-            self._session = spark_session(self.master, self.app_name, self.conf)
+            self._session = spark_session(
+                self.master, self.app_name, self.conf, ship_sluice=self.ship_sluice or None
+            )
         return self._session

@@ -22,8 +22,12 @@ fails:
   A run that hangs in STARTED blocks the sensor: enable Dagster's run monitoring.
 
 MQTT batches drain the persistent session; a failed run leaves its messages unacknowledged,
-so the next batch takes them again (every MQTT batch has the same ``batch_id``; attempts
-number them). When the broker cannot be reached, the tick skips with a message naming it.
+so the next batch takes them again. When the broker cannot be reached, the tick skips with a
+message naming it.
+
+These are the rules of the one sensing model (:mod:`sluice.sensing`), which Airflow's
+trigger follows too; this sensor sees its runs' states, the trigger reads them from the
+committed offsets.
 """
 
 from __future__ import annotations

@@ -18,11 +18,12 @@ from airflow.sdk import BaseHook, Connection
 
 from sluice.connection_fields import config_from_fields
 from sluice.queues import MessageQueue, queue_from_config
-from sluice.queues.config import COMMON_KEYS, redact
+from sluice.queues.config import COMMON_KEYS
+from sluice.secrets import redact_config, redact_text, remember_config, secrets_in_config
 
 from ..get_provider_info import KAFKA_CONN_TYPE, MQTT_CONN_TYPE, UI_FIELD_BEHAVIOUR
 
-__all__ = ["MqttQueueHook", "QueueHook", "config_from_connection", "hide_secrets", "queue_kind"]
+__all__ = ["MqttQueueHook", "QueueHook", "config_from_connection", "mask_config", "queue_kind"]
 
 Kind = Literal["kafka", "mqtt"]
 
@@ -59,12 +60,15 @@ def config_from_connection(
     )
 
 
-def hide_secrets(text: str, config: Mapping[str, Any]) -> str:
-    """``text`` with the secret values of ``config`` replaced by ``***``."""
-    for key, value in config.items():
-        if value and ("password" in key or key == "credential.access_key"):
-            text = text.replace(str(value), "***")
-    return text
+def mask_config(config: Mapping[str, Any]) -> None:
+    """Register the secrets of ``config`` (passwords, also inside a host URI) with
+    :mod:`sluice.secrets` and with Airflow's secrets masker, which then hides them in every
+    task log line, rendered field and exception Airflow shows."""
+    remember_config(config)
+    from airflow.sdk.log import mask_secret
+
+    for secret in secrets_in_config(config):
+        mask_secret(secret)
 
 
 class QueueHook(BaseHook):
@@ -113,12 +117,14 @@ class QueueHook(BaseHook):
 
     def config(self, topic: str | None = None, **overrides: Any) -> dict[str, Any]:
         """Config keys of the connection, the hook's ``config`` and ``overrides`` (secrets
-        included: log :meth:`safe_config` instead)."""
-        return config_from_connection(self.connection, topic, {**self.overrides, **overrides})
+        included: log :meth:`safe_config` instead). Its secrets are masked in Airflow's logs."""
+        config = config_from_connection(self.connection, topic, {**self.overrides, **overrides})
+        mask_config(config)
+        return config
 
     def safe_config(self, topic: str | None = None, **overrides: Any) -> dict[str, Any]:
         """:meth:`config` with secrets replaced by ``***``."""
-        return redact(self.config(topic, **overrides))
+        return redact_config(self.config(topic, **overrides))
 
     def get_conn(self) -> MessageQueue:
         """A configured, not yet opened queue (no topic: for publishing give one to get_queue)."""
@@ -149,7 +155,7 @@ class QueueHook(BaseHook):
                 return True, _test_kafka(config)
             return True, _test_mqtt(config)
         except Exception as exc:  # the UI shows the reason, whatever it is
-            return False, hide_secrets(f"{type(exc).__name__}: {exc}", config)
+            return False, redact_text(f"{type(exc).__name__}: {exc}", config)
 
 
 def _connection_only(config: Mapping[str, Any], keys: tuple[Any, ...]) -> dict[str, Any]:

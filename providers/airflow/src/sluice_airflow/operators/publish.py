@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator, Context
 
 from sluice.connection_fields import check_no_secrets
 from sluice.queues import MessageEnvelope, queue_from_config
+from sluice.secrets import redacted_errors
 
 from ..hooks.queue import QueueHook
 from ..rendered import parse_rendered
@@ -95,12 +96,13 @@ class QueuePublishOperator(BaseOperator):
                 config.pop("client_id", None)
             config.setdefault("options.autosubscribe", False)
             config.setdefault("options.qos", 1)
-        queue = queue_from_config(kind, config)
-        queue.open(None)
-        try:
-            for envelope in envelopes:
-                queue.send(None, envelope)
-        finally:
-            queue.close(None)
+        with redacted_errors(config):
+            queue = queue_from_config(kind, config)
+            queue.open(None)
+            try:
+                for envelope in envelopes:
+                    queue.send(None, envelope)
+            finally:
+                queue.close(None)
         self.log.info("Published %d message(s) to %s", len(envelopes), self.topic)
         return len(envelopes)

@@ -26,9 +26,9 @@ from airflow.sdk import BaseOperator, Context
 
 from sluice.batch import BatchSpec
 from sluice.connection_fields import check_no_secrets
-from sluice.queues.config import redact
+from sluice.secrets import is_secret_key, redact_config, redact_text, redacted_errors
 
-from ..hooks.queue import QueueHook, hide_secrets
+from ..hooks.queue import QueueHook
 from ..rendered import parse_rendered
 from ..triggers.queue import describe_batch
 
@@ -77,12 +77,14 @@ class SparkIngestOperator(BaseOperator):
 
     :param conn_id: the ``sluice_kafka`` / ``sluice_mqtt`` connection the batch was sensed on.
     :param sink: the dataset directory (templated); output goes to ``<sink>/batch_id=<id>/``.
+        Or an Apache Iceberg table, ``iceberg://CATALOG/NAMESPACE.TABLE``.
     :param batch: the BatchSpec, its dict or JSON (templated; default: the XCom of task
         ``wait_for_messages``); empty: take the batches from the triggering asset events.
     :param schema: Spark DDL (templated) or StructType parsing the JSON payload.
     :param value_format: "json" or "raw".
     :param mode: where Kafka messages are read: "driver", "executors" or "auto".
-    :param quarantine: where bad records go (default ``<sink>/_quarantine``).
+    :param fail_on_data_loss: fail when messages of the batch are gone from the broker
+        (retention, a recreated topic); False records the loss and goes on.
     :param dead_letter: also republish bad records to the dead-letter topic.
     :param spark_master: Spark master URL or ``sc://`` (default: $SLUICE_SPARK_MASTER, else
         ``local[*]``); in-process, an active SparkSession is reused.
@@ -95,7 +97,7 @@ class SparkIngestOperator(BaseOperator):
     :return: ``IngestResult.to_dict()``; a list of them when the run gathered several batches.
     """
 
-    template_fields: Sequence[str] = ("batch", "sink", "quarantine", "schema")
+    template_fields: Sequence[str] = ("batch", "sink", "schema")
     ui_color = "#f5cba7"
 
     def __init__(
@@ -107,8 +109,8 @@ class SparkIngestOperator(BaseOperator):
         schema: Any = None,
         value_format: Literal["json", "raw"] = "json",
         mode: Literal["auto", "driver", "executors"] = "auto",
-        quarantine: str | None = None,
         dead_letter: bool = False,
+        fail_on_data_loss: bool = True,
         spark_master: str | None = None,
         spark_conf: dict[str, str] | None = None,
         submit: bool = False,
@@ -119,13 +121,19 @@ class SparkIngestOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         check_no_secrets(config, f"SparkIngestOperator({self.task_id})")
+        if submit and (spark_master or "").startswith("sc://"):
+            raise ValueError(
+                f"SparkIngestOperator({self.task_id}): spark-submit does not take a Spark "
+                f"Connect URL ({spark_master}). Leave submit=False: the task is then a Connect "
+                "client and the work runs on the Connect server."
+            )
         self.conn_id = conn_id
         self.sink = sink
         self.batch = batch
         self.schema = schema
         self.value_format = value_format
         self.mode = mode
-        self.quarantine = quarantine
+        self.fail_on_data_loss = fail_on_data_loss
         self.dead_letter = dead_letter
         self.spark_master = spark_master
         self.spark_conf = dict(spark_conf or {})
@@ -144,8 +152,9 @@ class SparkIngestOperator(BaseOperator):
             )
         hook = QueueHook(self.conn_id)
         source = hook.config(**self.config)
-        self.log.info("Source: %s", redact(source))
-        results = [self._ingest_one(spec, source, context) for spec in specs]
+        self.log.info("Source: %s", redact_config(source))
+        with redacted_errors(source):
+            results = [self._ingest_one(spec, source, context) for spec in specs]
         return results[0] if len(results) == 1 else results
 
     def _ingest_one(
@@ -162,6 +171,14 @@ class SparkIngestOperator(BaseOperator):
             result.get("duplicates"),
             result.get("skipped"),
         )
+        if result.get("dropped"):
+            self.log.warning(
+                "The MQTT broker dropped %s message(s) since the last ingest of this session: "
+                "raise max_queued_messages in mosquitto.conf",
+                result["dropped"],
+            )
+        if result.get("lost"):
+            self.log.warning("Messages lost to retention (accepted): %s", result["lost"])
         return result
 
     def _options(self) -> dict[str, Any]:
@@ -169,8 +186,8 @@ class SparkIngestOperator(BaseOperator):
             "schema": self.schema,
             "value_format": self.value_format,
             "mode": self.mode,
-            "quarantine": self.quarantine,
             "dead_letter": self.dead_letter,
+            "fail_on_data_loss": self.fail_on_data_loss,
             **self.ingest_kwargs,
         }
 
@@ -213,7 +230,7 @@ class SparkIngestOperator(BaseOperator):
                 "--source",
                 f"@{source_file}",
             ]
-            self.log.info("Running %s", " ".join(command))
+            self.log.info("Running %s", self._shown(command))
             # The driver (and local executors) run this interpreter, which has Sluice installed,
             # unless the deployment says otherwise.
             python = os.environ.get("PYSPARK_PYTHON", sys.executable)
@@ -223,9 +240,9 @@ class SparkIngestOperator(BaseOperator):
                 "PYSPARK_DRIVER_PYTHON": os.environ.get("PYSPARK_DRIVER_PYTHON", python),
             }
             done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
-        output = hide_secrets(done.stderr, source)
+        output = redact_text(done.stderr, source)
         if done.returncode != 0:
-            printed = hide_secrets(done.stdout, source)
+            printed = redact_text(done.stdout, source)
             raise RuntimeError(
                 f"spark-submit exited with {done.returncode}:\n{printed[-2000:]}{output[-4000:]}"
             )
@@ -233,20 +250,35 @@ class SparkIngestOperator(BaseOperator):
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if not lines:
             raise RuntimeError(
-                f"spark-submit printed no ingest summary:\n{hide_secrets(done.stdout, source)}"
+                f"spark-submit printed no ingest summary:\n{redact_text(done.stdout, source)}"
             )
         result: dict[str, Any] = json.loads(lines[-1])
         return result
 
+    def _shown(self, command: Sequence[str]) -> str:
+        """``command`` for the log: secret Spark settings (``--conf spark...secret.key=...``)
+        and URI passwords masked."""
+        shown = list(command)
+        for i, arg in enumerate(shown):
+            key, eq, _ = arg.partition("=")
+            if i and shown[i - 1] == "--conf" and eq and is_secret_key(key):
+                shown[i] = f"{key}=***"
+        return redact_text(" ".join(shown))
+
 
 #: Options of :func:`sluice.spark.ingest` whose flag in the submit script is not their name.
 _FLAGS = {"value_format": "--format"}
+#: Options that are on by default, and the flag that turns each off.
+_OFF_FLAGS = {"fail_on_data_loss": "--accept-data-loss"}
 
 
 def submit_arguments(spec: BatchSpec, sink: str, options: Mapping[str, Any]) -> list[str]:
     """The submit script's arguments for ``spec`` and ``options`` (no secrets among them)."""
     args = ["--spec", spec.to_json(), "--sink", str(sink)]
     for name, value in options.items():
+        if name in _OFF_FLAGS:
+            args += [_OFF_FLAGS[name]] if value is False else []
+            continue
         flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
         if value is None or value is False:
             continue

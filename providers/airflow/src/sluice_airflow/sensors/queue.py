@@ -2,9 +2,14 @@
 
 Its XCom value is the :class:`~sluice.batch.BatchSpec` as a dict (which messages, not their
 payloads), for :class:`~sluice_airflow.operators.spark.SparkIngestOperator`. Sensing commits
-and acknowledges nothing. Deferrable by default (the wait runs in the triggerer, as
-:class:`~sluice_airflow.triggers.queue.QueueMessageTrigger`); ``deferrable=False`` pokes,
-in ``poke`` or ``reschedule`` mode. ``timeout`` and ``soft_fail`` work as for any sensor, and a
+and acknowledges nothing. Each run plans its batch from the group's committed offsets (the one
+sensing model of :mod:`sluice.sensing`), so after a failed ingest the next run's batch starts
+where the group's commits stopped and takes the failed run's messages again; keep one run of
+a DAG at a time (``max_active_runs=1``), or two runs plan the same messages.
+
+Deferrable by default (the wait runs in the triggerer, as
+:class:`~sluice_airflow.triggers.queue.QueueMessageTrigger`); ``deferrable=False`` pokes, in
+``poke`` or ``reschedule`` mode. ``timeout`` and ``soft_fail`` work as for any sensor, and a
 deferred sensor's trigger times out at ``timeout`` too.
 """
 
@@ -19,7 +24,7 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from sluice.batch import BatchSpec
 from sluice.connection_fields import check_no_secrets
 from sluice.queues import queue_from_config
-from sluice.sensing import sensing_config, wait_for_batch
+from sluice.sensing import count_waiting, sensing_config, wait_for_batch, waiting_status
 
 from ..hooks.queue import QueueHook
 from ..triggers.queue import QueueMessageTrigger, describe_batch
@@ -93,10 +98,13 @@ class QueueMessageSensor(BaseSensorOperator):
         try:
             wait = min(MQTT_POKE_WAIT, self.poke_interval) if kind == "mqtt" else 0.0
             spec = wait_for_batch(queue, self.min_messages, self.max_messages, wait)
+            if spec is None:
+                self.log.info(
+                    "%s", waiting_status(count_waiting(queue), self.min_messages, self.topic)
+                )
         finally:
             queue.close(None)  # MQTT: unacknowledged messages stay in the session
         if spec is None:
-            self.log.info("Fewer than %d message(s) wait on %s", self.min_messages, self.topic)
             return PokeReturnValue(is_done=False)
         self.log.info("Waiting: %s", describe_batch(spec))
         return PokeReturnValue(is_done=True, xcom_value=spec.to_dict())

@@ -6,18 +6,30 @@ committed or acknowledged: the ingest does that after writing the batch.
 
 The blocking client runs on a thread the trigger owns (kafka-python and paho are not asyncio
 libraries, and a kafka-python client must stay on one thread); the queue stays open between
-polls. Kafka: one instance never emits the same offsets twice (it remembers where the ranges
-it emitted ended, per partition, and keeps that in the watched asset's state store when it has
-one, so a triggerer restart does not emit them again either). MQTT: the trigger holds the
-persistent session until messages wait, then lets go of it (so the ingest can drain it) and
-emits; from then on it watches the topic with a client of its own and emits again each time
-``min_messages`` more have arrived.
+polls.
+
+What it emits, and when, is the one sensing model of :mod:`sluice.sensing`: one batch in
+flight, every new batch planned from the group's committed offsets. The trigger cannot see
+Airflow's runs, so the broker tells it: Kafka, the last batch is done once the group's
+committed offsets reached its ends; if they have not ``rerun_after`` seconds after the
+emission, its run is taken as failed and the *same* batch (same ``batch_id``) is emitted
+again. Its cursor (:class:`~sluice.cursor.BatchCursor`) is kept in the watched asset's state
+store when it has one, so a triggerer restart neither forgets a batch in flight nor skips
+one. MQTT: the trigger holds the persistent session until messages wait, then lets go of it
+(so the ingest can drain it) and emits; from then on it watches the topic with a client of
+its own and emits the session's next batch each time ``min_messages`` more have arrived, and
+takes the session again ``rerun_after`` seconds after its last emission, to emit what a
+failed run left in it.
+
+While it waits it logs ``waiting: N of M messages on TOPIC`` (or the batch in flight) once
+at the start and every :data:`STATUS_EVERY` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -26,14 +38,25 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from sluice.batch import BatchSpec, plan_batch
 from sluice.connection_fields import check_no_secrets
+from sluice.cursor import BatchCursor, BatchRequest
 from sluice.queues import MessageQueue, queue_from_config
-from sluice.sensing import EmittedRanges, sensing_config
+from sluice.sensing import (
+    DEFAULT_RERUN_AFTER,
+    next_emission,
+    plan_waiting,
+    sensing_config,
+    waiting_status,
+)
 
 from ..hooks.queue import Kind, QueueHook, config_from_connection, queue_kind
+from .signals import sigterm_stops_inline_run
 
-__all__ = ["QueueMessageTrigger", "describe_batch"]
+__all__ = ["STATUS_EVERY", "QueueMessageTrigger", "describe_batch"]
 
 T = TypeVar("T")
+
+#: Seconds between two "waiting: ..." log lines of a waiting trigger.
+STATUS_EVERY = 30.0
 
 
 def describe_batch(spec: BatchSpec) -> str:
@@ -51,9 +74,16 @@ class QueueMessageTrigger(BaseEventTrigger):
     :param topic: the Kafka topic, or the MQTT topic filter.
     :param min_messages: how many messages must wait before an event.
     :param max_messages: the most messages one batch holds (None: all that wait).
-    :param poll_interval: seconds between checks while too few messages wait.
+    :param poll_interval: seconds between two checks of the broker while nothing is emitted.
     :param config: config keys on top of the connection's (``group_id``, ``client_id`` ...);
         never credentials (this trigger is serialized to the database).
+    :param rerun_after: seconds after emitting a batch until its run is taken as failed when
+        its offsets are still not committed (Kafka: the same batch is emitted again; MQTT:
+        the session is looked at again). The default, 600 s, is above what an ingest of one
+        batch usually takes (Spark's start-up plus the read and write, a minute or two) with
+        room for a queued DAG run, and short enough that a failed run's messages wait
+        minutes, not hours. Set it above your longest ingest run: a batch still being ingested
+        when its lease runs out is emitted a second time.
     """
 
     def __init__(
@@ -64,6 +94,7 @@ class QueueMessageTrigger(BaseEventTrigger):
         max_messages: int | None = None,
         poll_interval: float = 1.0,
         config: dict[str, Any] | None = None,
+        rerun_after: float = DEFAULT_RERUN_AFTER,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         check_no_secrets(config, f"QueueMessageTrigger({topic})")
@@ -73,16 +104,24 @@ class QueueMessageTrigger(BaseEventTrigger):
             raise ValueError(
                 f"max_messages ({max_messages}) must be at least min_messages ({min_messages})."
             )
+        if rerun_after <= 0:
+            raise ValueError(
+                f"rerun_after must be a positive number of seconds, got {rerun_after}; "
+                "make it longer than your longest ingest run (the default is "
+                f"{DEFAULT_RERUN_AFTER:.0f})."
+            )
         self.conn_id = conn_id
         self.topic = topic
         self.min_messages = min_messages
         self.max_messages = max_messages
         self.poll_interval = poll_interval
         self.config = dict(config or {})
+        self.rerun_after = rerun_after
         self._pool: ThreadPoolExecutor | None = None
         self._queue: MessageQueue | None = None
-        self._emitted = EmittedRanges()
-        self._mqtt_spec: BatchSpec | None = None  # set once the MQTT session was handed over
+        self._queue_config: dict[str, Any] | None = None
+        self._cursor = BatchCursor()
+        self._status_at: float | None = None  # when a "waiting" line was logged last
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -94,27 +133,40 @@ class QueueMessageTrigger(BaseEventTrigger):
                 "max_messages": self.max_messages,
                 "poll_interval": self.poll_interval,
                 "config": dict(self.config),
+                "rerun_after": self.rerun_after,
             },
         )
 
     # ---- the loop (event loop side) ------------------------------------------------------
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        with sigterm_stops_inline_run():
+            async for event in self._run():
+                yield event
+
+    async def _run(self) -> AsyncIterator[TriggerEvent]:
         conn = await QueueHook.aget_connection(self.conn_id)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"sluice-trigger-{self.conn_id}")
         try:
             kind = queue_kind(conn)
             config = await self._call(self._settings, conn, kind)
-            await self._load_emitted()
+            await self._load_cursor()
             while True:
-                spec = await self._call(self._poll, kind, config)
-                if spec is None:
+                decision = await self._call(self._poll, kind, config)
+                if isinstance(decision, str):
+                    self._log_status(decision)
                     await asyncio.sleep(self.poll_interval)
                     continue
-                self._emitted.record(spec)
-                await self._save_emitted()
-                self.log.info("Waiting: %s", describe_batch(spec))
-                yield TriggerEvent(spec.to_dict())  # type: ignore[no-untyped-call]
+                await self._save_cursor()
+                self._status_at = None
+                again = " again" if decision.retry else ""
+                self.log.info(
+                    "Emitting%s (attempt %d): %s",
+                    again,
+                    decision.attempt,
+                    describe_batch(decision.spec),
+                )
+                yield TriggerEvent(decision.spec.to_dict())  # type: ignore[no-untyped-call]
         finally:
             await self._release()
 
@@ -139,32 +191,45 @@ class QueueMessageTrigger(BaseEventTrigger):
         finally:
             pool.shutdown(wait=True)
 
-    # ---- the asset state store: emitted Kafka ranges survive a triggerer restart -------------
+    def _log_status(self, status: str) -> None:
+        now = time.monotonic()
+        if self._status_at is None or now - self._status_at >= STATUS_EVERY:
+            self._status_at = now
+            self.log.info("%s", status)
+
+    # ---- the asset state store: the cursor survives a triggerer restart --------------------
 
     @property
     def _state_key(self) -> str:
-        return f"sluice.emitted.{self.conn_id}.{self.topic}"
+        return f"sluice.cursor.{self.conn_id}.{self.topic}"
 
-    async def _load_emitted(self) -> None:
+    async def _load_cursor(self) -> None:
         store = getattr(self, "asset_state_store", None)
         if store is None:
             return
         try:
             saved = await store.aget(self._state_key)
-        except Exception:  # several watched assets, or no API: start afresh
-            self.log.warning("Cannot read the emitted ranges from the asset state store")
+        except Exception:  # several watched assets, or no API: plan from the committed offsets
+            self.log.warning("Cannot read the sensing cursor from the asset state store")
             return
         if isinstance(saved, str):
-            self._emitted = EmittedRanges.from_json(saved)
+            try:
+                self._cursor = BatchCursor.from_json(saved)
+            except ValueError:
+                self.log.warning(
+                    "Ignoring the sensing cursor %s in the asset state store (not a Sluice "
+                    "cursor): planning from the committed offsets",
+                    self._state_key,
+                )
 
-    async def _save_emitted(self) -> None:
+    async def _save_cursor(self) -> None:
         store = getattr(self, "asset_state_store", None)
-        if store is None or not self._emitted.ends:
+        if store is None or self._cursor.last is None:
             return
         try:
-            await store.aset(self._state_key, self._emitted.to_json())
+            await store.aset(self._state_key, self._cursor.to_json())
         except Exception:
-            self.log.warning("Cannot save the emitted ranges to the asset state store")
+            self.log.warning("Cannot save the sensing cursor to the asset state store")
 
     # ---- the client thread -----------------------------------------------------------------
 
@@ -172,35 +237,56 @@ class QueueMessageTrigger(BaseEventTrigger):
         return sensing_config(kind, config_from_connection(conn, self.topic, self.config))
 
     def _open(self, kind: Kind, config: dict[str, Any]) -> MessageQueue:
+        if self._queue is not None and self._queue_config != config:
+            self._close_queue()
         if self._queue is None:
             queue = queue_from_config(kind, config)
             queue.open(None)
-            self._queue = queue
+            self._queue, self._queue_config = queue, config
         return self._queue
 
     def _close_queue(self) -> None:
-        queue, self._queue = self._queue, None
+        queue, self._queue, self._queue_config = self._queue, None, None
         if queue is not None:
             queue.close(None)
 
-    def _poll(self, kind: Kind, config: dict[str, Any]) -> BatchSpec | None:
+    def _emit(self, waiting: BatchSpec | None) -> BatchRequest | str:
+        self._cursor, decision = next_emission(
+            self._cursor,
+            waiting,
+            time.time(),
+            self.rerun_after,
+            self.min_messages,
+            self.max_messages,
+            self.topic,
+        )
+        return decision
+
+    def _poll(self, kind: Kind, config: dict[str, Any]) -> BatchRequest | str:
+        """What to emit now, or why nothing (see :mod:`sluice.sensing`)."""
         if kind == "kafka":
-            waiting = plan_batch(self._open(kind, config))
-            return self._emitted.fresh(waiting, self.min_messages, self.max_messages)
-        if self._mqtt_spec is None:
+            return self._emit(plan_batch(self._open(kind, config)))  # the whole backlog
+        if self._holds_session():
             return self._poll_mqtt_session(config)
         return self._poll_mqtt_watch(config)
 
-    def _poll_mqtt_session(self, config: dict[str, Any]) -> BatchSpec | None:
-        queue = self._open("mqtt", config)
-        if queue.read_message_count() < self.min_messages:
-            return None
-        spec = plan_batch(queue, self.max_messages)
-        self._close_queue()  # unacknowledged: the broker keeps them for the session's next owner
-        self._mqtt_spec = spec
-        return spec
+    def _holds_session(self) -> bool:
+        """MQTT: hold the session before the first emission and once ``rerun_after`` passed
+        since the last one; watch the topic in between (the ingest owns the session)."""
+        emitted_at = self._cursor.emitted_at
+        return emitted_at is None or time.time() - emitted_at >= self.rerun_after
 
-    def _poll_mqtt_watch(self, config: dict[str, Any]) -> BatchSpec | None:
+    def _poll_mqtt_session(self, config: dict[str, Any]) -> BatchRequest | str:
+        queue = self._open("mqtt", config)
+        waiting = plan_waiting(queue, self.min_messages, self.max_messages)
+        if waiting is None:
+            return waiting_status(queue.read_message_count(), self.min_messages, self.topic)
+        decision = self._emit(waiting)
+        if isinstance(decision, BatchRequest):
+            self._close_queue()  # unacknowledged: the broker keeps them for the ingest
+        return decision
+
+    def _poll_mqtt_watch(self, config: dict[str, Any]) -> BatchRequest | str:
         watcher = {
             **config,
             "client_id": f"{config['client_id']}.watch",
@@ -209,7 +295,12 @@ class QueueMessageTrigger(BaseEventTrigger):
             "autocommit": True,
         }
         queue = self._open("mqtt", watcher)
-        if queue.read_message_count() < self.min_messages:
-            return None
+        arrived = queue.read_message_count()
+        if arrived < self.min_messages:
+            return (
+                waiting_status(arrived, self.min_messages, self.topic)
+                + " (new since the last batch)"
+            )
         queue.clear(None)
-        return self._mqtt_spec
+        # the session's next batch (a new plan: what the ingest finds in the session then)
+        return self._emit(plan_batch(queue_from_config("mqtt", config), self.max_messages))

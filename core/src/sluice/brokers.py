@@ -1,8 +1,9 @@
-"""Real brokers on free ports: noida-db and Tansu (Kafka protocol) and mosquitto (MQTT).
+"""Embedded brokers on free ports: noida-db and Tansu (Kafka protocol) and mosquitto (MQTT).
 
 Each ``start_*`` function starts one broker process, waits until its port accepts
-connections and returns a :class:`BrokerProcess` that stops it by pid. Nothing here mocks
-a broker: these are the brokers the tests and the demo talk to.
+connections and returns a :class:`BrokerProcess` that stops it by pid. The one home of broker
+process management: ``sluice brokers`` (the CLI), the demo and the tests' fixtures
+(:mod:`sluice.testing`) all use it. Nothing here mocks a broker.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .certificates import Certificates
+if TYPE_CHECKING:
+    from .testing.certificates import Certificates
 
 __all__ = [
     "BrokerError",
@@ -260,9 +263,17 @@ def start_mosquitto(
     workdir: str | Path | None = None,
     users: dict[str, str] | None = None,
     tls: Certificates | None = None,
+    *,
+    raise_limits: bool = True,
+    sys_interval: int | None = None,
 ) -> BrokerProcess:
     """mosquitto with its own config, persistence (sessions survive a restart), when ``users``
-    is given a password file and no anonymous access, and when ``tls`` is given TLS (mqtts)."""
+    is given a password file and no anonymous access, and when ``tls`` is given TLS (mqtts).
+
+    ``raise_limits``: 1,000,000 queued and 1,000 in-flight messages per client, as batch
+    ingestion needs; false keeps mosquitto's defaults (1,000 queued, 20 in flight), beyond
+    which it drops QoS 1 messages for an offline session. ``sys_interval``: seconds between
+    updates of the ``$SYS`` topics (mosquitto's default: 10)."""
     exe = _find_executable(
         "mosquitto", "Install Debian's package: apt-get install -y mosquitto (or run `make setup`)."
     )
@@ -273,13 +284,15 @@ def start_mosquitto(
         "persistence true",
         f"persistence_location {path}/",
         "autosave_interval 1",
-        "max_queued_messages 1000000",
-        "max_inflight_messages 1000",
         "persistent_client_expiration 1d",
         "log_dest stdout",
         "log_type error",
         "log_type warning",
     ]
+    if raise_limits:
+        lines += ["max_queued_messages 1000000", "max_inflight_messages 1000"]
+    if sys_interval is not None:
+        lines.append(f"sys_interval {sys_interval}")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         lines.append("user root")  # else mosquitto drops to a user that cannot read our temp dir
     if users:

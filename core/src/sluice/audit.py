@@ -1,0 +1,214 @@
+"""``sluice audit``: a sink checked against the broker, the oracle of the crash tests.
+
+For every Kafka stream (topic and group) in the sink, per partition, it compares the rows in
+the sink's data files (good and quarantined) with the group's committed offset and the
+partition's log start and end:
+
+- ``written`` / ``quarantined``: distinct offsets in the data files;
+- ``doubled``: offsets found more than once (in one batch or several);
+- ``missing``: offsets below the committed offset, from where the group began, in no batch
+  and not recorded as lost: the group committed over messages the sink does not have;
+- ``lost``: ranges recorded as lost by an ingest that accepted data loss.
+
+MQTT streams have no offsets: it counts message ids, and ids found more than once.
+The audit passes (:attr:`AuditReport.ok`) when nothing is missing or doubled. Unlike an
+ingest, it reads the sink's whole history.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .batch import BatchSpec, OffsetRange
+
+__all__ = ["AuditReport", "PartitionAudit", "StreamAudit", "audit"]
+
+
+@dataclass
+class PartitionAudit:
+    partition: int
+    log_start: int
+    log_end: int
+    committed: int | None
+    written: int = 0
+    quarantined: int = 0
+    doubled: int = 0
+    missing: list[OffsetRange] = field(default_factory=list)
+    lost: list[OffsetRange] = field(default_factory=list)
+
+    @property
+    def missing_count(self) -> int:
+        return sum(r.count for r in self.missing)
+
+    @property
+    def lost_count(self) -> int:
+        return sum(r.count for r in self.lost)
+
+
+@dataclass
+class StreamAudit:
+    kind: str
+    topic: str
+    group: str | None
+    batches: int = 0
+    partitions: list[PartitionAudit] = field(default_factory=list)  # Kafka
+    messages: int = 0  # MQTT: distinct ids written
+    quarantined: int = 0  # MQTT
+    doubled: int = 0  # MQTT: ids found more than once
+
+    @property
+    def ok(self) -> bool:
+        return not self.doubled and all(not p.doubled and not p.missing for p in self.partitions)
+
+
+@dataclass
+class AuditReport:
+    sink: str
+    streams: list[StreamAudit] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(s.ok for s in self.streams)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sink": self.sink, "ok": self.ok, "streams": [asdict(s) for s in self.streams]}
+
+    def lines(self) -> list[str]:
+        """The report as text, one line per partition."""
+        out = [f"sink {self.sink}"]
+        for s in self.streams:
+            owner = f"group '{s.group}'" if s.kind == "kafka" else f"session '{s.group}'"
+            out.append(f"{s.kind} topic '{s.topic}', {owner}: {s.batches} batch(es)")
+            if s.kind == "mqtt":
+                out.append(
+                    f"  messages {s.messages}, quarantined {s.quarantined}, doubled {s.doubled}"
+                )
+            for p in s.partitions:
+                out.append(
+                    f"  partition {p.partition}: log {p.log_start}-{p.log_end}, committed "
+                    f"{p.committed}, written {p.written}, quarantined {p.quarantined}, doubled "
+                    f"{p.doubled}, missing {p.missing_count}, lost {p.lost_count}"
+                )
+                out += [f"    missing offsets {r.start}-{r.end - 1}" for r in p.missing[:10]]
+        out.append(
+            "OK: every message is in the sink once."
+            if self.ok
+            else "FAILED: messages are missing or doubled (see above)."
+        )
+        return out
+
+
+def audit(
+    sink: str | os.PathLike[str],
+    source: str | Mapping[str, Any] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> AuditReport:
+    """Audit ``sink``; ``source`` (a queue URI or config naming the Kafka cluster) is needed
+    when the sink holds Kafka batches. ``progress(done, total)`` is called per batch read."""
+    from .spark.sinks import open_sink
+
+    opened = open_sink(sink)
+    opened.recover()
+    records = sorted(opened.records(), key=lambda r: r.published_at)
+    streams: dict[tuple[str, str, str | None], list[Any]] = {}
+    for record in records:
+        key = record.stream
+        streams.setdefault((key.kind, key.topic, key.group), []).append(record)
+    report = AuditReport(opened.location)
+    done = 0
+    for (kind, topic, group), batch_records in streams.items():
+        stream = StreamAudit(kind, topic, group, batches=len(batch_records))
+        if kind == "kafka":
+            if source is None:
+                raise ValueError(
+                    f"The sink holds Kafka batches of topic '{topic}': give the source "
+                    "(--source kafka://HOST:PORT) so that the audit can read the group's "
+                    "committed offsets."
+                )
+            _audit_kafka(opened, stream, batch_records, source)
+        else:
+            _audit_mqtt(opened, stream, batch_records)
+        report.streams.append(stream)
+        done += len(batch_records)
+        if progress is not None:
+            progress(done, len(records))
+    return report
+
+
+def _audit_mqtt(sink: Any, stream: StreamAudit, records: list[Any]) -> None:
+    counts: Counter[str] = Counter()
+    for record in records:
+        for quarantined in (False, True):
+            ids = sink.row_coordinates(record.batch_id, quarantined).column("message_id")
+            counts.update(ids.to_pylist())
+            if quarantined:
+                stream.quarantined += len(ids)
+    stream.messages = len(counts)
+    stream.doubled = sum(1 for n in counts.values() if n > 1)
+
+
+def _audit_kafka(
+    sink: Any, stream: StreamAudit, records: list[Any], source: str | Mapping[str, Any]
+) -> None:
+    from .spark.ingest import source_config
+    from .spark.kafka_source import partition_positions, reader_kwargs
+    from .spark.sinks.coverage import Coverage
+
+    spec = BatchSpec("kafka", stream.topic, group_id=stream.group)
+    kwargs = reader_kwargs(source_config(spec, source))
+    partitions = sorted({r.partition for record in records for r in record.ranges})
+    committed, bounds = partition_positions(kwargs, stream.topic, str(stream.group), partitions)
+    rows = {record.batch_id: _offsets_by_partition(sink, record.batch_id) for record in records}
+    for p in partitions:
+        epoch = [r for r in records if p in r.reset_partitions]
+        since = epoch[-1].published_at if epoch else 0.0
+        current = [r for r in records if r.published_at >= since]
+        offsets: Counter[int] = Counter()
+        good: set[int] = set()
+        quarantined: set[int] = set()
+        for record in current:
+            for is_bad, into in ((False, good), (True, quarantined)):
+                found = rows[record.batch_id][is_bad].get(p, [])
+                offsets.update(found)
+                into.update(found)
+        log_start, log_end = bounds.get(p, (0, 0))
+        lost = Coverage()
+        for record in current:
+            for loss in record.lost:
+                if loss["partition"] == p and loss.get("reason") == "retention":
+                    lost.add(p, int(loss["start"]), int(loss["end"]))
+        starts = [r.group_start[p] for r in current if p in r.group_start]
+        base = min(starts) if starts else min([log_start, *offsets]) if offsets else log_start
+        held = Coverage.of_offsets(p, offsets).union(lost)
+        top = committed.get(p)
+        stream.partitions.append(
+            PartitionAudit(
+                partition=p,
+                log_start=log_start,
+                log_end=log_end,
+                committed=top,
+                written=len(good),
+                quarantined=len(quarantined),
+                doubled=sum(1 for n in offsets.values() if n > 1),
+                missing=held.missing(p, base, top) if top is not None and top > base else [],
+                lost=[OffsetRange(p, s, e) for s, e in lost.intervals.get(p, [])],
+            )
+        )
+
+
+def _offsets_by_partition(sink: Any, batch_id: str) -> dict[bool, dict[int, list[int]]]:
+    """{quarantined?: {partition: offsets}} of a published batch's rows."""
+    found: dict[bool, dict[int, list[int]]] = {}
+    for quarantined in (False, True):
+        table = sink.row_coordinates(batch_id, quarantined)
+        by_partition: dict[int, list[int]] = {}
+        for part, offset in zip(
+            table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True
+        ):
+            by_partition.setdefault(part, []).append(offset)
+        found[quarantined] = by_partition
+    return found

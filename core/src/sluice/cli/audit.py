@@ -1,0 +1,56 @@
+"""``sluice audit SINK --source URI``: is every message in the sink once? (see sluice.audit)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import output
+from .errors import CliError
+
+__all__ = ["audit"]
+
+
+def audit(
+    sink: Annotated[
+        str,
+        typer.Argument(
+            help="The sink to check: a directory, or iceberg://CATALOG/NAMESPACE.TABLE.",
+            show_default=False,
+        ),
+    ],
+    source: Annotated[
+        str | None,
+        typer.Option(
+            help="The Kafka cluster of the sink's batches (kafka://HOST:PORT); not needed for "
+            "MQTT batches."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Compare a sink with the broker: per partition, offsets written, quarantined, doubled,
+    missing (committed over but in no batch) and lost. Exits 1 when any are missing or
+    doubled."""
+    from sluice.spark.sinks import is_iceberg
+
+    if not is_iceberg(sink) and not Path(sink).is_dir():
+        raise CliError(f"'{sink}' is not a directory: give the sink of an ingest.", usage=True)
+    from sluice.audit import audit as run_audit
+
+    with output.progress() as bar:
+        task = bar.add_task(f"auditing {sink}", total=None)
+        report = run_audit(
+            sink, source, progress=lambda done, total: bar.update(task, completed=done, total=total)
+        )
+    if not report.streams:
+        raise CliError(f"'{sink}' holds no published batch: nothing to audit.")
+    if as_json:
+        output.out().print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        for line in report.lines():
+            output.out().print(line)
+    if not report.ok:
+        raise typer.Exit(1)

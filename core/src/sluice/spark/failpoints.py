@@ -1,0 +1,79 @@
+"""Named crash points in the ingest, armed only by tests (see docs/architecture.md, I4).
+
+Every step of :func:`sluice.spark.ingest` that changes something outside the process passes
+through :func:`failpoint` with one of the names in :data:`FAILPOINTS`. Unarmed, a failpoint is
+a lookup in an empty frozenset. A test arms points through the environment of the process it
+starts::
+
+    SLUICE_FAILPOINTS="publish.after_rename"          # SIGKILL the process there
+    SLUICE_FAILPOINTS="commit.before=raise"           # raise FailpointError instead
+
+or in-process with :func:`armed`. The crash matrix (tests/integration/spark/test_crash_matrix.py)
+kills an ingest at each point, reruns it and checks the sink with ``sluice audit``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["FAILPOINTS", "FailpointError", "armed", "failpoint"]
+
+ENVIRONMENT_VARIABLE = "SLUICE_FAILPOINTS"
+
+#: Every failpoint, in the order an ingest passes them.
+FAILPOINTS = (
+    "read.after_first_chunk",  # messages read, nothing written yet
+    "stage.after_write",  # the batch is in staging
+    "publish.after_intent",  # the intent to publish is recorded, nothing visible
+    "publish.after_rename",  # the batch is visible and recorded, the stream state is not updated
+    "publish.after_state",  # the stream state is updated, the intent not yet removed
+    "dead_letters.after_send",  # dead letters sent, not yet marked as sent
+    "commit.before",  # published, nothing committed or acknowledged
+    "commit.midway",  # MQTT: some messages acknowledged, not all
+    "commit.after",  # committed or acknowledged
+)
+
+
+class FailpointError(RuntimeError):
+    """Raised by a failpoint armed with ``=raise``."""
+
+
+def _parse(text: str) -> dict[str, str]:
+    points: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, action = item.partition("=")
+        if name not in FAILPOINTS:
+            raise ValueError(
+                f"{ENVIRONMENT_VARIABLE} names an unknown failpoint {name!r}; "
+                f"known: {', '.join(FAILPOINTS)}"
+            )
+        if action not in ("", "kill", "raise"):
+            raise ValueError(f"failpoint {name!r}: action must be 'kill' or 'raise'")
+        points[name] = action or "kill"
+    return points
+
+
+_armed: dict[str, str] = _parse(os.environ.get(ENVIRONMENT_VARIABLE, ""))
+
+
+def failpoint(name: str) -> None:
+    """Crash here if a test armed ``name``; otherwise do nothing."""
+    if _armed and name in _armed:
+        if _armed[name] == "raise":
+            raise FailpointError(f"failpoint {name} was armed")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextmanager
+def armed(name: str, action: str = "raise") -> Iterator[None]:
+    """Arm ``name`` in this process for the duration of the block (tests)."""
+    global _armed
+    previous = _armed
+    _armed = {**previous, **_parse(f"{name}={action}")}
+    try:
+        yield
+    finally:
+        _armed = previous

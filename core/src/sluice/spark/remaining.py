@@ -1,0 +1,148 @@
+"""What is left of a Kafka batch, and how far its group may commit: invariant I1, in one place.
+
+The sink is the truth about what is written; the group's committed offset is where the next
+plan starts. Per partition of a batch ``[start, end)``:
+
+- the *base* is the group's committed offset; a group that never committed starts where the
+  sink's data of the partition starts, or, with nothing in the sink either, at the batch's
+  start (the first batch of a group says where the group begins: ``group_start``);
+- a batch that starts after the base **also takes the gap** ``[base, start)``: an earlier
+  batch that failed can then never be committed over (the event-driven path of Airflow emits
+  batches one after the other, and a failed one must not be skipped);
+- from ``min(start, base)`` to ``end``, what the sink holds is skipped and the rest is read:
+  a rerun writes nothing twice, and a batch entirely below the committed offset still writes
+  what the sink does not have;
+- offsets below the partition's log start (deleted by retention) fail the ingest with
+  :class:`DataLossError` naming the partition and the range, unless ``fail_on_data_loss`` is
+  off: then they are recorded as lost (in the batch record and the result) and skipped;
+- a partition whose end is below the committed offset or the sink's last offset was
+  recreated (or its offsets reset): the same policy; accepted, its old coverage is forgotten.
+
+:func:`commit_targets` is the only place that decides what to commit: per partition, as far
+as the sink holds (written or recorded lost) without a gap from the base, never over an offset
+that is in no published batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..batch import BatchSpec, OffsetRange
+from .sinks.base import StreamState
+from .sinks.coverage import Coverage
+
+__all__ = ["DataLossError", "Work", "commit_targets", "remaining"]
+
+
+class DataLossError(RuntimeError):
+    """Messages of a batch are gone from the broker (retention, a recreated topic)."""
+
+
+@dataclass
+class Work:
+    """What an ingest of a Kafka batch has to read, and what it found on the way."""
+
+    todo: list[OffsetRange] = field(default_factory=list)
+    skipped: int = 0  # messages of the batch the sink already holds
+    gaps: list[OffsetRange] = field(default_factory=list)  # taken before the batch's start
+    lost: list[dict[str, Any]] = field(default_factory=list)
+    group_start: dict[int, int] = field(default_factory=dict)
+    reset_partitions: list[int] = field(default_factory=list)
+
+
+def remaining(
+    spec: BatchSpec,
+    committed: Mapping[int, int | None],
+    bounds: Mapping[int, tuple[int, int]],
+    state: StreamState,
+    fail_on_data_loss: bool = True,
+) -> Work:
+    """The work left of ``spec`` (see the module docstring). ``bounds`` gives each partition's
+    (log start, log end); ``state`` is the stream's state in the sink."""
+    work = Work()
+    held = state.held
+    for r in spec.ranges:
+        p = r.partition
+        if p not in bounds:
+            raise ValueError(
+                f"Partition {p} of topic '{spec.topic}' does not exist: the batch was planned "
+                "on another topic or cluster, or the topic was recreated with fewer partitions."
+            )
+        log_start, log_end = bounds[p]
+        if r.end > log_end:
+            raise ValueError(
+                f"The batch ends at offset {r.end} of partition {p} of topic '{spec.topic}', "
+                f"past its end ({log_end}): it was planned on another topic or cluster, or the "
+                "topic was recreated. Plan the batch again."
+            )
+        base = committed.get(p)
+        ahead = max(base or 0, held.last(p) or 0)
+        if ahead > log_end:
+            _lose(
+                work,
+                fail_on_data_loss,
+                f"partition {p} of topic '{spec.topic}' ends at offset {log_end}, but the group "
+                f"or the sink is at offset {ahead}: the topic was recreated or its offsets reset",
+                {"partition": p, "start": log_end, "end": ahead, "reason": "recreated"},
+            )
+            work.reset_partitions.append(p)
+            held = Coverage({q: i for q, i in held.intervals.items() if q != p})
+            base = None
+        if base is None:
+            base = held.first(p)
+            if base is None:
+                base = r.start
+                work.group_start[p] = r.start
+        if base < r.start:
+            work.gaps.extend(held.missing(p, base, r.start))
+        for piece in held.missing(p, min(base, r.start), r.end):
+            if piece.start < log_start:
+                gone = OffsetRange(p, piece.start, min(piece.end, log_start))
+                _lose(
+                    work,
+                    fail_on_data_loss,
+                    f"offsets {gone.start}-{gone.end - 1} of partition {p} of topic "
+                    f"'{spec.topic}' are below its log start ({log_start}): deleted by retention",
+                    {**gone.__dict__, "reason": "retention"},
+                )
+                if piece.end <= log_start:
+                    continue
+                piece = OffsetRange(p, log_start, piece.end)
+            work.todo.append(piece)
+    reading = Coverage.of(spec.ranges).overlaps(work.todo)
+    work.skipped = spec.message_count - sum(r.count for r in reading)
+    return work
+
+
+def _lose(work: Work, fail: bool, what: str, loss: dict[str, Any]) -> None:
+    if fail:
+        raise DataLossError(
+            f"Data loss: {what}. Nothing was written or committed. To skip the missing "
+            "messages and record the loss in the batch record, ingest with "
+            "fail_on_data_loss=False (CLI: --accept-data-loss)."
+        )
+    work.lost.append(loss)
+
+
+def commit_targets(
+    partitions: list[int],
+    committed: Mapping[int, int | None],
+    held: Coverage,
+    reset_partitions: list[int] | None = None,
+) -> dict[int, int]:
+    """The offset to commit in each of ``partitions`` (only where it moves): from the base (the
+    committed offset, else the first held offset) as far as ``held`` runs without a gap. A
+    reset partition may move back (its committed offset belongs to the old topic)."""
+    targets = {}
+    for p in partitions:
+        current = committed.get(p)
+        reset = p in (reset_partitions or [])
+        base = held.first(p) if current is None or reset else current
+        if base is None:
+            continue
+        target = held.contiguous_end(p, base)
+        if (current is None or reset or target > current) and target != current:
+            targets[p] = target
+    return targets

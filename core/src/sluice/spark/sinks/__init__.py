@@ -1,0 +1,49 @@
+"""Sinks: where ingested batches go. One small interface (:class:`Sink`), one implementation
+per kind of storage, chosen by the sink's location."""
+
+from __future__ import annotations
+
+import os
+
+from ...queues.config import ConfigError
+from .base import BatchRecord, ConcurrentIngestError, Sink, Staging, StreamKey, StreamState
+from .coverage import Coverage
+from .parquet import ParquetSink
+
+__all__ = [
+    "BatchRecord",
+    "ConcurrentIngestError",
+    "Coverage",
+    "ParquetSink",
+    "Sink",
+    "Staging",
+    "StreamKey",
+    "StreamState",
+    "is_iceberg",
+    "open_sink",
+]
+
+
+def open_sink(location: str | os.PathLike[str] | Sink) -> Sink:
+    """The sink at ``location``: ``iceberg://CATALOG/NAMESPACE.TABLE`` is an Apache Iceberg
+    table (:mod:`.iceberg`, needs ``sluice-core[iceberg]``); a directory (or ``file://`` URI)
+    is a Parquet dataset."""
+    if isinstance(location, str) and is_iceberg(location):
+        try:
+            import pyiceberg  # noqa: F401
+
+            from .iceberg import IcebergSink
+        except ImportError as exc:
+            raise ConfigError(
+                f"The sink {location} is an Iceberg table, which needs pyiceberg ({exc}): "
+                "pip install 'sluice-core[iceberg]'."
+            ) from None
+        return IcebergSink(location)
+    if isinstance(location, (str, os.PathLike)):
+        return ParquetSink(location)
+    return location
+
+
+def is_iceberg(location: object) -> bool:
+    """Whether ``location`` names an Iceberg table (``iceberg://...``)."""
+    return isinstance(location, str) and location.lower().startswith("iceberg://")

@@ -1,0 +1,252 @@
+"""What every sink keeps: a record of each published batch, and a small state per stream.
+
+A *stream* is what one group reads: (kafka, topic, group_id) or (mqtt, topic filter, client id).
+Its :class:`StreamState` says which offsets the sink holds (``written``: good or quarantined
+rows), which were given up as lost, and (MQTT) the ids of the most recent messages, so that an
+ingest decides what is left to do without reading the sink's history (invariant I5).
+
+A :class:`BatchRecord` is published together with the batch's rows, in one atomic step
+(invariant I2): a sink either has a batch, rows and record, or has neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
+
+from ...batch import BatchSpec, OffsetRange
+from .coverage import Coverage
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "DEDUP_WINDOW",
+    "BatchRecord",
+    "ConcurrentIngestError",
+    "Sink",
+    "Staging",
+    "StreamKey",
+    "StreamState",
+]
+
+#: How many of the most recent MQTT message ids a stream remembers for de-duplication. A
+#: redelivery after a crash comes from the batch that was being ingested, so a window of the
+#: last batches' ids is enough; it keeps the state bounded.
+DEDUP_WINDOW = 100_000
+#: How many batch ids a stream remembers (makes folding a batch into the state idempotent).
+RECENT_BATCHES = 1_000
+
+
+class ConcurrentIngestError(RuntimeError):
+    """Another ingest published some of the same offsets while this one ran."""
+
+
+@dataclass(frozen=True)
+class StreamKey:
+    kind: str
+    topic: str
+    group: str | None  # Kafka group id, or MQTT session client id
+
+    @classmethod
+    def of(cls, spec: BatchSpec) -> StreamKey:
+        return cls(spec.kind, spec.topic, spec.group_id if spec.kind == "kafka" else spec.client_id)
+
+    @property
+    def slug(self) -> str:
+        return hashlib.sha256(f"{self.kind}\0{self.topic}\0{self.group}".encode()).hexdigest()[:20]
+
+
+@dataclass
+class BatchRecord:
+    """What a published batch holds (its manifest). Counts and offsets, never payloads."""
+
+    batch_id: str
+    spec: dict[str, Any]
+    ranges: list[OffsetRange] = field(default_factory=list)  # Kafka: offsets written (both tables)
+    group_start: dict[int, int] = field(default_factory=dict)  # where a new group began
+    lost: list[dict[str, Any]] = field(default_factory=list)  # accepted losses, with reasons
+    reset_partitions: list[int] = field(default_factory=list)  # recreated partitions
+    message_ids: list[str] = field(default_factory=list)  # MQTT: ids written (both tables)
+    quarantined_ids: dict[str, str] = field(default_factory=dict)  # MQTT: id -> reason
+    counts: dict[str, int] = field(default_factory=dict)
+    dead_letter_topic: str | None = None
+    published_at: float = 0.0  # seconds since the epoch
+    broker_dropped: int | None = None  # MQTT: the broker's drop counter at this ingest
+
+    @property
+    def stream(self) -> StreamKey:
+        return StreamKey.of(BatchSpec.from_dict(self.spec))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batch_id": self.batch_id,
+            "spec": self.spec,
+            "ranges": [r.__dict__ for r in self.ranges],
+            "group_start": {str(p): s for p, s in self.group_start.items()},
+            "lost": self.lost,
+            "reset_partitions": self.reset_partitions,
+            "message_ids": self.message_ids,
+            "quarantined_ids": self.quarantined_ids,
+            "counts": self.counts,
+            "dead_letter_topic": self.dead_letter_topic,
+            "published_at": self.published_at,
+            "broker_dropped": self.broker_dropped,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BatchRecord:
+        return cls(
+            batch_id=data["batch_id"],
+            spec=data["spec"],
+            ranges=[OffsetRange(**r) for r in data.get("ranges", [])],
+            group_start={int(p): int(s) for p, s in (data.get("group_start") or {}).items()},
+            lost=list(data.get("lost", [])),
+            reset_partitions=[int(p) for p in data.get("reset_partitions", [])],
+            message_ids=list(data.get("message_ids", [])),
+            quarantined_ids=dict(data.get("quarantined_ids", {})),
+            counts=dict(data.get("counts", {})),
+            dead_letter_topic=data.get("dead_letter_topic"),
+            published_at=float(data.get("published_at", 0.0)),
+            broker_dropped=data.get("broker_dropped"),
+        )
+
+
+@dataclass
+class StreamState:
+    """A stream's bounded state (see the module docstring)."""
+
+    written: Coverage = field(default_factory=Coverage)
+    lost: Coverage = field(default_factory=Coverage)
+    recent_ids: dict[str, str | None] = field(default_factory=dict)  # id -> quarantine reason
+    recent_batches: list[str] = field(default_factory=list)
+    batches: int = 0
+    broker_dropped: int | None = None  # MQTT: the broker's drop counter at the last ingest
+
+    @property
+    def held(self) -> Coverage:
+        """Offsets the group may commit over: written, or given up as lost."""
+        return self.written.union(self.lost)
+
+    def fold(self, record: BatchRecord) -> bool:
+        """Add a published batch; False if it was already folded in."""
+        if record.batch_id in self.recent_batches:
+            return False
+        for partition in record.reset_partitions:
+            self.written.forget(partition)
+            self.lost.forget(partition)
+        self.written.add_ranges(record.ranges)
+        for loss in record.lost:
+            if loss.get("reason") == "retention":  # a recreated partition's old end is no offset
+                self.lost.add(int(loss["partition"]), int(loss["start"]), int(loss["end"]))
+        for message_id in record.message_ids:
+            self.recent_ids[message_id] = record.quarantined_ids.get(message_id)
+        for stale in list(self.recent_ids)[: max(0, len(self.recent_ids) - DEDUP_WINDOW)]:
+            del self.recent_ids[stale]
+        self.recent_batches = [*self.recent_batches, record.batch_id][-RECENT_BATCHES:]
+        if record.broker_dropped is not None:
+            self.broker_dropped = record.broker_dropped
+        self.batches += 1
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "written": self.written.to_json(),
+            "lost": self.lost.to_json(),
+            "recent_ids": self.recent_ids,
+            "recent_batches": self.recent_batches,
+            "batches": self.batches,
+            "broker_dropped": self.broker_dropped,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StreamState:
+        return cls(
+            written=Coverage.from_json(data.get("written")),
+            lost=Coverage.from_json(data.get("lost")),
+            recent_ids=dict(data.get("recent_ids", {})),
+            recent_batches=list(data.get("recent_batches", [])),
+            batches=int(data.get("batches", 0)),
+            broker_dropped=data.get("broker_dropped"),
+        )
+
+
+@dataclass(frozen=True)
+class Staging:
+    """Where one run writes a batch before it is published."""
+
+    batch_id: str
+    directory: Path  # becomes the batch: good rows, and quarantine/ inside
+    scratch: Path  # hand-over files from the driver to Spark; never published
+
+    @property
+    def data(self) -> Path:
+        return self.directory
+
+    @property
+    def quarantine(self) -> Path:
+        return self.directory / "_quarantine"
+
+
+class Sink(Protocol):
+    """Where batches go (see :mod:`sluice.spark.sinks.parquet`)."""
+
+    location: str
+
+    def check(self) -> None:
+        """Raise ``ConfigError`` saying what to fix when the sink cannot be written."""
+
+    def recover(self) -> None:
+        """Finish or forget what a crashed run left between two steps of a publish."""
+
+    def find(self, batch_id: str) -> BatchRecord | None:
+        """The record of a published batch, or None."""
+
+    def state(self, stream: StreamKey) -> StreamState:
+        """The stream's current state."""
+
+    def stage(self, batch_id: str) -> Staging:
+        """A fresh staging area for one run of ``batch_id``."""
+
+    def publish(self, staging: Staging, record: BatchRecord) -> None:
+        """Make the staged batch visible and recorded in one step, then fold it into its
+        stream's state. Raises :class:`ConcurrentIngestError` when another run published some
+        of ``record``'s offsets meanwhile (nothing is published then)."""
+
+    def discard(self, staging: Staging) -> None:
+        """Forget a staging area."""
+
+    def write(self, staging: Staging, good: DataFrame, bad: DataFrame) -> None:
+        """Append a chunk's good and quarantined rows (Spark DataFrames) to ``staging``."""
+
+    def staged_counts(self, staging: Staging) -> tuple[int, int]:
+        """(good rows, quarantined rows) in ``staging``."""
+
+    def staged_quarantine_reasons(self, staging: Staging) -> dict[str, str]:
+        """message_id -> reason of the quarantined rows in ``staging``."""
+
+    def output_location(self, batch_id: str) -> str:
+        """Where a published batch's good rows are, for the result (a path or a table)."""
+
+    def quarantine_location(self, batch_id: str) -> str:
+        """Where a published batch's quarantined rows are."""
+
+    def quarantine_table(self, batch_id: str) -> pa.Table:
+        """The published quarantined rows of ``batch_id``."""
+
+    def records(self) -> Iterator[BatchRecord]:
+        """Every published batch (for the audit; an ingest never calls it)."""
+
+    def row_coordinates(self, batch_id: str, quarantined: bool) -> pa.Table:
+        """``partition``, ``offset`` and ``message_id`` of a published batch's rows."""
+
+    def dead_letter_progress(self, batch_id: str) -> dict[str, Any] | None:
+        """How far sending the dead letters of ``batch_id`` got (None: not started)."""
+
+    def save_dead_letter_progress(self, batch_id: str, progress: dict[str, Any]) -> None:
+        """Record how far sending the dead letters of ``batch_id`` got."""

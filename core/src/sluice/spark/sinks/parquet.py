@@ -1,0 +1,254 @@
+"""The Parquet dataset sink: a directory per batch, published by one rename.
+
+::
+
+    <sink>/batch_id=<id>/part-*.parquet             the batch's good rows
+    <sink>/batch_id=<id>/_quarantine/part-*.parquet its bad rows, each with a reason
+    <sink>/batch_id=<id>/_sluice_batch.json         its record (the manifest)
+    <sink>/_sluice/staging/<id>-<random>/           a run's batch until it is published
+    <sink>/_sluice/intents/<id>.json                a publish under way (crash recovery)
+    <sink>/_sluice/streams/<stream>.json            each stream's state (bounded)
+    <sink>/_sluice/dead_letters/<id>.json           how far a batch's dead letters got
+    <sink>/_sluice/lock                             serialises publishes
+
+A run builds the whole batch directory (rows, quarantine and record) in staging, and one
+``rename`` makes it visible and recorded at once (invariant I2): a crash leaves either no
+batch or a whole one. Around the rename, under the lock: an intent is written before it, and
+after it the stream state is updated and the intent removed; :meth:`ParquetSink.recover` folds
+in a batch whose state update a crash interrupted. Spark and pyarrow ignore names starting
+with ``_``, so ``spark.read.parquet(sink)`` reads exactly the published good rows, with
+``batch_id`` as a partition column; quarantined rows read with
+``spark.read.parquet(f"{sink}/batch_id=*/_quarantine")``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ...queues.config import ConfigError
+from ..failpoints import failpoint
+from .base import BatchRecord, ConcurrentIngestError, Staging, StreamKey, StreamState
+
+__all__ = ["RECORD_FILE", "ParquetSink", "local_path", "parquet_rows"]
+
+RECORD_FILE = "_sluice_batch.json"
+QUARANTINE_DIR = "_quarantine"
+
+
+def local_path(location: str | os.PathLike[str], what: str = "sink") -> Path:
+    text = os.fspath(location)
+    scheme = urlsplit(text).scheme
+    if scheme == "file":
+        text = urlsplit(text).path
+    elif scheme and len(scheme) > 1:  # one letter: a Windows drive
+        raise ConfigError(
+            f"{what} {text!r} is not a local directory: the Parquet sink publishes batches with "
+            "atomic renames, which it does on local (or mounted shared) file systems only. Give "
+            "a path such as ./data/orders or file:///data/orders."
+        )
+    return Path(text).absolute()
+
+
+def parquet_rows(directory: Path, recursive: bool = True) -> int:
+    """Rows in the Parquet files under ``directory``, from their footers."""
+    if not directory.exists():
+        return 0
+    files = directory.rglob("*.parquet") if recursive else directory.glob("*.parquet")
+    return sum(pq.read_metadata(f).num_rows for f in files)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Replace ``path`` atomically."""
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    temporary.write_text(json.dumps(data, sort_keys=True))
+    os.replace(temporary, path)
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+class ParquetSink:
+    """A Parquet dataset directory (see the module docstring)."""
+
+    def __init__(self, location: str | os.PathLike[str]) -> None:
+        self.root = local_path(location)
+        self.location = str(self.root)
+        self._meta = self.root / "_sluice"
+
+    def check(self) -> None:
+        """Create the sink directory if needed and write a probe file in it (permissions
+        alone say little: root passes every check, and /proc refuses root)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self.root / f".sluice-probe-{uuid.uuid4().hex[:8]}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(
+                f"The sink {self.root} is not writable ({exc.strerror or exc}): choose a "
+                "directory you can write, e.g. ./data/readings."
+            ) from None
+
+    # ---- paths -------------------------------------------------------------------------
+
+    def output_dir(self, batch_id: str) -> Path:
+        return self.root / f"batch_id={batch_id}"
+
+    def quarantine_dir(self, batch_id: str) -> Path:
+        return self.output_dir(batch_id) / QUARANTINE_DIR
+
+    def _stream_file(self, stream: StreamKey) -> Path:
+        return self._meta / "streams" / f"{stream.slug}.json"
+
+    # ---- reading -----------------------------------------------------------------------
+
+    def find(self, batch_id: str) -> BatchRecord | None:
+        data = _read_json(self.output_dir(batch_id) / RECORD_FILE)
+        return BatchRecord.from_json(data) if data else None
+
+    def state(self, stream: StreamKey) -> StreamState:
+        data = _read_json(self._stream_file(stream))
+        return StreamState.from_json(data["state"]) if data else StreamState()
+
+    def records(self) -> Iterator[BatchRecord]:
+        for directory in sorted(self.root.glob("batch_id=*")):
+            data = _read_json(directory / RECORD_FILE)
+            if data:
+                yield BatchRecord.from_json(data)
+
+    def quarantine_table(self, batch_id: str) -> pa.Table:
+        return pq.read_table(self.quarantine_dir(batch_id))
+
+    def row_coordinates(self, batch_id: str, quarantined: bool) -> pa.Table:
+        directory = self.quarantine_dir(batch_id) if quarantined else self.output_dir(batch_id)
+        files = sorted(directory.glob("*.parquet"))
+        if not files:
+            return pa.table({c: pa.array([], t) for c, t in _COORDINATES.items()})
+        return pa.concat_tables(pq.read_table(f, columns=list(_COORDINATES)) for f in files)
+
+    # ---- writing -----------------------------------------------------------------------
+
+    def stage(self, batch_id: str) -> Staging:
+        staging = self._meta / "staging"
+        for left in staging.glob(f"{batch_id}-*"):  # by an earlier, crashed run of this batch
+            shutil.rmtree(left, ignore_errors=True)
+        run = f"{batch_id}-{uuid.uuid4().hex[:8]}"
+        directory, scratch = staging / run, staging / f"{run}.scratch"
+        directory.mkdir(parents=True)
+        scratch.mkdir()
+        return Staging(batch_id, directory, scratch)
+
+    def write(self, staging: Staging, good: Any, bad: Any) -> None:
+        good.write.mode("append").parquet(str(staging.data))
+        bad.write.mode("append").parquet(str(staging.quarantine))
+
+    def staged_counts(self, staging: Staging) -> tuple[int, int]:
+        return parquet_rows(staging.data, recursive=False), parquet_rows(staging.quarantine)
+
+    def staged_quarantine_reasons(self, staging: Staging) -> dict[str, str]:
+        if not parquet_rows(staging.quarantine):
+            return {}
+        table = pq.read_table(staging.quarantine, columns=["message_id", "reason"])
+        return dict(zip(*table.to_pydict().values(), strict=True))
+
+    def output_location(self, batch_id: str) -> str:
+        return str(self.output_dir(batch_id))
+
+    def quarantine_location(self, batch_id: str) -> str:
+        return str(self.quarantine_dir(batch_id))
+
+    def discard(self, staging: Staging) -> None:
+        shutil.rmtree(staging.directory, ignore_errors=True)
+        shutil.rmtree(staging.scratch, ignore_errors=True)
+
+    def publish(self, staging: Staging, record: BatchRecord) -> None:
+        shutil.rmtree(staging.scratch, ignore_errors=True)
+        for marker in staging.directory.rglob("_SUCCESS"):
+            marker.unlink()
+        record.published_at = time.time()
+        (staging.directory / RECORD_FILE).write_text(json.dumps(record.to_json(), sort_keys=True))
+        intents = self._meta / "intents"
+        intents.mkdir(parents=True, exist_ok=True)
+        intent = intents / f"{record.batch_id}.json"
+        with self._locked():
+            stream = record.stream
+            state = self.state(stream)
+            reset = set(record.reset_partitions)
+            taken = state.written.overlaps([r for r in record.ranges if r.partition not in reset])
+            if taken or any(i in state.recent_ids for i in record.message_ids):
+                self.discard(staging)
+                raise ConcurrentIngestError(
+                    f"Another ingest of {stream.kind} topic '{stream.topic}' published some of "
+                    f"batch {record.batch_id}'s messages while it ran "
+                    f"({', '.join(_describe(r) for r in taken[:5]) or 'message ids'}). Nothing "
+                    "was published or committed; run the batch again to ingest what is left."
+                )
+            _write_json(intent, {"batch_id": record.batch_id})
+            failpoint("publish.after_intent")
+            os.rename(staging.directory, self.output_dir(record.batch_id))
+            failpoint("publish.after_rename")
+            self._fold(stream, state, record)
+            failpoint("publish.after_state")
+            intent.unlink()
+
+    def recover(self) -> None:
+        intents = sorted((self._meta / "intents").glob("*.json"))
+        if not intents:
+            return
+        with self._locked():
+            for intent in intents:
+                if not intent.exists():
+                    continue
+                record = self.find(json.loads(intent.read_text())["batch_id"])
+                if record is not None:
+                    self._fold(record.stream, self.state(record.stream), record)
+                intent.unlink()
+
+    def _fold(self, stream: StreamKey, state: StreamState, record: BatchRecord) -> None:
+        if state.fold(record):
+            path = self._stream_file(stream)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            key = {"kind": stream.kind, "topic": stream.topic, "group": stream.group}
+            _write_json(path, {"stream": key, "state": state.to_json()})
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self._meta.mkdir(parents=True, exist_ok=True)
+        with open(self._meta / "lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    # ---- dead letters ------------------------------------------------------------------
+
+    def dead_letter_progress(self, batch_id: str) -> dict[str, Any] | None:
+        data: dict[str, Any] | None = _read_json(self._meta / "dead_letters" / f"{batch_id}.json")
+        return data
+
+    def save_dead_letter_progress(self, batch_id: str, progress: dict[str, Any]) -> None:
+        path = self._meta / "dead_letters" / f"{batch_id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_json(path, progress)
+
+
+_COORDINATES = {"partition": pa.int32(), "offset": pa.int64(), "message_id": pa.string()}
+
+
+def _describe(r: Any) -> str:
+    return f"partition {r.partition} offsets {r.start}-{r.end - 1}"

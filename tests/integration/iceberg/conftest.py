@@ -1,0 +1,105 @@
+"""Iceberg sinks on real SQL catalogs: SQLite in the test's directory, and the machine's
+PostgreSQL (127.0.0.1:5432, user postgres, database ``test``; CI has it, so a PostgreSQL that
+cannot be reached fails the test rather than skipping it).
+
+A catalog is configured the pyiceberg way, through ``PYICEBERG_CATALOG__<NAME>__*``
+environment variables, which the crash tests' child processes inherit. Every test gets a
+namespace of its own, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+POSTGRES_URI = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
+
+
+@dataclass
+class Lake:
+    """A configured catalog and a namespace of the test's own."""
+
+    catalog_name: str
+    namespace: str
+    catalog: Any
+
+    def sink(self, table: str = "readings", query: str = "") -> str:
+        return f"iceberg://{self.catalog_name}/{self.namespace}.{table}{query}"
+
+    def table(self, name: str = "readings") -> Any:
+        return self.catalog.load_table(f"{self.namespace}.{name}")
+
+
+def _configure(monkeypatch: pytest.MonkeyPatch, name: str, uri: str, warehouse: Path) -> Any:
+    from pyiceberg.catalog import load_catalog
+
+    prefix = f"PYICEBERG_CATALOG__{name.upper()}__"
+    monkeypatch.setenv(f"{prefix}TYPE", "sql")
+    monkeypatch.setenv(f"{prefix}URI", uri)
+    monkeypatch.setenv(f"{prefix}WAREHOUSE", warehouse.as_uri())
+    return load_catalog(name, type="sql", uri=uri, warehouse=warehouse.as_uri())
+
+
+def _drop(catalog: Any, namespace: str) -> None:
+    for identifier in catalog.list_tables(namespace):
+        catalog.drop_table(identifier)
+    catalog.drop_namespace(namespace)
+
+
+@pytest.fixture
+def sqlite_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lake]:
+    name = f"lite{uuid.uuid4().hex[:8]}"
+    catalog = _configure(
+        monkeypatch, name, f"sqlite:///{tmp_path / 'catalog.db'}", tmp_path / "warehouse"
+    )
+    yield Lake(name, f"ns_{uuid.uuid4().hex[:8]}", catalog)
+
+
+@pytest.fixture
+def postgres_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lake]:
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(POSTGRES_URI)
+    try:
+        with engine.connect():
+            pass
+    except Exception as exc:
+        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 (database 'test') is needed: {exc}")
+    finally:
+        engine.dispose()
+    name = f"pg{uuid.uuid4().hex[:8]}"
+    catalog = _configure(monkeypatch, name, POSTGRES_URI, tmp_path / "warehouse")
+    namespace = f"ns_{uuid.uuid4().hex[:8]}"
+    yield Lake(name, namespace, catalog)
+    if namespace in {n[0] for n in catalog.list_namespaces()}:
+        _drop(catalog, namespace)
+    catalog.engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def lake(request: pytest.FixtureRequest) -> Lake:
+    """Each SQL catalog in turn."""
+    found: Lake = request.getfixturevalue(f"{request.param}_lake")
+    return found
+
+
+def table_rows(lake: Lake, name: str = "readings") -> list[dict[str, Any]]:
+    """Every row of the table, by a pyiceberg scan."""
+    rows: list[dict[str, Any]] = lake.table(name).scan().to_arrow().to_pylist()
+    return rows
+
+
+def data_files(lake: Lake, name: str = "readings") -> list[str]:
+    """The table's current data files."""
+    return sorted(task.file.file_path for task in lake.table(name).scan().plan_files())
+
+
+def sluice_summaries(lake: Lake, name: str = "readings") -> list[dict[str, str]]:
+    """The summaries of the table's snapshots that name a batch, oldest first."""
+    summaries = [dict(s.summary.additional_properties) for s in lake.table(name).snapshots()]
+    return [s for s in summaries if "sluice.batch-id" in s]

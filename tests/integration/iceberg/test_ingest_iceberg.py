@@ -1,0 +1,223 @@
+"""Kafka and MQTT batches into Iceberg tables on real SQL catalogs (SQLite, PostgreSQL)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.audit import audit
+from sluice.batch import BatchSpec, OffsetRange, plan_batch
+from sluice.queues import ConfigError
+from sluice.spark import ingest
+from sluice.spark.sinks import iceberg
+from sluice.testing.plugin import Broker
+
+from ..spark.conftest import SCHEMA, KafkaTopic, open_topic, reading
+from ..spark.test_crash_matrix import publish_envelopes
+from .conftest import Lake, data_files, sluice_summaries, table_rows
+
+BAD = [b"not json", b'{"temperature": "warm"}']
+
+
+@pytest.fixture
+def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
+    opened = open_topic(noida_broker, unique_name)
+    yield opened
+    opened.queue.close(None)
+    opened.producer.close()
+
+
+def test_kafka_batches_in_both_reading_modes_land_in_the_table_named_by_their_snapshots(
+    spark: Any, topic: KafkaTopic, lake: Lake
+) -> None:
+    sink = lake.sink()
+    topic.send([reading(i) for i in range(30)] + BAD)
+    first = ingest(spark, topic.plan(), sink, source=topic.source, schema=SCHEMA, mode="driver")
+    topic.send([reading(30 + i) for i in range(30)])
+    second_spec = topic.plan()
+    second = ingest(spark, second_spec, sink, source=topic.source, schema=SCHEMA, mode="executors")
+
+    assert (first.written, first.quarantined, second.written) == (30, 2, 30)
+    rows = table_rows(lake)
+    assert sorted(r["temperature"] for r in rows) == [i / 10 for i in range(60)]
+    assert {r["batch_id"] for r in rows} == {first.batch_id, second.batch_id}
+    bad = table_rows(lake, "readings__quarantine")
+    assert sorted(r["value"] for r in bad) == sorted(BAD) and {r["batch_id"] for r in bad} == {
+        first.batch_id
+    }
+    # Spark reads the table's data files as they are
+    files = data_files(lake)
+    assert files and all(f.startswith(lake.table().location()) for f in files)
+    read_back = spark.read.parquet(*files)
+    assert read_back.count() == 60
+    assert sorted(r.offset for r in read_back.select("offset").collect()) == sorted(
+        r["offset"] for r in rows
+    )
+    # each batch is one snapshot naming it; the last one holds the stream's state
+    summaries = sluice_summaries(lake)
+    assert [s["sluice.batch-id"] for s in summaries] == [first.batch_id, second.batch_id]
+    assert all(s["sluice.topic"] == topic.name for s in summaries)
+    assert all(s["sluice.group"] == f"{topic.name}-group" for s in summaries)
+    assert summaries[1]["sluice.ranges"] == ",".join(
+        f"{r.partition}:{r.start}-{r.end}" for r in second_spec.ranges
+    )
+    (state,) = [v for k, v in summaries[1].items() if k.startswith("sluice.stream.")]
+    assert sum(e - s for i in json.loads(state)["written"].values() for s, e in i) == 62
+    lines = iceberg.IcebergSink(sink).snapshot_lines()
+    assert len(lines) == 2 and first.batch_id in lines[0] and lines[1].endswith("30 rows")
+    assert plan_batch(topic.queue) is None
+    report = audit(sink, topic.source)
+    assert report.ok and sum(p.written for p in report.streams[0].partitions) == 60
+
+
+def test_a_rerun_of_a_published_batch_commits_no_new_snapshot(
+    spark: Any, topic: KafkaTopic, sqlite_lake: Lake
+) -> None:
+    topic.send([reading(i) for i in range(10)])
+    spec = topic.plan()
+    ingest(spark, spec, sqlite_lake.sink(), source=topic.source, schema=SCHEMA)
+    again = ingest(spark, spec, sqlite_lake.sink(), source=topic.source, schema=SCHEMA)
+
+    assert again.written == 0 and again.skipped == 10
+    assert len(sluice_summaries(sqlite_lake)) == 1 and len(table_rows(sqlite_lake)) == 10
+
+
+def test_mqtt_batches_land_once_with_their_ids_digested_and_a_large_state_in_a_file(
+    spark: Any,
+    mosquitto_broker: Broker,
+    unique_name: str,
+    sqlite_lake: Lake,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(iceberg, "INLINE_LIMIT", 0)
+    client_id = f"{unique_name}-ingest"
+    spec = BatchSpec("mqtt", unique_name, client_id=client_id, max_messages=100)
+    source = {"connection.uri": mosquitto_broker.url}
+    # the session subscribes first: an empty batch
+    ingest(spark, spec, sqlite_lake.sink(), source=source, schema=SCHEMA)
+    sent = publish_envelopes(
+        mosquitto_broker, unique_name, [json.loads(reading(i)) for i in range(12)]
+    )
+    result = ingest(
+        spark,
+        BatchSpec("mqtt", unique_name, client_id=client_id, max_messages=100, sequence=2),
+        sqlite_lake.sink(),
+        source=source,
+        schema=SCHEMA,
+    )
+
+    assert result.written == 12
+    assert sorted(r["message_id"] for r in table_rows(sqlite_lake)) == sorted(sent)
+    last = sluice_summaries(sqlite_lake)[-1]
+    assert last["sluice.message-count"] == "12"
+    assert (
+        last["sluice.message-digest"]
+        == hashlib.sha256("\n".join(sorted(sent)).encode()).hexdigest()
+    )
+    assert not any(k.startswith("sluice.stream.") for k in last)
+    (state_file,) = [v for k, v in last.items() if k.startswith("sluice.stream-file.")]
+    assert set(sent) <= set(
+        json.loads(Path(state_file.removeprefix("file://")).read_text())["recent_ids"]
+    )
+    assert audit(sqlite_lake.sink()).ok
+
+
+def test_a_new_nullable_field_is_added_and_a_changed_type_is_refused_naming_it(
+    spark: Any, topic: KafkaTopic, sqlite_lake: Lake
+) -> None:
+    sink = sqlite_lake.sink()
+    topic.send([reading(i) for i in range(5)])
+    ingest(spark, topic.plan(), sink, source=topic.source, schema=SCHEMA)
+    topic.send([json.dumps({"device": "d", "temperature": 1.5, "site": "north"}).encode()])
+    ingest(spark, topic.plan(), sink, source=topic.source, schema=f"{SCHEMA}, site STRING")
+
+    field = sqlite_lake.table().schema().find_field("site")
+    assert not field.required
+    assert sorted((r["site"] or "") for r in table_rows(sqlite_lake)) == [""] * 5 + ["north"]
+
+    topic.send([json.dumps({"device": "d", "temperature": "hot"}).encode()])
+    with pytest.raises(ConfigError, match=r"temperature.*double.*string"):
+        ingest(
+            spark,
+            topic.plan(),
+            sink,
+            source=topic.source,
+            schema="device STRING, temperature STRING",
+        )
+    assert len(table_rows(sqlite_lake)) == 6
+
+
+def test_two_ingests_into_one_table_at_once_both_land_after_a_commit_conflict(
+    spark: Any,
+    noida_broker: Broker,
+    unique_name: str,
+    postgres_lake: Lake,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two topics, one table: both ingests reach the commit together (a barrier), one wins,
+    the other reloads, folds its batch into the fresh state and commits."""
+    topics = [open_topic(noida_broker, f"{unique_name}-{n}", partitions=1) for n in "ab"]
+    sink = postgres_lake.sink()
+    for number, opened in enumerate(topics):
+        opened.send([reading(100 * number + i) for i in range(20)])
+    ingest(
+        spark,
+        BatchSpec(
+            "kafka",
+            topics[0].name,
+            group_id=f"{topics[0].name}-group",
+            ranges=(OffsetRange(0, 0, 1),),
+        ),
+        sink,
+        source=topics[0].source,
+        schema=SCHEMA,
+    )
+    barrier = threading.Barrier(2, timeout=60)
+    attempts: list[str] = []
+    original = iceberg.IcebergSink._commit_batch
+
+    def commit_together(self: Any, record: Any, files: list[str]) -> None:
+        attempts.append(record.batch_id)
+        if attempts.count(record.batch_id) == 1:
+            self._load(self.target.table)  # both read the same table version...
+            barrier.wait()  # ...then commit at once
+        original(self, record, files)
+
+    monkeypatch.setattr(iceberg.IcebergSink, "_commit_batch", commit_together)
+    results: dict[str, Any] = {}
+    errors: list[BaseException] = []
+
+    def run(opened: KafkaTopic) -> None:
+        try:
+            results[opened.name] = ingest(
+                spark, opened.plan(), sink, source=opened.source, schema=SCHEMA
+            )
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=run, args=(t,)) for t in topics]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        for opened in topics:
+            opened.queue.close(None)
+            opened.producer.close()
+
+    assert not errors, errors
+    assert len(attempts) >= 3, f"one commit should have been retried: {attempts}"
+    temperatures = sorted(r["temperature"] for r in table_rows(postgres_lake))
+    assert temperatures == sorted([i / 10 for i in range(20)] + [(100 + i) / 10 for i in range(20)])
+    summaries = sluice_summaries(postgres_lake)
+    last_states = [k for k in summaries[-1] if k.startswith("sluice.stream")]
+    assert len(last_states) == 2, "the last snapshot carries both streams' states"
+    for opened in topics:
+        assert audit(sink, opened.source).ok

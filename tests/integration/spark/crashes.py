@@ -1,0 +1,82 @@
+"""Helpers of the crash tests: an ingest in a child process on the session's Spark, killed at
+a failpoint or at a moment, and the checks that follow (``sluice audit`` is the oracle)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sluice.audit import AuditReport, audit
+from sluice.batch import OffsetRange
+from sluice.kafka.ranges import read_range_records
+from sluice.testing.crash import gateway_environment
+
+CHILD = Path(__file__).with_name("crash_child.py")
+
+
+def run_child(
+    spark: Any, arguments: dict[str, Any], failpoint: str = "", kill_after: float | None = None
+) -> tuple[int, str]:
+    """Run an ingest with ``arguments`` in a child; return its exit code and stderr. It dies by
+    SIGKILL at ``failpoint``, or ``kill_after`` seconds after it started."""
+    env = {**os.environ, **gateway_environment(spark), "SLUICE_FAILPOINTS": failpoint}
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), json.dumps(arguments, default=str)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if kill_after is not None:
+            deadline = time.monotonic() + kill_after
+            while child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if child.poll() is None:
+                os.kill(child.pid, signal.SIGKILL)
+        _, stderr = child.communicate(timeout=180)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(30)
+    return child.returncode, stderr
+
+
+def assert_exactly_once(report: AuditReport, messages: int) -> None:
+    """The audit passes and holds ``messages`` offsets, each once."""
+    assert report.ok, "\n".join(report.lines())
+    held = sum(p.written + p.quarantined for s in report.streams for p in s.partitions)
+    assert held == messages, "\n".join(report.lines())
+
+
+def kafka_audit(sink: Path, source: str) -> AuditReport:
+    return audit(sink, source)
+
+
+def dead_letter_origins(bootstrap: str, topic: str) -> list[tuple[int, int]]:
+    """(partition, offset) of origin of every record on the dead-letter topic ``topic``."""
+    from kafka import KafkaConsumer
+
+    from sluice.kafka.offsets import topic_end_offsets
+
+    kwargs = {"bootstrap_servers": bootstrap}
+    consumer = KafkaConsumer(**kwargs, group_id=None)
+    try:
+        ends = topic_end_offsets(consumer, topic)
+    finally:
+        consumer.close()
+    origins = []
+    ranges = [OffsetRange(p, 0, end) for p, end in ends.items()]
+    for _, records in read_range_records(kwargs, topic, ranges, 30):
+        for r in records:
+            headers = dict(r.headers)
+            origins.append(
+                (int(headers["sluice.original_partition"]), int(headers["sluice.original_offset"]))
+            )
+    return sorted(origins)

@@ -1,0 +1,173 @@
+"""Sluice on a standalone Spark cluster (a master and two one-core workers on loopback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.brokers import BrokerProcess, free_port
+from sluice.testing.spark_cluster import StandaloneCluster
+from sluice.testing.waiting import wait_until
+from tests.integration.spark.conftest import KafkaTopic, open_topic, reading
+from tests.system.spark.conftest import (
+    DRIVER_CONF,
+    SCHEMA,
+    run_driver,
+    sink_offsets,
+    start_driver,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.kafka]
+
+
+@pytest.fixture
+def six_partitions(noida_broker: BrokerProcess, unique_name: str) -> Iterator[KafkaTopic]:
+    topic = open_topic(noida_broker, unique_name, partitions=6)
+    yield topic
+    topic.queue.close(None)
+    topic.producer.close()
+
+
+def publish(topic: KafkaTopic, count: int, partitions: int = 6) -> None:
+    sent = [
+        topic.producer.send(topic.name, value=reading(i), partition=i % partitions)
+        for i in range(count)
+    ]
+    topic.producer.flush(60)
+    for future in sent[-partitions:]:
+        future.get(10)
+
+
+def job(topic: KafkaTopic, sink: Path, master: str, **extra: Any) -> dict[str, Any]:
+    spec = topic.plan()
+    return {
+        "master": master,
+        "conf": DRIVER_CONF,
+        "source": topic.source,
+        "schema": SCHEMA,
+        "spec": spec.to_dict(),
+        "sink": str(sink),
+        **extra,
+    }
+
+
+def _driver_executors(ui_port: int) -> list[dict[str, Any]]:
+    base = f"http://127.0.0.1:{ui_port}/api/v1/applications"
+    try:
+        with urllib.request.urlopen(base, timeout=2) as response:
+            apps = json.load(response)
+        with urllib.request.urlopen(f"{base}/{apps[0]['id']}/executors", timeout=2) as response:
+            executors: list[dict[str, Any]] = json.load(response)
+    except (OSError, ValueError, IndexError, KeyError):
+        return []
+    return executors
+
+
+def test_executor_mode_is_exactly_once_when_a_worker_dies_mid_ingest(
+    two_workers: StandaloneCluster, six_partitions: KafkaTopic, tmp_path: Path
+) -> None:
+    cluster, topic, sink = two_workers, six_partitions, tmp_path / "readings"
+    publish(topic, 60_000)
+    ui_port = free_port()
+    conf = {**DRIVER_CONF, "spark.ui.port": str(ui_port), "spark.ui.enabled": "true"}
+    # 24 tasks of 2,500 messages: a wide window in which to kill a worker that is reading.
+    driver = start_driver(
+        "python", job(topic, sink, cluster.url, conf=conf, mode="executors", chunk_size=2_500)
+    )
+    victim = cluster.live_workers[-1]
+    try:
+
+        def victim_reading() -> str | None:
+            """The id of the victim's executor once it runs a task and half are left."""
+            if driver.proc.poll() is not None:
+                raise AssertionError("the ingest ended before a worker could be killed")
+            ids = {str(e["id"]) for e in cluster.worker_executors(victim)}
+            executors = _driver_executors(ui_port)
+            done = sum(e["completedTasks"] for e in executors if e["id"] != "driver")
+            busy = [e["id"] for e in executors if e["id"] in ids and e["activeTasks"] > 0]
+            return busy[0] if busy and done < 12 else None
+
+        executor = wait_until(victim_reading, 120, 0.05, "a task running on the second worker")
+        victim.kill_with_children()
+        results = driver.result()
+    finally:
+        if driver.proc.poll() is None:
+            driver.proc.kill()
+            driver.proc.wait()
+    assert f"Lost executor {executor} on" in driver.stderr, driver.stderr[-3000:]
+    (result,) = results
+    assert (result["read"], result["written"], result["quarantined"]) == (60_000, 60_000, 0)
+    offsets = sink_offsets(sink)
+    assert offsets == sorted((p, o) for p in range(6) for o in range(10_000))
+    assert topic.queue.read_message_count() == 0  # lag 0: every range committed
+
+
+def test_airflow_operator_spark_submits_to_the_cluster(
+    two_workers: StandaloneCluster,
+    six_partitions: KafkaTopic,
+    noida_broker: BrokerProcess,
+    tmp_path: Path,
+) -> None:
+    """SparkIngestOperator(submit=True, spark_master="spark://..."): spark-submit in client
+    mode, the executors on the workers."""
+    publish(six_partitions, 600)
+    sink = tmp_path / "readings"
+    (result,) = run_driver(
+        "airflow",
+        job(six_partitions, sink, two_workers.url, mode="executors", submit=True)
+        | {"connection": {"conn_type": "sluice_kafka", **_host_port(noida_broker)}},
+    )
+    assert (result["read"], result["written"], result["mode"]) == (600, 600, "executors")
+    assert len(sink_offsets(sink)) == 600
+    assert six_partitions.queue.read_message_count() == 0
+    applications = two_workers.state()["completedapps"]
+    assert any(app["name"] == "sluice-ingest" for app in applications), applications
+
+
+def test_dagster_spark_resource_runs_the_ingest_job_on_the_cluster(
+    two_workers: StandaloneCluster,
+    six_partitions: KafkaTopic,
+    noida_broker: BrokerProcess,
+    tmp_path: Path,
+) -> None:
+    publish(six_partitions, 600)
+    sink = tmp_path / "readings"
+    (metadata,) = run_driver(
+        "dagster",
+        job(six_partitions, sink, two_workers.url, mode="executors")
+        | {"bootstrap": noida_broker.bootstrap},
+    )
+    assert (metadata["read"], metadata["written"]) == (600, 600)
+    assert len(sink_offsets(sink)) == 600
+    assert six_partitions.queue.read_message_count() == 0
+    assert any(app["name"] == "sluice" for app in two_workers.state()["completedapps"])
+
+
+def test_executors_without_sluice_get_it_shipped(
+    two_workers: StandaloneCluster, six_partitions: KafkaTopic, bare_venv: Path, tmp_path: Path
+) -> None:
+    """The workers run a Python that has pyarrow and pandas but not Sluice;
+    ``spark_session(..., ship_sluice=True)`` sends it (a zip on the executors' sys.path)."""
+    missing = subprocess.run(
+        [str(bare_venv), "-c", "import sluice"], capture_output=True, text=True, check=False
+    )
+    assert "No module named 'sluice'" in missing.stderr
+    publish(six_partitions, 600)
+    sink = tmp_path / "readings"
+    (result,) = run_driver(
+        "python",
+        job(six_partitions, sink, two_workers.url, mode="executors", ship=True),
+        python=str(bare_venv),
+    )
+    assert (result["read"], result["written"]) == (600, 600)
+    assert len(sink_offsets(sink)) == 600
+
+
+def _host_port(broker: BrokerProcess) -> dict[str, Any]:
+    return {"host": broker.host, "port": broker.port}
