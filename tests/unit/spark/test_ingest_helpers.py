@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from sluice.batch import OffsetRange
-from sluice.spark.ingest import _prefetch, split_ranges
+from sluice.spark.reading import prefetch, split_ranges
 
 
 def test_split_ranges_cuts_each_range_into_tasks_of_at_most_size() -> None:
@@ -20,11 +20,11 @@ def test_split_ranges_cuts_each_range_into_tasks_of_at_most_size() -> None:
 
 
 def test_prefetch_yields_everything_in_order_and_passes_errors_on() -> None:
-    assert list(_prefetch(iter(range(50)))) == list(range(50))
+    assert list(prefetch(iter(range(50)))) == list(range(50))
 
     def failing() -> Iterator[int]:
         yield 1
         raise TimeoutError("broker gone")
 
     with pytest.raises(TimeoutError, match="broker gone"):
-        list(_prefetch(failing()))
+        list(prefetch(failing()))

@@ -6,7 +6,8 @@ The steps, and what a crash after each leaves (each step is a named failpoint, s
 1. what is left (:mod:`.remaining`): the spec's ranges, plus any gap since the group's
    committed offset, minus what the sink already holds; a batch already published is only
    finished (dead letters, commit);
-2. read exactly those messages (on the driver in chunks, or one Spark task per range);
+2. read exactly those messages (:mod:`.reading`: on the driver in chunks, or one Spark task
+   per range);
 3. sort them into good rows and quarantined ones and write both to staging (a crash here
    leaves only staging, which the rerun replaces);
 4. publish: one atomic step makes the batch visible and recorded (:mod:`.sinks.parquet`);
@@ -20,12 +21,10 @@ from __future__ import annotations
 
 import logging
 import os
-import queue as queue_module
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -39,7 +38,6 @@ from ..queues.uri import config_from_uri, queue_from_config
 from ..secrets import redact_uri
 from .classify import Rules, bad_rows, classify, good_rows, parse_schema
 from .failpoints import failpoint
-from .records import RAW_SCHEMA_DDL
 from .remaining import DataLossError, commit_targets, remaining
 from .result import IngestResult
 from .sinks import BatchRecord, Sink, Staging, StreamKey, open_sink
@@ -53,8 +51,6 @@ Mode = Literal["auto", "driver", "executors"]
 
 #: ``mode="auto"`` reads on the executors from this many messages on.
 AUTO_EXECUTOR_MESSAGES = 1_000_000
-#: Rows per Arrow batch a Spark task hands back in executor mode.
-TASK_BATCH_ROWS = 10_000
 _SCHEMES = {"kafka": ("kafka", "kafka+ssl"), "mqtt": ("mqtt", "mqtts")}
 
 
@@ -174,68 +170,6 @@ def source_config(spec: BatchSpec, source: str | Mapping[str, Any]) -> dict[str,
     return values
 
 
-T = TypeVar("T")
-
-
-def _prefetch(items: Iterator[T], depth: int = 1) -> Iterator[T]:
-    """``items``, produced on a thread of their own up to ``depth`` ahead, so that reading the
-    next chunk overlaps with Spark writing this one."""
-    handoff: queue_module.Queue[tuple[str, Any]] = queue_module.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        handoff.put(("item", item), timeout=0.2)
-                        break
-                    except queue_module.Full:
-                        continue
-                if stop.is_set():
-                    return
-            handoff.put(("end", None))
-        except BaseException as exc:  # handed to the consuming thread, which raises it
-            handoff.put(("error", exc))
-
-    thread = threading.Thread(target=produce, name="sluice-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            kind, value = handoff.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-
-
-def split_ranges(ranges: list[OffsetRange], size: int) -> list[OffsetRange]:
-    """``ranges`` cut into pieces of at most ``size`` messages (one Spark task each)."""
-    return [
-        OffsetRange(r.partition, start, min(r.end, start + size))
-        for r in ranges
-        for start in range(r.start, r.end, size)
-    ]
-
-
-def _rounds(ranges: list[OffsetRange]) -> list[list[OffsetRange]]:
-    """``ranges`` grouped so that no group has two ranges of one partition (a range reader
-    reads one range per partition at a time)."""
-    rounds: list[list[OffsetRange]] = []
-    for r in sorted(ranges):
-        for group in rounds:
-            if all(g.partition != r.partition for g in group):
-                group.append(r)
-                break
-        else:
-            rounds.append([r])
-    return rounds
-
-
 @dataclass
 class _Job:
     spark: Any
@@ -349,16 +283,13 @@ class _Job:
     def _read_on_driver(
         self, kwargs: dict[str, Any], todo: list[OffsetRange], staging: Staging, total: int
     ) -> int:
-        from .kafka_source import read_ranges
+        from .reading import chunks_on_driver
 
-        def chunks() -> Iterator[pa.RecordBatch]:
-            for group in _rounds(todo):
-                yield from read_ranges(
-                    kwargs, self.spec.topic, group, self.chunk_size, self._stall_timeout_s()
-                )
-
+        chunks = chunks_on_driver(
+            kwargs, self.spec.topic, todo, self.chunk_size, self._stall_timeout_s()
+        )
         total_bytes = done = 0
-        for number, batch in enumerate(_prefetch(chunks())):
+        for number, batch in enumerate(chunks):
             if number == 0:
                 failpoint("read.after_first_chunk")
             total_bytes += _value_bytes(batch)
@@ -370,46 +301,17 @@ class _Job:
     def _read_on_executors(
         self, kwargs: dict[str, Any], todo: list[OffsetRange], staging: Staging, total: int
     ) -> int:
-        from pyspark.sql import functions as F
+        from .reading import read_on_executors
 
-        from .kafka_source import read_ranges
-
-        pieces = split_ranges(todo, self.chunk_size)
-        rows = [(r.partition, r.start, r.end) for r in pieces]
-        ranges_schema = "partition INT, start BIGINT, end BIGINT"
-        try:  # classic Spark: exactly one task per range
-            ranges = self.spark.createDataFrame(
-                self.spark.sparkContext.parallelize(rows, len(rows)), ranges_schema
-            )
-        except Exception:  # Spark Connect has no SparkContext
-            ranges = self.spark.createDataFrame(rows, ranges_schema).repartition(len(rows))
         topic, stall_s = self.spec.topic, self._stall_timeout_s()
-
-        def read_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                for partition, start, end in zip(*batch.to_pydict().values(), strict=True):
-                    piece = [OffsetRange(partition, start, end)]
-                    yield from read_ranges(kwargs, topic, piece, TASK_BATCH_ROWS, stall_s)
-
-        raw = ranges.mapInArrow(read_task, RAW_SCHEMA_DDL).persist()
-        try:
-            try:
-                value_bytes = raw.select(F.sum(F.length("value"))).first()[0]  # reads, caches
-            except Exception as exc:
-                if "No module named 'sluice'" in str(exc):
-                    raise RuntimeError(
-                        "The executors' Python has no Sluice, which executor-mode reading needs "
-                        "there: pass ship_sluice=True to spark_session (SparkResource, or "
-                        "SLUICE_SPARK_SHIP=1 for the Airflow operator and the CLI), or install "
-                        "sluice-core[kafka] on the executors, or read with mode='driver'."
-                    ) from None
-                raise
+        with read_on_executors(self.spark, kwargs, topic, todo, self.chunk_size, stall_s) as (
+            raw,
+            value_bytes,
+        ):
             failpoint("read.after_first_chunk")
             self._write(raw, staging)
-        finally:
-            raw.unpersist()
         self.report(IngestEvent("reading", total, total))
-        return int(value_bytes or 0)
+        return value_bytes
 
     # ---- MQTT ----------------------------------------------------------------------------
 

@@ -1,0 +1,153 @@
+"""The two ways an ingest reads a Kafka batch's ranges (``mode="driver"`` / ``"executors"``).
+
+* On the driver: the ranges are read in chunks of Arrow record batches on a thread of their
+  own, one chunk ahead, so that reading the next chunk overlaps with Spark writing this one.
+* On the executors: one Spark task per piece of at most ``chunk_size`` messages, each reading
+  its piece with the same range reader (:func:`.kafka_source.read_ranges`); the result is a
+  cached DataFrame of the raw records.
+
+Both read exactly the offsets asked for and nothing else; what to do with the rows is
+:mod:`.ingest`'s business.
+"""
+
+from __future__ import annotations
+
+import queue as queue_module
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from ..batch import OffsetRange
+from .records import RAW_SCHEMA_DDL
+
+__all__ = ["TASK_BATCH_ROWS", "chunks_on_driver", "prefetch", "read_on_executors", "split_ranges"]
+
+#: Rows per Arrow batch a Spark task hands back in executor mode.
+TASK_BATCH_ROWS = 10_000
+
+T = TypeVar("T")
+
+
+def prefetch(items: Iterator[T], depth: int = 1) -> Iterator[T]:
+    """``items``, produced on a thread of their own up to ``depth`` ahead."""
+    handoff: queue_module.Queue[tuple[str, Any]] = queue_module.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        handoff.put(("item", item), timeout=0.2)
+                        break
+                    except queue_module.Full:
+                        continue
+                if stop.is_set():
+                    return
+            handoff.put(("end", None))
+        except BaseException as exc:  # handed to the consuming thread, which raises it
+            handoff.put(("error", exc))
+
+    thread = threading.Thread(target=produce, name="sluice-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = handoff.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+def split_ranges(ranges: list[OffsetRange], size: int) -> list[OffsetRange]:
+    """``ranges`` cut into pieces of at most ``size`` messages (one Spark task each)."""
+    return [
+        OffsetRange(r.partition, start, min(r.end, start + size))
+        for r in ranges
+        for start in range(r.start, r.end, size)
+    ]
+
+
+def _rounds(ranges: list[OffsetRange]) -> list[list[OffsetRange]]:
+    """``ranges`` grouped so that no group has two ranges of one partition (a range reader
+    reads one range per partition at a time)."""
+    rounds: list[list[OffsetRange]] = []
+    for r in sorted(ranges):
+        for group in rounds:
+            if all(g.partition != r.partition for g in group):
+                group.append(r)
+                break
+        else:
+            rounds.append([r])
+    return rounds
+
+
+def chunks_on_driver(
+    kwargs: dict[str, Any], topic: str, todo: list[OffsetRange], chunk_size: int, stall_s: float
+) -> Iterator[pa.RecordBatch]:
+    """The messages of ``todo`` as record batches of at most ``chunk_size`` rows, read one
+    chunk ahead of the caller."""
+    from .kafka_source import read_ranges
+
+    def chunks() -> Iterator[pa.RecordBatch]:
+        for group in _rounds(todo):
+            yield from read_ranges(kwargs, topic, group, chunk_size, stall_s)
+
+    return prefetch(chunks())
+
+
+@contextmanager
+def read_on_executors(
+    spark: Any,
+    kwargs: dict[str, Any],
+    topic: str,
+    todo: list[OffsetRange],
+    chunk_size: int,
+    stall_s: float,
+) -> Iterator[tuple[Any, int]]:
+    """The messages of ``todo`` read by Spark tasks, as a cached DataFrame of raw records,
+    and the bytes of their values (computing it reads and caches them). The cache is dropped
+    on leaving the block."""
+    from pyspark.sql import functions as F
+
+    from .kafka_source import read_ranges
+
+    pieces = split_ranges(todo, chunk_size)
+    rows = [(r.partition, r.start, r.end) for r in pieces]
+    ranges_schema = "partition INT, start BIGINT, end BIGINT"
+    try:  # classic Spark: exactly one task per range
+        ranges = spark.createDataFrame(
+            spark.sparkContext.parallelize(rows, len(rows)), ranges_schema
+        )
+    except Exception:  # Spark Connect has no SparkContext
+        ranges = spark.createDataFrame(rows, ranges_schema).repartition(len(rows))
+
+    def read_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for partition, start, end in zip(*batch.to_pydict().values(), strict=True):
+                piece = [OffsetRange(partition, start, end)]
+                yield from read_ranges(kwargs, topic, piece, TASK_BATCH_ROWS, stall_s)
+
+    raw = ranges.mapInArrow(read_task, RAW_SCHEMA_DDL).persist()
+    try:
+        try:
+            value_bytes = raw.select(F.sum(F.length("value"))).first()[0]
+        except Exception as exc:
+            if "No module named 'sluice'" in str(exc):
+                raise RuntimeError(
+                    "The executors' Python has no Sluice, which executor-mode reading needs "
+                    "there: pass ship_sluice=True to spark_session (SparkResource, or "
+                    "SLUICE_SPARK_SHIP=1 for the Airflow operator and the CLI), or install "
+                    "sluice-core[kafka] on the executors, or read with mode='driver'."
+                ) from None
+            raise
+        yield raw, int(value_bytes or 0)
+    finally:
+        raw.unpersist()
