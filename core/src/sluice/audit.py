@@ -89,9 +89,10 @@ class AuditReport:
                 )
             for p in s.partitions:
                 out.append(
-                    f"  partition {p.partition}: log {p.log_start}-{p.log_end}, committed "
-                    f"{p.committed}, written {p.written}, quarantined {p.quarantined}, doubled "
-                    f"{p.doubled}, missing {p.missing_count}, lost {p.lost_count}"
+                    f"  partition {p.partition}: log start {p.log_start}, end {p.log_end}, "
+                    f"committed {p.committed}, written {p.written}, quarantined "
+                    f"{p.quarantined}, doubled {p.doubled}, missing {p.missing_count}, "
+                    f"lost {p.lost_count}"
                 )
                 out += [f"    missing offsets {r.start}-{r.end - 1}" for r in p.missing[:10]]
         out.append(
