@@ -80,9 +80,11 @@ def test_unreachable_brokers_fail_in_one_line_without_the_password(unique_name: 
     port = free_port()  # nothing listens there
     kafka = run("publish", f"kafka://svc:s3cret@127.0.0.1:{port}/{unique_name}", "--sample", "iot")
     assert_error(kafka, 1, f"Cannot connect to Kafka at 127.0.0.1:{port}", "broker is running")
+    assert "host and port in the URI" in kafka.output and "connection." not in kafka.output
     assert "s3cret" not in kafka.output
     mqtt = run("publish", f"mqtt://svc:s3cret@127.0.0.1:{port}/{unique_name}", "--sample", "iot")
     assert_error(mqtt, 1, f"Cannot connect to the MQTT broker at 127.0.0.1:{port}")
+    assert "host and port in the URI" in mqtt.output and "connection." not in mqtt.output
     assert "s3cret" not in mqtt.output
 
 

@@ -89,6 +89,15 @@ def test_passwords_never_appear_even_with_debug() -> None:
 
 def test_describe_maps_library_errors() -> None:
     assert describe(ConnectionError("Cannot connect to Kafka.")) == ("Cannot connect to Kafka.", 1)
+    dead = ConnectionError(
+        "Cannot connect to Kafka at h:1: refused. Check connection.host and connection.port "
+        "(or connection.uri) and that the broker is running."
+    )
+    assert describe(dead) == (
+        "Cannot connect to Kafka at h:1: refused. Check the host and port in the URI and that "
+        "the broker is running.",
+        1,
+    )
     assert describe(ImportError("pip install 'sluice-core[kafka]'"))[1] == 1
     assert describe(CliError("bad", usage=True)) == ("bad", 2)
     message, code = describe(KeyError("x"))

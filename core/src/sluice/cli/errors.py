@@ -55,6 +55,10 @@ def is_debug() -> bool:
     return _State.debug
 
 
+#: How the queues name the address to fix; a CLI user typed a URI, not config keys.
+_CONFIG_KEYS_HINT = "connection.host and connection.port (or connection.uri)"
+
+
 def _one_line(text: str) -> str:
     lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
     if not lines:
@@ -86,7 +90,9 @@ def describe(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, ImportError):
         return _one_line(str(exc)), RUNTIME
     if isinstance(exc, (ConnectionError, TimeoutError)):
-        return _one_line(str(exc)), RUNTIME
+        return _one_line(str(exc)).replace(
+            _CONFIG_KEYS_HINT, "the host and port in the URI"
+        ), RUNTIME
     if module.startswith("kafka"):
         return (
             f"Kafka said {name}: {_one_line(str(exc)) or 'no detail'}. Check that the broker "
