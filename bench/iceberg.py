@@ -32,9 +32,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
 
+    from sluice.brokers import create_kafka_topic, start_noida
     from sluice.spark import spark_session
-    from sluice.testing import start_noida
-    from sluice.testing.topics import create_kafka_topic
 
     work = Path(tempfile.mkdtemp(prefix="sluice-bench-iceberg-"))
     prefix = "PYICEBERG_CATALOG__BENCH__"

@@ -192,9 +192,8 @@ def main() -> None:
         peak_rss_child(args.child_rss[0], args.child_rss[1], int(args.child_rss[2]))
         return
 
+    from sluice.brokers import create_kafka_topic, start_noida, start_tansu
     from sluice.spark import spark_session
-    from sluice.testing import start_noida, start_tansu
-    from sluice.testing.topics import create_kafka_topic
 
     say("starting noida-db")
     broker = start_noida()

@@ -61,9 +61,8 @@ def main() -> None:
     from kafka import KafkaProducer
 
     from sluice.batch import BatchSpec, OffsetRange
+    from sluice.brokers import create_kafka_topic, start_noida
     from sluice.spark import ingest, spark_session
-    from sluice.testing import start_noida
-    from sluice.testing.topics import create_kafka_topic
 
     broker = start_noida()
     spark = spark_session("local[2]", "sluice-bench-history", {"spark.ui.enabled": "false"})

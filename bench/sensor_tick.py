@@ -22,9 +22,8 @@ import warnings
 
 from dagster import DagsterInstance, build_sensor_context
 
+from sluice.brokers import create_kafka_topic, start_noida
 from sluice.kafka import KafkaConnection
-from sluice.testing import start_noida
-from sluice.testing.topics import create_kafka_topic
 from sluice_dagster import KafkaQueueResource, make_ingest_job, make_queue_sensor
 
 PARTITIONS = (1, 12, 48)

@@ -28,10 +28,9 @@ from typing import Any
 from kafka import KafkaProducer
 
 from sluice.batch import plan_batch
+from sluice.brokers import create_kafka_topic, start_noida
 from sluice.kafka import KafkaMessageQueue
-from sluice.testing import start_noida
 from sluice.testing.spark_cluster import start_cluster
-from sluice.testing.topics import create_kafka_topic
 
 SCHEMA = "device STRING, site STRING, temperature DOUBLE, humidity DOUBLE, note STRING"
 CHUNK = 20_000

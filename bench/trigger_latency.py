@@ -48,8 +48,7 @@ os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # no line p
 import psutil  # noqa: E402
 from tests.system.airflow.deployment import AirflowDeployment  # noqa: E402
 
-from sluice.testing import BrokerProcess, start_noida  # noqa: E402
-from sluice.testing.topics import create_kafka_topic  # noqa: E402
+from sluice.brokers import BrokerProcess, create_kafka_topic, start_noida  # noqa: E402
 
 SLUICE_CONN = "sluice_bench"
 KAFKA_CONN = "kafka_bench"

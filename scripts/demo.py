@@ -688,7 +688,7 @@ def run_demo(options: Options, steps: Steps, brokers: Brokers, closers: list[Clo
                 f"(pid {entry['pid']})"
             )
         kafka_url, mqtt_url = brokers.url("kafka"), brokers.url("mqtt")
-        from sluice.testing.topics import create_kafka_topic
+        from sluice.brokers import create_kafka_topic
 
         create_kafka_topic(kafka_url.split("://", 1)[1], KAFKA_TOPIC, KAFKA_PARTITIONS)
 

@@ -20,14 +20,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .testing.certificates import Certificates
+from typing import Protocol
 
 __all__ = [
     "BrokerError",
     "BrokerProcess",
+    "ServerCertificates",
+    "create_kafka_topic",
     "free_port",
     "start_mosquitto",
     "start_noida",
@@ -36,6 +35,17 @@ __all__ = [
 ]
 
 HOST = "127.0.0.1"
+
+
+class ServerCertificates(Protocol):
+    """A TLS server's files (``sluice.testing.make_certificates`` makes a set for tests)."""
+
+    @property
+    def ca(self) -> Path: ...
+    @property
+    def cert(self) -> Path: ...
+    @property
+    def key(self) -> Path: ...
 
 
 class BrokerError(RuntimeError):
@@ -262,7 +272,7 @@ def start_mosquitto(
     port: int | None = None,
     workdir: str | Path | None = None,
     users: dict[str, str] | None = None,
-    tls: Certificates | None = None,
+    tls: ServerCertificates | None = None,
     *,
     raise_limits: bool = True,
     sys_interval: int | None = None,
@@ -315,3 +325,16 @@ def start_mosquitto(
     )
     broker.users = dict(users or {})
     return _launch(broker)
+
+
+def create_kafka_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` with ``partitions`` partitions at ``bootstrap``, unless it exists."""
+    from sluice.kafka import KafkaConnection  # needs the kafka extra: import only when used
+
+    connection = KafkaConnection()
+    connection.configure({"connection.uri": bootstrap, "options.num_partitions": partitions})
+    connection.open(None)
+    try:
+        connection.create_queue(topic)
+    finally:
+        connection.close(None)
