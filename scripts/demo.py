@@ -429,44 +429,24 @@ class AirflowKafka:
         )
 
     def load(self) -> None:
-        if str(AIRFLOW_DAGS) not in sys.path:
-            sys.path.append(str(AIRFLOW_DAGS))  # the DAGs import _settings, as Airflow allows
-        module = load_module(AIRFLOW_DAGS / f"{AIRFLOW_DAG}.py", "sluice_demo_kafka_dag")
+        from sluice_airflow.testing import import_dag_file
+
+        module = import_dag_file(AIRFLOW_DAGS / f"{AIRFLOW_DAG}.py")
         self.dag = module.dag
         self.schema: str = module.READING_SCHEMA  # the Spark DDL of the readings
 
     def run(self) -> dict[str, Any]:
-        handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        from sluice_airflow.testing import DagRunFailed, run_dag
+
+        run = run_dag(self.dag)
         try:
-            dag_run = self.dag.test()
-        finally:  # in case the task runner set its own
-            signal.signal(signal.SIGINT, handlers[0])
-            signal.signal(signal.SIGTERM, handlers[1])
-        states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
-        if str(dag_run.state) != "success":
-            failed = ", ".join(f"{t} {s}" for t, s in states.items() if s != "success")
-            raise DemoError(f"the Airflow run {dag_run.run_id} ended {dag_run.state} ({failed})")
-        result = self._xcom(dag_run, "ingest")
+            run.raise_for_state()
+        except DagRunFailed as exc:
+            raise DemoError(f"Airflow: {exc}") from None
+        result = run.xcom("ingest")
         if not isinstance(result, dict):
             raise DemoError(f"the Airflow task 'ingest' returned {result!r}, not a summary")
         return result
-
-    @staticmethod
-    def _xcom(dag_run: Any, task_id: str) -> Any:
-        from airflow.models.xcom import XComModel
-        from airflow.utils.session import create_session
-        from sqlalchemy import select
-
-        with create_session() as session:
-            row = session.scalars(
-                select(XComModel).where(
-                    XComModel.dag_id == dag_run.dag_id,
-                    XComModel.run_id == dag_run.run_id,
-                    XComModel.task_id == task_id,
-                    XComModel.key == "return_value",
-                )
-            ).first()
-            return None if row is None else XComModel.deserialize_value(row)
 
     def close(self) -> None:
         shutil.rmtree(self.home, ignore_errors=True)
@@ -486,30 +466,22 @@ class DagsterMqtt:
             }
         )
         self.schema = schema
-        self.cursor: str | None = None
         self.instance: Any = None
+        self.ticker: Any = None
         self.defs: Any = None
 
     def load(self) -> None:
         from dagster import DagsterInstance
 
+        from sluice_dagster.testing import SensorTicker
+
         self.defs = load_module(DAGSTER_DEFS, "sluice_demo_dagster_defs").defs
         self.instance = DagsterInstance.ephemeral()
+        self.ticker = SensorTicker.from_definitions(self.defs, DAGSTER_SENSOR, self.instance)
 
     def tick(self) -> Any:
         """One sensor evaluation: a run request, or None with the reason it skipped."""
-        from dagster import build_sensor_context
-
-        sensor = self.defs.resolve_sensor_def(DAGSTER_SENSOR)
-        with build_sensor_context(
-            instance=self.instance,
-            cursor=self.cursor,
-            resources=self.defs.resources,
-            sensor_name=sensor.name,
-            definitions=self.defs,
-        ) as context:
-            data = sensor.evaluate_tick(context)
-        self.cursor = data.cursor
+        data = self.ticker.tick()
         requests = list(data.run_requests or [])
         if len(requests) > 1:
             raise DemoError(f"the sensor asked for {len(requests)} runs at once")

@@ -19,6 +19,7 @@ from sluice.brokers import BrokerProcess
 from sluice.mqtt import MqttMessageQueue
 from sluice.testing.topics import create_kafka_topic
 from sluice_airflow.operators.publish import QueuePublishOperator
+from sluice_airflow.testing import import_dag_file, run_dag
 from tests.airflow_env import DAGS_FOLDER
 from tests.integration.airflow import dag_runs
 from tests.integration.airflow.conftest import SetConnection
@@ -52,7 +53,7 @@ def example(name: str, monkeypatch: pytest.MonkeyPatch, sink: Path, **env: str) 
     monkeypatch.setenv("SLUICE_EXAMPLE_SCHEDULE", "none")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    return dag_runs.load_module(DAGS_FOLDER / f"{name}.py")
+    return import_dag_file(DAGS_FOLDER / f"{name}.py")
 
 
 def test_kafka_to_parquet_keeps_the_password_secret(
@@ -82,9 +83,10 @@ def test_kafka_to_parquet_keeps_the_password_secret(
         SLUICE_EXAMPLE_KAFKA_TOPIC=unique_name,
         SLUICE_EXAMPLE_KAFKA_GROUP=f"{unique_name}-group",
     ).dag
-    dag_run, states = dag_runs.run(dag)
-    assert states == {"wait_for_messages": "success", "ingest": "success"}
-    values = dag_runs.xcoms(dag_run)
+    run = run_dag(dag)
+    dag_run = run.dag_run
+    assert run.states == {"wait_for_messages": "success", "ingest": "success"}
+    values = run.xcoms()
     spec = BatchSpec.from_dict(values["wait_for_messages"])
     assert (spec.topic, spec.group_id, spec.message_count) == (
         unique_name,
@@ -154,9 +156,9 @@ def test_mqtt_to_parquet(
         SLUICE_EXAMPLE_MQTT_TOPIC=topic,
         SLUICE_EXAMPLE_MQTT_CLIENT_ID=session,
     ).dag
-    dag_run, states = dag_runs.run(dag)
-    assert states == {"wait_for_messages": "success", "ingest": "success"}
-    values = dag_runs.xcoms(dag_run)
+    run = run_dag(dag)
+    assert run.states == {"wait_for_messages": "success", "ingest": "success"}
+    values = run.xcoms()
     spec = BatchSpec.from_dict(values["wait_for_messages"])
     assert (spec.kind, spec.topic, spec.client_id) == ("mqtt", topic, session)
     assert (values["ingest"]["read"], values["ingest"]["written"]) == (5, 5)
@@ -198,8 +200,8 @@ def test_kafka_event_driven_ingests_the_watchers_batch(
     assert BatchSpec.from_dict(batch).message_count == 5
     # dag.test() cannot attach asset events to its run; a run triggered with the batch as
     # conf takes the same path from there (triggering_asset_events: tests/unit/airflow).
-    dag_run, states = dag_runs.run(dag, run_conf={"batch": batch})
-    assert states == {"ingest": "success"}
-    result = dag_runs.xcoms(dag_run)["ingest"]
+    run = run_dag(dag, run_conf={"batch": batch})
+    assert run.states == {"ingest": "success"}
+    result = run.xcom("ingest")
     assert (result["batch_id"], result["written"]) == (BatchSpec.from_dict(batch).batch_id, 5)
     assert dataset_rows(tmp_path / "kafka_event_driven") == expected_rows()

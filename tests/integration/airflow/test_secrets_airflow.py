@@ -18,6 +18,7 @@ from sluice.brokers import BrokerProcess, free_port
 from sluice.spark import submit
 from sluice.testing.topics import create_kafka_topic
 from sluice_airflow.operators.spark import SparkIngestOperator
+from sluice_airflow.testing import load_dag_file, run_dag
 from tests.integration.airflow import dag_runs
 from tests.integration.airflow.conftest import SetConnection
 
@@ -103,14 +104,15 @@ def test_a_password_in_the_connection_host_uri_appears_nowhere_in_a_dag_run(
             sink=str(tmp_path / "out"),
         ),
     )
-    dag_run, states = dag_runs.run(dag_runs.load_dag(path, dag_id))
-    assert states == {
+    run = run_dag(load_dag_file(path, dag_id))
+    dag_run = run.dag_run
+    assert run.states == {
         "publish": "success",
         "wait_for_messages": "success",
         "ingest": "success",
         "publish_dead": "failed",
     }
-    values = dag_runs.xcoms(dag_run)
+    values = run.xcoms()
     assert (values["ingest"]["read"], values["ingest"]["written"]) == (3, 3)
     seen = {"database": dag_runs.database_text(dag_run), "task output": "".join(capfd.readouterr())}
     logs = Path(dag_runs.test_dags_folder()).parent / "logs"

@@ -9,6 +9,7 @@ import pytest
 from sluice.batch import BatchSpec
 from sluice.brokers import BrokerProcess
 from sluice.testing.topics import create_kafka_topic
+from sluice_airflow.testing import load_dag_file, run_dag
 from tests.integration.airflow import dag_runs
 from tests.integration.airflow.conftest import SetConnection
 
@@ -73,15 +74,15 @@ def test_every_sensor_mode_returns_the_waiting_batch(
         dag_id,
         SENSOR_DAG.format(conn=conn, topic=topic, empty=empty, group=group, dag_id=dag_id),
     )
-    dag_run, states = dag_runs.run(dag_runs.load_dag(path, dag_id))
-    assert states == {
+    run = run_dag(load_dag_file(path, dag_id))
+    assert run.states == {
         "publish": "success",
         "poke": "success",
         "reschedule": "success",
         "deferred": "success",
         "nothing_waits": "skipped",
     }
-    values = dag_runs.xcoms(dag_run)
+    values = run.xcoms()
     assert values["publish"] == 4
     spec = BatchSpec.from_dict(values["poke"])
     assert (spec.topic, spec.group_id, spec.message_count) == (topic, group, 4)

@@ -20,8 +20,9 @@ from sluice_dagster import (
     make_ingest_job,
     make_queue_sensor,
 )
+from sluice_dagster.testing import SensorTicker
 
-from .conftest import SensorTicker, publish_kafka, sink_ids, spec_of
+from .conftest import publish_kafka, sink_ids, spec_of
 
 pytestmark = pytest.mark.kafka
 
@@ -189,3 +190,33 @@ def test_a_failed_run_gets_the_same_batch_again_once_the_broker_is_back(
     assert BatchSpec.from_dict(spec_of(following, "orders_ingest")).ranges == (
         OffsetRange(0, 4, 5),
     )
+
+
+def test_dagster_pysparks_own_resource_can_run_the_ingest(
+    noida_broker: BrokerProcess,
+    unique_name: str,
+    spark: Any,
+    instance: DagsterInstance,
+    tmp_path: Path,
+) -> None:
+    """A user of dagster-pyspark keeps their PySparkResource as the job's Spark resource."""
+    from dagster_pyspark import PySparkResource
+
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
+    sink = tmp_path / "orders"
+    job = make_ingest_job("orders", "queue", str(sink), schema=SCHEMA)
+    sensor = make_queue_sensor("orders_sensor", "queue", job=job)
+    queue = queue_resource(noida_broker, unique_name)
+    publish_kafka(noida_broker.bootstrap, unique_name, range(0, 3), partition=0)
+
+    request = SensorTicker(sensor, {"queue": queue}, instance).request()
+    pyspark = PySparkResource(spark_config={"spark.sql.session.timeZone": "UTC"})
+    result = job.execute_in_process(
+        run_config=request.run_config,
+        tags=request.tags,
+        instance=instance,
+        resources={"queue": queue, "spark": pyspark},
+    )
+    assert result.success
+    assert sink_ids(sink) == [0, 1, 2]
+    assert output_metadata(result, "orders_ingest")["committed"] is True

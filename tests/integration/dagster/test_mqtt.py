@@ -18,8 +18,9 @@ from sluice_dagster import (
     make_ingest_job,
     make_queue_sensor,
 )
+from sluice_dagster.testing import SensorTicker
 
-from .conftest import SensorTicker, publish_mqtt, sink_ids, spec_of
+from .conftest import publish_mqtt, sink_ids, spec_of
 
 pytestmark = pytest.mark.mqtt
 

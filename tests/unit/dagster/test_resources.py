@@ -90,3 +90,10 @@ def test_a_password_in_the_bootstrap_uri_is_hidden_from_metadata_and_errors() ->
     assert resource.scrubbed(ValueError("nothing secret")) is None
     unreachable = resource.unavailable(ConnectionError("kafka://svc:boot-pw-9@h1:9092 down"))
     assert "boot-pw-9" not in str(unreachable) and "svc:***@h1" in str(unreachable)
+
+
+def test_the_shared_base_is_abstract() -> None:
+    from sluice_dagster.resources import QueueResource
+
+    with pytest.raises(TypeError, match="abstract"):
+        QueueResource(topic="t")  # type: ignore[abstract]

@@ -15,32 +15,19 @@ def make_ingest_asset(
     resource_key: str,
     sink: str,
     *,
-    schema: str | None = None,
-    value_format: str = "json",
-    mode: str = "auto",
-    spark_resource_key: str = "spark",
-    dead_letter: bool = False,
-    fail_on_data_loss: bool = True,
-    payload_column: str | None = None,
     key_prefix: str | Sequence[str] | None = None,
     group_name: str | None = None,
     description: str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    **settings: Any,
 ) -> AssetsDefinition:
-    """An asset, the Parquet dataset ``sink``; each materialization ingests the batch given
-    in its run config (the queue sensor gives one) from the queue resource ``resource_key``
-    and records counts, ranges, lag and duration as materialization metadata."""
-    settings = IngestSettings(
-        resource_key=resource_key,
-        sink=sink,
-        schema=schema,
-        value_format=value_format,
-        mode=mode,
-        spark_resource_key=spark_resource_key,
-        dead_letter=dead_letter,
-        fail_on_data_loss=fail_on_data_loss,
-        payload_column=payload_column,
-    )
+    """An asset, the dataset ``sink``; each materialization ingests the batch given in its
+    run config (the queue sensor gives one) from the queue resource ``resource_key`` and
+    records counts, ranges, lag and duration as materialization metadata. ``settings``: the
+    other fields of :class:`~sluice_dagster.ops.IngestSettings` (``schema``, ``mode``,
+    ``spark_resource_key``, ``dead_letter``...)."""
+    ingest_settings = IngestSettings(resource_key=resource_key, sink=sink, **settings)
+    spark_resource_key = ingest_settings.spark_resource_key
 
     @asset(
         name=name,
@@ -53,7 +40,7 @@ def make_ingest_asset(
         kinds={"spark", "parquet"},
     )
     def _asset(context: AssetExecutionContext, config: IngestConfig) -> MaterializeResult[None]:
-        _, result_metadata = run_ingest(context, config, settings)
+        _, result_metadata = run_ingest(context, config, ingest_settings)
         return MaterializeResult(metadata=result_metadata)
 
     return _asset

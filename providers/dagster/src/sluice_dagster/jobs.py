@@ -17,34 +17,20 @@ def make_ingest_job(
     resource_key: str,
     sink: str,
     *,
-    schema: str | None = None,
-    value_format: str = "json",
-    mode: str = "auto",
-    spark_resource_key: str = "spark",
-    dead_letter: bool = False,
-    fail_on_data_loss: bool = True,
-    payload_column: str | None = None,
     description: str | None = None,
     tags: Mapping[str, Any] | None = None,
     executor_def: ExecutorDefinition = in_process_executor,
+    **settings: Any,
 ) -> JobDefinition:
     """A job of one op, ``<name>_ingest``, that ingests a batch from the queue resource
     ``resource_key`` into the Parquet dataset ``sink`` on the SparkSession of
     ``spark_resource_key`` (see :mod:`sluice_dagster.ops`). Trigger it with
     :func:`sluice_dagster.sensors.make_queue_sensor`. It runs in process by default: its one
-    op needs no subprocess of its own (Spark does the parallel work)."""
-    settings = IngestSettings(
-        resource_key=resource_key,
-        sink=sink,
-        schema=schema,
-        value_format=value_format,
-        mode=mode,
-        spark_resource_key=spark_resource_key,
-        dead_letter=dead_letter,
-        fail_on_data_loss=fail_on_data_loss,
-        payload_column=payload_column,
-    )
-    ingest_op = make_ingest_op(f"{name}_ingest", settings)
+    op needs no subprocess of its own (Spark does the parallel work). ``settings``: the other
+    fields of :class:`~sluice_dagster.ops.IngestSettings` (``schema``, ``mode``,
+    ``spark_resource_key``, ``dead_letter``...)."""
+    ingest_settings = IngestSettings(resource_key=resource_key, sink=sink, **settings)
+    ingest_op = make_ingest_op(f"{name}_ingest", ingest_settings)
 
     @job(
         name=name,

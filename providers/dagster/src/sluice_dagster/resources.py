@@ -16,6 +16,7 @@ then never appear in run config, and Sluice never puts them in logs, metadata or
 from __future__ import annotations
 
 import traceback
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -52,8 +53,8 @@ UNREACHABLE: tuple[type[BaseException], ...] = (
 )
 
 
-class QueueResource(ConfigurableResource):  # type: ignore[type-arg]
-    """What the Kafka and MQTT resources share (use one of those)."""
+class QueueResource(ConfigurableResource, ABC):  # type: ignore[type-arg]
+    """What the Kafka and MQTT resources share (abstract: use one of those)."""
 
     KIND: ClassVar[str] = ""
     #: Keys the BatchSpec carries (or makes moot); ``source`` leaves them out.
@@ -85,8 +86,9 @@ class QueueResource(ConfigurableResource):  # type: ignore[type-arg]
 
     # ---- configuration -------------------------------------------------------------------
 
+    @abstractmethod
     def _connection_keys(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The connection's config keys (broker address, session or group, protocol)."""
 
     def config(self) -> dict[str, Any]:
         """The core config keys these fields stand for (secrets included: never log it)."""
@@ -120,9 +122,9 @@ class QueueResource(ConfigurableResource):  # type: ignore[type-arg]
         return redact_config(self.config())
 
     @property
+    @abstractmethod
     def address(self) -> str:
         """The broker's ``host:port`` (or servers), for messages."""
-        raise NotImplementedError
 
     def _plan_wait_seconds(self) -> float:
         """How long planning waits for messages to show up (MQTT: the session's redelivery)."""
