@@ -51,6 +51,23 @@ def test_mqtt_fields_become_config_keys() -> None:
     assert MqttQueueResource(host="b", topic="t", client_id="c").address == "b:1883"
 
 
+def test_typed_options_become_config_keys() -> None:
+    kafka = KafkaQueueResource(
+        bootstrap="h:9092",
+        topic="t",
+        session_timeout_ms=6000,
+        dead_letter_topic="t.bad",
+        ssl_cafile="/etc/ca.pem",
+    ).config()
+    assert (kafka["options.session_timeout"], kafka["options.dead_letter_topic"]) == (6000, "t.bad")
+    assert kafka["options.ssl_cafile"] == "/etc/ca.pem"
+    mqtt = MqttQueueResource(
+        uri="mqtts://b:8883", topic="t", client_id="c", ssl_certfile="/c.pem", ssl_keyfile="/k.pem"
+    ).config()
+    assert (mqtt["options.ssl_certfile"], mqtt["options.ssl_keyfile"]) == ("/c.pem", "/k.pem")
+    assert "options.dead_letter_topic" not in mqtt, "unset typed options leave the default"
+
+
 def test_an_unknown_option_is_an_error_naming_it() -> None:
     resource = KafkaQueueResource(bootstrap="h:9092", topic="t", options={"sesion_timeout": "1"})
     with pytest.raises(ConfigError, match=r"'options\.sesion_timeout'.*session_timeout"):

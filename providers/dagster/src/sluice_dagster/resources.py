@@ -75,10 +75,23 @@ class QueueResource(ConfigurableResource, ABC):  # type: ignore[type-arg]
     request_timeout_ms: int = Field(
         default=5000, description="Milliseconds to wait for the broker to answer a request."
     )
+    dead_letter_topic: str | None = Field(
+        default=None,
+        description="Topic the ingest's dead letters go to (default: '<topic>.dlq').",
+    )
+    ssl_cafile: str | None = Field(
+        default=None, description="CA certificate file (PEM) to verify the broker with."
+    )
+    ssl_certfile: str | None = Field(
+        default=None, description="Client certificate file (PEM), for brokers that ask for one."
+    )
+    ssl_keyfile: str | None = Field(
+        default=None, description="Private key file (PEM) of the client certificate."
+    )
     options: dict[str, str] = Field(
         default_factory=dict,
-        description="Further Sluice config keys, e.g. {'session_timeout': '6000'}; a name that "
-        "is not a top-level key gets 'options.' in front. An unknown key is an error.",
+        description="Further Sluice config keys, e.g. {'keepalive_timeout': '30000'}; a name "
+        "that is not a top-level key gets 'options.' in front. An unknown key is an error.",
     )
 
     _queue: MessageQueue | None = PrivateAttr(default=None)
@@ -98,6 +111,13 @@ class QueueResource(ConfigurableResource, ABC):  # type: ignore[type-arg]
             **self._connection_keys(),
             "options.connect_timeout": self.connect_timeout_ms,
         }
+        typed_options = {
+            "options.dead_letter_topic": self.dead_letter_topic,
+            "options.ssl_cafile": self.ssl_cafile,
+            "options.ssl_certfile": self.ssl_certfile,
+            "options.ssl_keyfile": self.ssl_keyfile,
+        }
+        config.update({k: v for k, v in typed_options.items() if v is not None})
         if self.username:
             config["credential.username"] = self.username
         if self.password:
@@ -240,6 +260,11 @@ class KafkaQueueResource(QueueResource):
     mechanism: str | None = Field(
         default=None, description="SASL mechanism: plain, scram-sha-256 or scram-sha-512."
     )
+    session_timeout_ms: int | None = Field(
+        default=None,
+        description="Milliseconds the group coordinator waits for a consumer's heartbeat "
+        "before it gives the partitions to another (Kafka's default: 10000).",
+    )
 
     def _connection_keys(self) -> dict[str, Any]:
         keys: dict[str, Any] = {
@@ -254,6 +279,7 @@ class KafkaQueueResource(QueueResource):
             "client_id": self.client_id,
             "connection.protocol": self.protocol,
             "credential.mechanism": self.mechanism,
+            "options.session_timeout": self.session_timeout_ms,
         }
         keys.update({k: v for k, v in optional.items() if v})
         return keys

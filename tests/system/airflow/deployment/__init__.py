@@ -15,16 +15,10 @@ is in the process titles of the executor worker and the task runner).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import secrets
-import signal
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +29,9 @@ import psycopg2
 from cryptography.fernet import Fernet
 
 from sluice.testing import free_port, wait_until
+
+from .process import ComponentProcess, DeploymentError, readable, tail
+from .rest_api import RestApi
 
 __all__ = ["COMPONENTS", "AirflowDeployment", "ComponentProcess", "DeploymentError"]
 
@@ -50,129 +47,8 @@ JOB_TYPES = {
 HEARTBEAT_SECONDS = 2
 
 
-class DeploymentError(RuntimeError):
-    """A component did not start or stay up; the message carries the tail of its log."""
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def _readable(line: str) -> str:
-    """A task log line (JSON) as one line of text, an exception with its last frames."""
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return line
-    text = f"{entry.get('level', '')}: {entry.get('event', '')}"
-    for error in entry.get("error_detail") or []:
-        frames = [f"{f['filename']}:{f['lineno']} {f['name']}" for f in error["frames"][-6:]]
-        text += f"\n  {error['exc_type']}: {error['exc_value']}\n    " + "\n    ".join(frames)
-    return text
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)
-
-
 @dataclass
-class ComponentProcess:
-    """One Airflow component (or ``airflow db migrate``): argv, environment, log file, pid."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log_path: Path
-    starts: int = 0
-    _proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def start(self) -> ComponentProcess:
-        if self.running:
-            raise DeploymentError(f"{self.name} is already running (pid {self.pid})")
-        self.starts += 1
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n===== start #{self.starts}: {' '.join(self.argv)}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # a process group of its own, stopped with it
-            )
-        return self
-
-    def wait(self, timeout: float) -> int:
-        """Wait for a one-off command (``db migrate``) to finish; its exit code."""
-        if self._proc is None:
-            raise DeploymentError(f"{self.name} was not started")
-        try:
-            return self._proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.stop()
-            raise DeploymentError(f"airflow {self.name} took over {timeout:.0f} s") from None
-
-    def processes(self) -> list[psutil.Process]:
-        """The component's process and all its descendants."""
-        if not self.running or self.pid is None:
-            return []
-        try:
-            leader = psutil.Process(self.pid)
-            return [leader, *leader.children(recursive=True)]
-        except psutil.Error:
-            return []
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
-        """Signal the component's process group; SIGKILL what is left after ``timeout`` s."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            family = psutil.Process(proc.pid).children(recursive=True)
-        except psutil.Error:
-            family = []
-        _signal_group(proc.pid, sig)  # start_new_session made the pid the group id
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGKILL)
-            proc.wait(timeout)
-        # Descendants that left the group, or outlived the leader.
-        _gone, alive = psutil.wait_procs(family, timeout=timeout)
-        for child in alive:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-
-    def kill(self) -> None:
-        """SIGKILL the component and everything in its process group, as a crash would."""
-        self.stop(signal.SIGKILL)
-
-    def log_tail(self, lines: int = 40) -> str:
-        return _tail(self.log_path, lines)
-
-    def check_alive(self) -> None:
-        if self._proc is not None and self._proc.poll() is not None:
-            raise DeploymentError(
-                f"airflow {self.name} exited with code {self._proc.returncode}. "
-                f"Its log ({self.log_path}):\n{self.log_tail()}"
-            )
-
-
-@dataclass
-class AirflowDeployment:
+class AirflowDeployment(RestApi):
     """An Airflow deployment in ``home`` (see the module docstring).
 
     ``extra_env`` goes to every component (connections as ``AIRFLOW_CONN_*``, settings the
@@ -265,7 +141,7 @@ class AirflowDeployment:
         self._db_created = True
         migrate = self._component("db-migrate", ["db", "migrate"]).start()
         if migrate.wait(timeout) != 0:
-            raise DeploymentError(f"airflow db migrate failed:\n{migrate.log_tail()}")
+            raise DeploymentError(f"airflow db migrate failed:\n{migrate.logtail()}")
         argv = {
             "api-server": ["api-server", "--host", "127.0.0.1", "--port", str(self.api_port)],
             "scheduler": ["scheduler"],
@@ -348,105 +224,8 @@ class AirflowDeployment:
         try:
             wait_until(ready, timeout, interval=0.5, message=f"{list(components)} up")
         except TimeoutError as exc:
-            logs = "\n".join(
-                f"--- {c.name} ---\n{c.log_tail(15)}" for c in self.components.values()
-            )
+            logs = "\n".join(f"--- {c.name} ---\n{c.logtail(15)}" for c in self.components.values())
             raise DeploymentError(f"{exc}\n{logs}") from None
-
-    # -- REST API v2 -----------------------------------------------------------------------
-
-    def token(self) -> str:
-        if self._token is None:
-            self._token = str(self.api("GET", "/auth/token", auth=False)["access_token"])
-        return self._token
-
-    def api(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
-        """Call the api-server; the decoded JSON answer (DeploymentError on an HTTP error)."""
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if auth:
-            headers["Authorization"] = f"Bearer {self.token()}"
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.base_url + path, data=data, method=method, headers=headers
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")
-            raise DeploymentError(f"{method} {path}: HTTP {exc.code}: {detail}") from None
-        return json.loads(raw) if raw else None
-
-    def wait_for_dags(self, dag_ids: Sequence[str], timeout: float = 120.0) -> None:
-        """Wait until the dag processor has parsed ``dag_ids``; a DAG file that does not
-        import fails at once, with its import error."""
-
-        def parsed() -> bool:
-            self.check_alive()
-            errors = self.api("GET", "/api/v2/importErrors")["import_errors"]
-            if errors:
-                raise DeploymentError(f"DAG import errors: {json.dumps(errors, indent=1)}")
-            found = {d["dag_id"] for d in self.api("GET", "/api/v2/dags?limit=100")["dags"]}
-            return set(dag_ids) <= found
-
-        wait_until(parsed, timeout, interval=1.0, message=f"DAGs {list(dag_ids)} parsed")
-
-    def unpause(self, dag_id: str) -> None:
-        self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
-
-    def trigger_dag(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
-        body = {"logical_date": None, "conf": dict(conf or {})}
-        return str(self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)["dag_run_id"])
-
-    def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
-        answer = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")
-        return list(answer["dag_runs"])
-
-    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
-        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
-        return dict(self.api("GET", path))
-
-    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
-        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
-        return self.api("GET", path)["value"]
-
-    def pool(self, name: str = "default_pool") -> dict[str, Any]:
-        return dict(self.api("GET", f"/api/v2/pools/{name}"))
-
-    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 180.0) -> str:
-        """Wait until the run finishes; its final state ('success' or 'failed')."""
-
-        def finished() -> str | None:
-            self.check_alive()
-            state = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
-            return str(state) if state in ("success", "failed") else None
-
-        state = wait_until(finished, timeout, interval=1.0, message=f"run {dag_id}/{run_id} done")
-        assert state is not None
-        return state
-
-    def wait_for_task_state(
-        self, dag_id: str, run_id: str, task_id: str, states: Sequence[str], timeout: float = 120.0
-    ) -> dict[str, Any]:
-        """Wait until the task instance is in one of ``states``; it, as the API shows it."""
-
-        def reached() -> dict[str, Any] | None:
-            self.check_alive()
-            try:
-                ti = self.task_instance(dag_id, run_id, task_id)
-            except DeploymentError:
-                return None  # the run's task instances are not created yet
-            if ti["state"] in states:
-                return ti
-            if ti["state"] in ("failed", "upstream_failed") and "failed" not in states:
-                raise DeploymentError(f"{dag_id}.{task_id} {ti['state']}:\n{self.task_log(ti)}")
-            return None
-
-        ti = wait_until(
-            reached, timeout, interval=0.5, message=f"{dag_id}.{task_id} in {list(states)}"
-        )
-        assert ti is not None
-        return ti
 
     # -- task logs and failures ------------------------------------------------------------
 
@@ -458,7 +237,7 @@ class AirflowDeployment:
         files = sorted(folder.rglob("*.log")) if folder.exists() else []
         parts = []
         for path in files:
-            text = "\n".join(_readable(line) for line in _tail(path, lines).splitlines())
+            text = "\n".join(readable(line) for line in tail(path, lines).splitlines())
             parts.append(f"--- {path.name}\n{text}")
         return "\n".join(parts) or "(no task log)"
 

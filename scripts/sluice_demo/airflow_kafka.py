@@ -1,0 +1,75 @@
+"""The Kafka flow: the Airflow example DAG, run with ``dag.test()``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .settings import AIRFLOW_DAG, AIRFLOW_DAGS, KAFKA_TOPIC, DemoError
+
+
+class AirflowKafka:
+    """The Airflow example DAG ``kafka_to_parquet`` in a private Airflow home, run with
+    ``dag.test()``: its deferrable sensor returns the batch waiting on the topic, its
+    SparkIngestOperator writes it to Parquet and commits the group's offsets."""
+
+    def __init__(self, kafka_url: str, output: Path, state: Path) -> None:
+        for stale in state.glob("airflow-*"):  # what a killed run left
+            shutil.rmtree(stale, ignore_errors=True)
+        self.home = state / f"airflow-{os.getpid()}"
+        self.home.mkdir(parents=True)
+        host, port = kafka_url.split("://", 1)[1].rsplit(":", 1)
+        # Airflow reads its configuration when it is first imported: all of it goes here.
+        os.environ.update(
+            {
+                "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(AIRFLOW_DAGS),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home}/airflow.db",
+                "AIRFLOW_CONN_SLUICE_KAFKA_DEFAULT": json.dumps(
+                    {"conn_type": "sluice_kafka", "host": host, "port": int(port)}
+                ),
+                "SLUICE_EXAMPLE_KAFKA_TOPIC": KAFKA_TOPIC,
+                "SLUICE_EXAMPLE_SINK": str(output),
+                "SLUICE_EXAMPLE_SCHEDULE": "none",
+            }
+        )
+        if "airflow" in sys.modules:
+            raise DemoError("Airflow was imported before its home was set up")
+        self.dag: Any = None
+
+    def migrate(self) -> subprocess.Popen[bytes]:
+        """``airflow db migrate`` in the background (it takes a few seconds)."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "airflow", "db", "migrate"],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C is the demo's to handle; it stops this by pid
+        )
+
+    def load(self) -> None:
+        from sluice_airflow.testing import import_dag_file
+
+        module = import_dag_file(AIRFLOW_DAGS / f"{AIRFLOW_DAG}.py")
+        self.dag = module.dag
+        self.schema: str = module.READING_SCHEMA  # the Spark DDL of the readings
+
+    def run(self) -> dict[str, Any]:
+        from sluice_airflow.testing import DagRunFailed, run_dag
+
+        run = run_dag(self.dag)
+        try:
+            run.raise_for_state()
+        except DagRunFailed as exc:
+            raise DemoError(f"Airflow: {exc}") from None
+        result = run.xcom("ingest")
+        if not isinstance(result, dict):
+            raise DemoError(f"the Airflow task 'ingest' returned {result!r}, not a summary")
+        return result
+
+    def close(self) -> None:
+        shutil.rmtree(self.home, ignore_errors=True)
