@@ -1,11 +1,12 @@
 """QueueHook: an Airflow Connection (``sluice_kafka`` or ``sluice_mqtt``) as Sluice config keys
 and an opened core queue.
 
-The Connection's fields map onto the one config vocabulary (DESIGN.md): host and port become
-``connection.host``/``connection.port`` (a host such as ``h1:9092,h2:9092`` or ``kafka://h:9092``
-becomes ``connection.uri``), login and password ``credential.username``/``credential.password``,
-and every key of the extra JSON is a config key (``group_id``, ``client_id``,
-``options.session_timeout`` ...). An unknown extra key is an error that names it.
+The Connection's fields map onto Sluice's config keys (README.md, "Configuration reference"):
+host and port become ``connection.host``/``connection.port`` (a host such as
+``h1:9092,h2:9092`` or ``kafka://h:9092`` becomes ``connection.uri``), login and password
+``credential.username``/``credential.password``, and every key of the extra JSON is a config
+key (``group_id``, ``client_id``, ``options.session_timeout`` ...). An unknown extra key is an
+error that names it.
 """
 
 from __future__ import annotations
