@@ -55,19 +55,7 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
     def __init__(self, name: str | None = None) -> None:
         super().__init__(
             name,
-            MessagingCapabilities(
-                can_message_count=True,
-                can_send=True,
-                can_receive=True,
-                can_peek=True,
-                can_peek_batch=True,
-                can_renew_lock=False,
-                can_abandon=True,
-                can_dead_letter=True,
-                can_clear=True,
-                can_persist=True,
-                can_order=True,
-            ),
+            MessagingCapabilities.full(can_renew_lock=False),
         )
         self._ledger = Ledger()  # guarded by self._cond
         self._start_offsets: dict[int, int] | None = None  # where to start without a commit

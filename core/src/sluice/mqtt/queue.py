@@ -108,18 +108,10 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
 
     @staticmethod
     def _capabilities_for(config: dict[str, Any], durable: bool) -> MessagingCapabilities:
-        return MessagingCapabilities(
+        return MessagingCapabilities.full(
             can_message_count=False,
-            can_send=True,
-            can_receive=True,
-            can_peek=True,
-            can_peek_batch=True,
             can_renew_lock=False,
-            can_abandon=True,
-            can_dead_letter=True,
-            can_clear=True,
             can_persist=durable and int(config["options.qos"]) == 1,
-            can_order=True,
         )
 
     # ---- configuration and references ----------------------------------------------------

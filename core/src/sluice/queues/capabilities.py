@@ -44,6 +44,24 @@ class MessagingCapabilities(_PipCapabilities):  # type: ignore[misc]
         self._can_persist = can_persist
         self._can_order = can_order
 
+    @classmethod
+    def full(cls, **exceptions: bool) -> MessagingCapabilities:
+        """Every capability, but ``exceptions`` (e.g. ``can_renew_lock=False``): a queue's
+        declaration names just what it cannot do."""
+        names = (
+            "can_message_count", "can_send", "can_receive", "can_peek", "can_peek_batch",
+            "can_renew_lock", "can_abandon", "can_dead_letter", "can_clear",
+        )  # fmt: skip
+        unknown = set(exceptions) - {*names, "can_persist", "can_order"}
+        if unknown:
+            raise TypeError(f"unknown capabilities: {', '.join(sorted(unknown))}")
+        flags = {name: exceptions.get(name, True) for name in names}
+        return cls(
+            **flags,
+            can_persist=exceptions.get("can_persist", True),
+            can_order=exceptions.get("can_order", True),
+        )
+
     @property
     def can_persist(self) -> bool:
         return self._can_persist

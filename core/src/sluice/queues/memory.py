@@ -94,19 +94,7 @@ class MemoryMessageQueue(MessageQueue):
     def __init__(self, name: str | None = None) -> None:
         super().__init__(
             name,
-            MessagingCapabilities(
-                can_message_count=True,
-                can_send=True,
-                can_receive=True,
-                can_peek=True,
-                can_peek_batch=True,
-                can_renew_lock=True,
-                can_abandon=True,
-                can_dead_letter=True,
-                can_clear=True,
-                can_persist=True,
-                can_order=True,
-            ),
+            MessagingCapabilities.full(),
         )
         self._topic: _Topic = _Topic(None)
         self._dead_letters: _Topic = _Topic(None)
