@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .settings import AIRFLOW_DAG, AIRFLOW_DAGS, KAFKA_TOPIC, DemoError
+from .settings import AIRFLOW_DAG, AIRFLOW_DAG_FILE, AIRFLOW_DAGS, KAFKA_TOPIC, DemoError
 
 
 class AirflowKafka:
@@ -54,8 +54,8 @@ class AirflowKafka:
     def load(self) -> None:
         from sluice_airflow.testing import import_dag_file
 
-        module = import_dag_file(AIRFLOW_DAGS / f"{AIRFLOW_DAG}.py")
-        self.dag = module.dag
+        module = import_dag_file(AIRFLOW_DAGS / AIRFLOW_DAG_FILE)
+        self.dag = getattr(module, AIRFLOW_DAG)
         self.schema: str = module.READING_SCHEMA  # the Spark DDL of the readings
 
     def run(self) -> dict[str, Any]:

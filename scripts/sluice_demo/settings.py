@@ -13,6 +13,7 @@ KAFKA_TOPIC = "iot.readings"
 KAFKA_PARTITIONS = 2
 MQTT_TOPIC = "sluice/iot/readings"
 AIRFLOW_DAG = "kafka_to_parquet"
+AIRFLOW_DAG_FILE = "queue_to_parquet.py"  # it holds the DAG, as the variable of its id
 DAGSTER_SENSOR = "mqtt_readings_sensor"
 DAGSTER_JOB = "mqtt_readings"
 SPARK_MASTER = "local[2]"

@@ -47,13 +47,13 @@ def expected_rows() -> list[dict[str, Any]]:
     return [{"device": r["device"], "temperature": r["temperature"]} for r in READINGS]
 
 
-def example(name: str, monkeypatch: pytest.MonkeyPatch, sink: Path, **env: str) -> Any:
-    """The example DAG file ``name``, imported with the test's settings in the environment."""
+def example(file: str, monkeypatch: pytest.MonkeyPatch, sink: Path, **env: str) -> Any:
+    """The example DAG file ``file``, imported with the test's settings in the environment."""
     monkeypatch.setenv("SLUICE_EXAMPLE_SINK", str(sink))
     monkeypatch.setenv("SLUICE_EXAMPLE_SCHEDULE", "none")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    return import_dag_file(DAGS_FOLDER / f"{name}.py")
+    return import_dag_file(DAGS_FOLDER / f"{file}.py")
 
 
 def test_kafka_to_parquet_keeps_the_password_secret(
@@ -77,12 +77,12 @@ def test_kafka_to_parquet_keeps_the_password_secret(
     create_kafka_topic(noida_broker.bootstrap, unique_name, 2)
     publish(conn, unique_name, [*READINGS, "not json"])
     dag = example(
-        "kafka_to_parquet",
+        "queue_to_parquet",
         monkeypatch,
         tmp_path,
         SLUICE_EXAMPLE_KAFKA_TOPIC=unique_name,
         SLUICE_EXAMPLE_KAFKA_GROUP=f"{unique_name}-group",
-    ).dag
+    ).kafka_to_parquet
     run = run_dag(dag)
     dag_run = run.dag_run
     assert run.states == {"wait_for_messages": "success", "ingest": "success"}
@@ -150,12 +150,12 @@ def test_mqtt_to_parquet(
     queue.close(None)
     publish(conn, topic, READINGS)
     dag = example(
-        "mqtt_to_parquet",
+        "queue_to_parquet",
         monkeypatch,
         tmp_path,
         SLUICE_EXAMPLE_MQTT_TOPIC=topic,
         SLUICE_EXAMPLE_MQTT_CLIENT_ID=session,
-    ).dag
+    ).mqtt_to_parquet
     run = run_dag(dag)
     assert run.states == {"wait_for_messages": "success", "ingest": "success"}
     values = run.xcoms()

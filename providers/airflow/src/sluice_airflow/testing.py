@@ -4,7 +4,7 @@
 
     from sluice_airflow.testing import load_dag_file, run_dag
 
-    run = run_dag(load_dag_file(Path("dags/kafka_to_parquet.py")))
+    run = run_dag(load_dag_file(Path("dags/queue_to_parquet.py"), "kafka_to_parquet"))
     run.raise_for_state()
     print(run.xcom("ingest"))  # the IngestResult summary
 
