@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,18 +65,31 @@ def test_dags_folder() -> Path:
     return configure() / "test_dags"
 
 
+def airflow_command(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """``airflow ARGS`` with this Python, its output captured (in this process's environment
+    unless ``env`` is given); the caller checks its return code."""
+    return subprocess.run(
+        [sys.executable, "-m", "airflow", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=cwd,
+        env=None if env is None else dict(env),
+    )
+
+
 def migrate_db() -> None:
     """``airflow db migrate`` on the test home, once per process (~3 s)."""
     home = configure()
     if home in _migrated:
         return
-    done = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = airflow_command("db", "migrate")
     if done.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed:\n{done.stdout}\n{done.stderr}")
     _migrated.append(home)

@@ -14,40 +14,29 @@ Triggered by hand, it ingests the batch given as conf ``{"batch": <BatchSpec dic
 Environment (defaults in brackets): ``SLUICE_EXAMPLE_KAFKA_CONN`` [sluice_kafka_default],
 ``SLUICE_EXAMPLE_KAFKA_TOPIC`` [iot.readings], ``SLUICE_EXAMPLE_KAFKA_EVENT_GROUP``
 [sluice-kafka-event-driven], ``SLUICE_EXAMPLE_SINK`` [/tmp/sluice/datasets],
-``SLUICE_EXAMPLE_MIN_MESSAGES`` [1], ``SLUICE_EXAMPLE_MAX_MESSAGES`` [100000].
+``SLUICE_EXAMPLE_MIN_MESSAGES`` [1], ``SLUICE_EXAMPLE_MAX_MESSAGES`` [100000] (read by
+``sluice_airflow.examples``; a DAG of your own would write its values in).
 """
 
 from __future__ import annotations
 
 import datetime
-import os
 
 from airflow.sdk import DAG, Asset, AssetWatcher
 
+from sluice_airflow.examples import READING_SCHEMA, example_setting, example_settings
 from sluice_airflow.operators.spark import SparkIngestOperator
 from sluice_airflow.triggers.queue import QueueMessageTrigger
 
-
-def setting(name: str, default: str) -> str:
-    """The environment variable ``SLUICE_EXAMPLE_<name>``, else ``default``."""
-    return os.environ.get(f"SLUICE_EXAMPLE_{name}", default)
-
-
 DAG_ID = "kafka_event_driven"
-KAFKA_CONN = setting("KAFKA_CONN", "sluice_kafka_default")
-KAFKA_TOPIC = setting("KAFKA_TOPIC", "iot.readings")
-GROUP = setting("KAFKA_EVENT_GROUP", "sluice-kafka-event-driven")
-SINK = os.path.join(setting("SINK", "/tmp/sluice/datasets"), DAG_ID)
-MIN_MESSAGES = int(setting("MIN_MESSAGES", "1"))
-MAX_MESSAGES = int(setting("MAX_MESSAGES", "100000"))
-#: JSON readings such as {"device": "sensor-1", "temperature": 21.5, "ts": "2026-01-01T12:00:00Z"}
-READING_SCHEMA = "device STRING, temperature DOUBLE, ts TIMESTAMP"
+settings = example_settings(DAG_ID, "kafka")  # connection, topic, sink, sizes (not schedule)
+GROUP = example_setting("KAFKA_EVENT_GROUP", "sluice-kafka-event-driven")
 
 trigger = QueueMessageTrigger(
-    conn_id=KAFKA_CONN,
-    topic=KAFKA_TOPIC,
-    min_messages=MIN_MESSAGES,
-    max_messages=MAX_MESSAGES,
+    conn_id=settings.conn_id,
+    topic=settings.topic,
+    min_messages=settings.min_messages,
+    max_messages=settings.max_messages,
     config={"group_id": GROUP},
 )
 readings = Asset(
@@ -66,8 +55,8 @@ with DAG(
 ) as dag:
     ingest = SparkIngestOperator(
         task_id="ingest",
-        conn_id=KAFKA_CONN,
-        sink=SINK,
+        conn_id=settings.conn_id,
+        sink=settings.sink,
         batch=None,  # from the triggering asset events (or dag_run.conf["batch"])
-        schema=READING_SCHEMA,
+        schema=READING_SCHEMA,  # JSON readings: device, temperature, ts
     )

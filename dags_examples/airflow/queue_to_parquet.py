@@ -4,33 +4,20 @@ batch, then commits (Kafka) or acknowledges (MQTT) it.
 
 Environment (defaults in brackets): ``SLUICE_EXAMPLE_SINK`` [/tmp/sluice/datasets],
 ``SLUICE_EXAMPLE_MIN_MESSAGES`` [1], ``SLUICE_EXAMPLE_MAX_MESSAGES`` [100000],
-``SLUICE_EXAMPLE_SCHEDULE`` [@continuous; "none": triggered by hand], and per DAG below.
+``SLUICE_EXAMPLE_SCHEDULE`` [@continuous; "none": triggered by hand], and per DAG below
+(read by ``sluice_airflow.examples``; a DAG of your own would write its values in).
 """
 
 from __future__ import annotations
 
 import datetime
-import os
-from typing import Any
+from typing import Any, Literal
 
 from airflow.sdk import DAG
 
+from sluice_airflow.examples import READING_SCHEMA, example_setting, example_settings
 from sluice_airflow.operators.spark import SparkIngestOperator
 from sluice_airflow.sensors.queue import QueueMessageSensor
-
-
-def setting(name: str, default: str) -> str:
-    """The environment variable ``SLUICE_EXAMPLE_<name>``, else ``default``."""
-    return os.environ.get(f"SLUICE_EXAMPLE_{name}", default)
-
-
-SINKS = setting("SINK", "/tmp/sluice/datasets")
-MIN_MESSAGES = int(setting("MIN_MESSAGES", "1"))
-MAX_MESSAGES = int(setting("MAX_MESSAGES", "100000"))
-_schedule = setting("SCHEDULE", "@continuous")
-SCHEDULE = None if _schedule.lower() == "none" else _schedule
-#: JSON readings such as {"device": "sensor-1", "temperature": 21.5, "ts": "2026-01-01T12:00:00Z"}
-READING_SCHEMA = "device STRING, temperature DOUBLE, ts TIMESTAMP"
 
 KAFKA_DOC = """Kafka to Parquet. ``wait_for_messages`` (QueueMessageSensor, deferrable) returns the
 batch (a BatchSpec: topic, consumer group and offset ranges) once ``SLUICE_EXAMPLE_MIN_MESSAGES``
@@ -58,34 +45,35 @@ The connection ``SLUICE_EXAMPLE_MQTT_CONN`` [sluice_mqtt_default], e.g.
 
 
 def queue_to_parquet(
-    dag_id: str, conn_id: str, topic: str, config: dict[str, Any], doc: str, tag: str
+    dag_id: str, queue: Literal["kafka", "mqtt"], config: dict[str, Any], doc: str
 ) -> DAG:
-    """Wait for a batch on ``topic`` (deferrable, in the triggerer), then ingest it."""
+    """Wait for a batch on the example's topic (deferrable, in the triggerer), then ingest it."""
+    settings = example_settings(dag_id, queue)  # connection, topic, sink, sizes, schedule
     with DAG(
         dag_id=dag_id,
-        schedule=SCHEDULE,
+        schedule=settings.schedule,
         start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
         catchup=False,
         max_active_runs=1,  # one batch of the group (one connection to the session) at a time
-        tags=["sluice", tag],
+        tags=["sluice", queue],
         doc_md=doc,
     ) as dag:
         wait_for_messages = QueueMessageSensor(
             task_id="wait_for_messages",
-            conn_id=conn_id,
-            topic=topic,
+            conn_id=settings.conn_id,
+            topic=settings.topic,
             config=config,
-            min_messages=MIN_MESSAGES,
-            max_messages=MAX_MESSAGES,
+            min_messages=settings.min_messages,
+            max_messages=settings.max_messages,
             deferrable=True,
             timeout=3600,
             soft_fail=True,  # no readings for an hour: skip this run, the next one waits again
         )
         ingest = SparkIngestOperator(
             task_id="ingest",
-            conn_id=conn_id,
-            sink=os.path.join(SINKS, dag_id),
-            schema=READING_SCHEMA,
+            conn_id=settings.conn_id,
+            sink=settings.sink,
+            schema=READING_SCHEMA,  # JSON readings: device, temperature, ts
         )
         wait_for_messages >> ingest
     return dag
@@ -93,17 +81,16 @@ def queue_to_parquet(
 
 kafka_to_parquet = queue_to_parquet(
     "kafka_to_parquet",
-    conn_id=setting("KAFKA_CONN", "sluice_kafka_default"),
-    topic=setting("KAFKA_TOPIC", "iot.readings"),
-    config={"group_id": setting("KAFKA_GROUP", "sluice-kafka-to-parquet")},
+    "kafka",
+    config={"group_id": example_setting("KAFKA_GROUP", "sluice-kafka-to-parquet")},
     doc=KAFKA_DOC,
-    tag="kafka",
 )
 mqtt_to_parquet = queue_to_parquet(
     "mqtt_to_parquet",
-    conn_id=setting("MQTT_CONN", "sluice_mqtt_default"),
-    topic=setting("MQTT_TOPIC", "sluice/iot/readings"),
-    config={"client_id": setting("MQTT_CLIENT_ID", "sluice-mqtt-to-parquet"), "options.qos": 1},
+    "mqtt",
+    config={
+        "client_id": example_setting("MQTT_CLIENT_ID", "sluice-mqtt-to-parquet"),
+        "options.qos": 1,  # the broker queues QoS 1 readings for the session while it is away
+    },
     doc=MQTT_DOC,
-    tag="mqtt",
 )

@@ -8,11 +8,13 @@ from tests.airflow_env import configure
 configure()
 
 import json  # noqa: E402
+import secrets  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
+from sluice.brokers import BrokerProcess  # noqa: E402
 from tests.airflow_env import migrate_db  # noqa: E402
 
 SetConnection = Callable[..., str]
@@ -34,3 +36,19 @@ def set_connection(monkeypatch: pytest.MonkeyPatch) -> Iterator[SetConnection]:
         return conn_id
 
     yield set_
+
+
+@pytest.fixture
+def kafka_conn(noida_broker: BrokerProcess, set_connection: SetConnection) -> str:
+    """The connection ``sluice_kafka_default`` (the example DAGs' default) to the session's
+    noida-db broker; its id."""
+    return set_connection(
+        "sluice_kafka_default", "sluice_kafka", noida_broker.host, noida_broker.port
+    )
+
+
+@pytest.fixture
+def password() -> str:
+    """A fresh password, to look for where it must not show (noida-db accepts any SASL/PLAIN
+    password)."""
+    return f"pw-{secrets.token_hex(8)}"

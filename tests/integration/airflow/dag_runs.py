@@ -1,4 +1,4 @@
-"""DAG files the tests write, and everything a run left in the database (``dag.test()`` runs
+"""DAG files the tests write and run, and everything a run left behind (``dag.test()`` runs
 through :mod:`sluice_airflow.testing`)."""
 
 from __future__ import annotations
@@ -6,10 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
-from sluice_airflow.testing import DagRunResult
+from sluice_airflow.testing import DagRunResult, load_dag_file, run_dag
 from tests.airflow_env import test_dags_folder
+
+#: What every test DAG file starts with, and the DAG a source names ``{dag}``
+DAG_FILE_HEADER = "import datetime\n\nfrom airflow.sdk import DAG\n"
+TEST_DAG = (
+    "DAG(dag_id={dag_id!r}, schedule=None, catchup=False, "
+    "start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))"
+)
 
 
 def write_dag(dag_id: str, source: str) -> Path:
@@ -17,6 +25,24 @@ def write_dag(dag_id: str, source: str) -> Path:
     path = test_dags_folder() / f"{dag_id}.py"
     path.write_text(source)
     return path
+
+
+def run_test_dag(dag_id: str, source: str, **values: Any) -> DagRunResult:
+    """``source`` formatted with ``values`` and ``dag`` (the DAG's constructor call: write
+    ``with {dag} as dag:``; ``datetime`` and ``DAG`` are imported), written to the test bundle
+    and run with ``dag.test()``."""
+    source = source.format(dag=TEST_DAG.format(dag_id=dag_id), **values)
+    path = write_dag(dag_id, DAG_FILE_HEADER + source)
+    return run_dag(load_dag_file(path, dag_id))
+
+
+def everything_seen(dag_run: Any, capfd: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """Where a secret could show, by name: the run in the database (:func:`database_text`),
+    the test's captured output and every task log file."""
+    seen = {"database": database_text(dag_run), "task output": "".join(capfd.readouterr())}
+    logs = test_dags_folder().parent / "logs"
+    seen.update({str(p): p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file()})
+    return seen
 
 
 def database_text(dag_run: Any) -> str:

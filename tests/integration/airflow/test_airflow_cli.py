@@ -5,24 +5,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 from sluice.testing import free_port
 from sluice.testing.plugin import Broker
+from tests.airflow_env import airflow_command
 
 from .conftest import SetConnection
 
 
 def airflow(*args: str) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "AIRFLOW__CORE__TEST_CONNECTION": "Enabled"}
-    return subprocess.run(
-        [sys.executable, "-m", "airflow", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env=environment,
-    )
+    return airflow_command(*args, env=environment, timeout=180)
 
 
 def test_airflow_providers_list_shows_sluice(airflow_db: None) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from sluice.brokers import BrokerProcess
 from sluice.testing import wait_until
-from tests.airflow_env import DAGS_FOLDER
+from tests.airflow_env import DAGS_FOLDER, airflow_command
 
 EXAMPLES = {"kafka_event_driven", "kafka_to_parquet", "mqtt_to_parquet"}
 
@@ -40,15 +40,7 @@ def plain_environment(home: Path) -> dict[str, str]:
 def airflow(home: Path, *args: str) -> Any:
     """``airflow ARGS`` in ``home`` (run from there, so the repository is not importable by
     accident); its JSON output (Airflow prints warnings on stdout before it)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "airflow", *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-        cwd=home,
-        env=plain_environment(home),
-    )
+    done = airflow_command(*args, env=plain_environment(home), cwd=home, timeout=240)
     assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
     if "-o" not in args:
         return None

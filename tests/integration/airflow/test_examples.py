@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +62,8 @@ def test_kafka_to_parquet_keeps_the_password_secret(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
+    password: str,
 ) -> None:
-    password = f"pw-{secrets.token_hex(8)}"  # noida-db accepts any SASL/PLAIN password
     conn = set_connection(
         "sluice_kafka_default",
         "sluice_kafka",
@@ -84,7 +83,6 @@ def test_kafka_to_parquet_keeps_the_password_secret(
         SLUICE_EXAMPLE_KAFKA_GROUP=f"{unique_name}-group",
     ).kafka_to_parquet
     run = run_dag(dag)
-    dag_run = run.dag_run
     assert run.states == {"wait_for_messages": "success", "ingest": "success"}
     values = run.xcoms()
     spec = BatchSpec.from_dict(values["wait_for_messages"])
@@ -110,11 +108,8 @@ def test_kafka_to_parquet_keeps_the_password_secret(
         dag.get_task("wait_for_messages").execute({})
     seen = {
         "serialized trigger": json.dumps(deferred.value.trigger.serialize()),
-        "database": dag_runs.database_text(dag_run),
-        "task output": "".join(capfd.readouterr()),
+        **dag_runs.everything_seen(run.dag_run, capfd),
     }
-    logs = Path(dag_runs.test_dags_folder()).parent / "logs"
-    seen.update({str(p): p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file()})
     # what was searched holds what it should: task logs, XCom, rendered fields, serialized DAG
     assert "Ingesting batch" in seen["task output"]
     assert spec.batch_id in seen["database"]
@@ -167,14 +162,12 @@ def test_mqtt_to_parquet(
 
 def test_kafka_event_driven_ingests_the_watchers_batch(
     noida_broker: BrokerProcess,
-    set_connection: SetConnection,
+    kafka_conn: str,
     unique_name: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    conn = set_connection(
-        "sluice_kafka_default", "sluice_kafka", noida_broker.host, noida_broker.port
-    )
+    conn = kafka_conn
     create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
     publish(conn, unique_name, READINGS)
     module = example(

@@ -8,7 +8,6 @@ produced."""
 from __future__ import annotations
 
 import json
-import secrets
 from pathlib import Path
 
 import pytest
@@ -18,27 +17,17 @@ from sluice.brokers import BrokerProcess, free_port
 from sluice.spark import submit
 from sluice.testing.topics import create_kafka_topic
 from sluice_airflow.operators.spark import SparkIngestOperator
-from sluice_airflow.testing import load_dag_file, run_dag
 from tests.integration.airflow import dag_runs
 from tests.integration.airflow.conftest import SetConnection
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "spark")
 
 DAG_SOURCE = """
-import datetime
-
-from airflow.sdk import DAG
-
 from sluice_airflow.operators.publish import QueuePublishOperator
 from sluice_airflow.operators.spark import SparkIngestOperator
 from sluice_airflow.sensors.queue import QueueMessageSensor
 
-with DAG(
-    dag_id={dag_id!r},
-    schedule=None,
-    start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
-    catchup=False,
-) as dag:
+with {dag} as dag:
     publish = QueuePublishOperator(
         task_id="publish", conn_id={conn!r}, topic={topic!r},
         messages=[{{"n": n}} for n in range(3)],
@@ -85,27 +74,22 @@ def test_a_password_in_the_connection_host_uri_appears_nowhere_in_a_dag_run(
     unique_name: str,
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
+    password: str,
 ) -> None:
-    password = f"pw-{secrets.token_hex(8)}"  # noida-db accepts any SASL/PLAIN password
     conn = uri_connection(
         set_connection, "secrets_uri", password, noida_broker.host, noida_broker.port
     )
     dead = uri_connection(set_connection, "secrets_dead", password, "127.0.0.1", free_port())
     create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
-    dag_id = "sluice_secrets_uri"
-    path = dag_runs.write_dag(
-        dag_id,
-        DAG_SOURCE.format(
-            dag_id=dag_id,
-            conn=conn,
-            dead=dead,
-            topic=unique_name,
-            group=f"{unique_name}-g",
-            sink=str(tmp_path / "out"),
-        ),
+    run = dag_runs.run_test_dag(
+        "sluice_secrets_uri",
+        DAG_SOURCE,
+        conn=conn,
+        dead=dead,
+        topic=unique_name,
+        group=f"{unique_name}-g",
+        sink=str(tmp_path / "out"),
     )
-    run = run_dag(load_dag_file(path, dag_id))
-    dag_run = run.dag_run
     assert run.states == {
         "publish": "success",
         "wait_for_messages": "success",
@@ -114,9 +98,7 @@ def test_a_password_in_the_connection_host_uri_appears_nowhere_in_a_dag_run(
     }
     values = run.xcoms()
     assert (values["ingest"]["read"], values["ingest"]["written"]) == (3, 3)
-    seen = {"database": dag_runs.database_text(dag_run), "task output": "".join(capfd.readouterr())}
-    logs = Path(dag_runs.test_dags_folder()).parent / "logs"
-    seen.update({str(p): p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file()})
+    seen = dag_runs.everything_seen(run.dag_run, capfd)
     everything = "\n".join(seen.values())
     # what was searched holds what it should: the Source line, the failure, XCom, rendered fields
     assert "Source:" in everything and f"svc:***@{noida_broker.host}" in everything
@@ -131,8 +113,8 @@ def test_spark_submit_never_shows_the_password(
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
+    password: str,
 ) -> None:
-    password = f"pw-{secrets.token_hex(8)}"
     port = free_port()  # nothing listens: the ingest fails reading
     conn = uri_connection(set_connection, "secrets_submit", password, "127.0.0.1", port)
     spec = BatchSpec(kind="kafka", topic="orders", group_id="g", ranges=(OffsetRange(0, 0, 2),))

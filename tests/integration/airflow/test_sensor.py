@@ -9,15 +9,9 @@ import pytest
 from sluice.batch import BatchSpec
 from sluice.brokers import BrokerProcess
 from sluice.testing.topics import create_kafka_topic
-from sluice_airflow.testing import load_dag_file, run_dag
 from tests.integration.airflow import dag_runs
-from tests.integration.airflow.conftest import SetConnection
 
 SENSOR_DAG = """
-import datetime
-
-from airflow.sdk import DAG
-
 from sluice_airflow.operators.publish import QueuePublishOperator
 from sluice_airflow.sensors.queue import QueueMessageSensor
 
@@ -27,12 +21,7 @@ SENSOR = dict(
     poke_interval=1, timeout=60,
 )
 
-with DAG(
-    dag_id={dag_id!r},
-    schedule=None,
-    start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
-    catchup=False,
-) as dag:
+with {dag} as dag:
     publish = QueuePublishOperator(
         task_id="publish",
         conn_id=CONN,
@@ -61,20 +50,15 @@ with DAG(
 
 @pytest.mark.usefixtures("airflow_db")
 def test_every_sensor_mode_returns_the_waiting_batch(
-    noida_broker: BrokerProcess, set_connection: SetConnection, unique_name: str
+    noida_broker: BrokerProcess, kafka_conn: str, unique_name: str
 ) -> None:
-    conn = set_connection(
-        "sluice_sensor_test", "sluice_kafka", noida_broker.host, noida_broker.port
-    )
+    conn = kafka_conn
     topic, empty, group = unique_name, f"{unique_name}-empty", f"{unique_name}-group"
     create_kafka_topic(noida_broker.bootstrap, topic, 2)
     create_kafka_topic(noida_broker.bootstrap, empty, 1)
-    dag_id = "sluice_sensor_modes"
-    path = dag_runs.write_dag(
-        dag_id,
-        SENSOR_DAG.format(conn=conn, topic=topic, empty=empty, group=group, dag_id=dag_id),
+    run = dag_runs.run_test_dag(
+        "sluice_sensor_modes", SENSOR_DAG, conn=conn, topic=topic, empty=empty, group=group
     )
-    run = run_dag(load_dag_file(path, dag_id))
     assert run.states == {
         "publish": "success",
         "poke": "success",

@@ -3,7 +3,6 @@ the source's password reaches it through a private file, never the command line.
 
 from __future__ import annotations
 
-import secrets
 import tempfile
 from pathlib import Path
 
@@ -25,8 +24,8 @@ def test_submit_mode_ingests_with_the_password_off_the_command_line(
     unique_name: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    password: str,
 ) -> None:
-    password = f"pw-{secrets.token_hex(8)}"  # noida-db accepts any SASL/PLAIN password
     conn = set_connection(
         "submit", "sluice_kafka", noida_broker.host, noida_broker.port, login="u", password=password
     )

@@ -45,9 +45,9 @@ def ranges(event: TriggerEvent) -> list[tuple[int, int, int]]:
 
 
 def test_kafka_trigger_emits_the_waiting_batch_then_nothing_until_it_is_committed(
-    noida_broker: BrokerProcess, set_connection: SetConnection, unique_name: str
+    noida_broker: BrokerProcess, kafka_conn: str, unique_name: str
 ) -> None:
-    conn_id = set_connection("kafka_trigger", "sluice_kafka", noida_broker.host, noida_broker.port)
+    conn_id = kafka_conn
     create_kafka_topic(noida_broker.bootstrap, unique_name, 2)
     group = f"{unique_name}-g"
     publish(conn_id, unique_name, [{"n": i} for i in range(5)])
@@ -83,19 +83,19 @@ def test_kafka_trigger_emits_the_waiting_batch_then_nothing_until_it_is_committe
     assert two.message_count == 3
     ends = {r.partition: r.end for r in one.ranges}
     assert all(r.start == ends.get(r.partition, 0) for r in two.ranges)
-    assert threads == [threads[0]] and threads[0].startswith("sluice-trigger-kafka_trigger")
+    assert threads == [threads[0]] and threads[0].startswith(f"sluice-trigger-{conn_id}")
     assert same_queue, "the queue was opened again between polls"
     assert trigger._queue is None and trigger._pool is None
     assert trigger_threads() == []
 
 
 def test_a_failed_batch_is_emitted_again_and_nothing_is_skipped(
-    noida_broker: BrokerProcess, set_connection: SetConnection, unique_name: str
+    noida_broker: BrokerProcess, kafka_conn: str, unique_name: str
 ) -> None:
     """Issue 10, "Messages lost": the watcher emits [0,4), its run fails (nothing committed),
     new messages arrive. The watcher must not emit [4,7): once the lease ran out it emits
     [0,4) again (same batch_id), and after the commit the next batch starts at 4."""
-    conn_id = set_connection("kafka_retry", "sluice_kafka", noida_broker.host, noida_broker.port)
+    conn_id = kafka_conn
     create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
     group, lease = f"{unique_name}-g", 1.5
     publish(conn_id, unique_name, [{"n": i} for i in range(4)])
@@ -253,9 +253,9 @@ class MemoryStateStore:
 
 
 def test_a_restarted_watcher_remembers_its_batch_in_flight(
-    noida_broker: BrokerProcess, set_connection: SetConnection, unique_name: str
+    noida_broker: BrokerProcess, kafka_conn: str, unique_name: str
 ) -> None:
-    conn_id = set_connection("kafka_watcher", "sluice_kafka", noida_broker.host, noida_broker.port)
+    conn_id = kafka_conn
     create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
     group = f"{unique_name}-g"
     publish(conn_id, unique_name, [{"n": i} for i in range(4)])

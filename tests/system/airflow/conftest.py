@@ -1,6 +1,6 @@
 """One real Airflow deployment per test session, running the example DAGs against real brokers.
 
-The deployment (see ``deployment.py``) uses this machine's PostgreSQL, LocalExecutor and the
+The deployment (the ``deployment`` package) uses this machine's PostgreSQL, LocalExecutor and the
 DAGs folder ``dags_examples/airflow``; the DAGs read their topics, groups and sink from the
 ``SLUICE_EXAMPLE_*`` variables set here, and their connections from ``AIRFLOW_CONN_*``:
 

@@ -8,9 +8,10 @@ stopped by its pid and process group (which holds the scheduler's executor worke
 triggerer's trigger runner). Ports come from the OS.
 
 To look at it: :meth:`~AirflowDeployment.api` (REST API v2; the simple auth manager treats
-everyone as admin), :meth:`~AirflowDeployment.sql` (the metadata database directly) and
-:meth:`~AirflowDeployment.processes_mentioning` (which processes run a task instance: its id
-is in the process titles of the executor worker and the task runner).
+everyone as admin; ``rest_api``), :meth:`~AirflowDeployment.sql` (the metadata database
+directly; ``database``) and :meth:`~AirflowDeployment.processes_mentioning` (which processes
+run a task instance: its id is in the process titles of the executor worker and the task
+runner), task logs and files (``inspection``). The component processes: ``process``.
 """
 
 from __future__ import annotations
@@ -19,23 +20,21 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import psutil
-import psycopg2
 from cryptography.fernet import Fernet
 
 from sluice.testing import free_port, wait_until
 
-from .process import ComponentProcess, DeploymentError, readable, tail
+from .database import MetadataDatabase, admin
+from .inspection import Inspection
+from .process import ComponentProcess, DeploymentError
 from .rest_api import RestApi
 
 __all__ = ["COMPONENTS", "AirflowDeployment", "ComponentProcess", "DeploymentError"]
 
-PG_DSN = os.environ.get("SLUICE_TEST_POSTGRES", "host=127.0.0.1 port=5432 user=postgres")
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 #: The ``job`` table's name for each component that heartbeats there.
@@ -48,7 +47,7 @@ HEARTBEAT_SECONDS = 2
 
 
 @dataclass
-class AirflowDeployment(RestApi):
+class AirflowDeployment(MetadataDatabase, Inspection, RestApi):
     """An Airflow deployment in ``home`` (see the module docstring).
 
     ``extra_env`` goes to every component (connections as ``AIRFLOW_CONN_*``, settings the
@@ -77,10 +76,6 @@ class AirflowDeployment(RestApi):
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
-
-    @property
-    def logs_folder(self) -> Path:
-        return self.home / "logs"
 
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
@@ -137,7 +132,7 @@ class AirflowDeployment(RestApi):
             raise ValueError(f"unknown components {sorted(unknown)}; choose from {COMPONENTS}")
         self.home.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + timeout
-        self._admin(f'CREATE DATABASE "{self.db_name}"')
+        admin(f'CREATE DATABASE "{self.db_name}"')
         self._db_created = True
         migrate = self._component("db-migrate", ["db", "migrate"]).start()
         if migrate.wait(timeout) != 0:
@@ -170,17 +165,8 @@ class AirflowDeployment(RestApi):
             if name in self.components:
                 self.components[name].stop()
         if self._db_created:
-            self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+            admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
             self._db_created = False
-
-    def _admin(self, statement: str) -> None:
-        conn = psycopg2.connect(f"{PG_DSN} dbname=postgres")
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute(statement)
-        finally:
-            conn.close()
 
     # -- components and their health -------------------------------------------------------
 
@@ -226,74 +212,3 @@ class AirflowDeployment(RestApi):
         except TimeoutError as exc:
             logs = "\n".join(f"--- {c.name} ---\n{c.logtail(15)}" for c in self.components.values())
             raise DeploymentError(f"{exc}\n{logs}") from None
-
-    # -- task logs and failures ------------------------------------------------------------
-
-    def task_log(self, ti: Mapping[str, Any], lines: int = 30) -> str:
-        """The end of a task's log files (worker and triggerer parts), readably."""
-        folder = (
-            self.logs_folder / f"dag_id={ti['dag_id']}" / f"run_id={ti['dag_run_id']}"
-        ) / f"task_id={ti['task_id']}"
-        files = sorted(folder.rglob("*.log")) if folder.exists() else []
-        parts = []
-        for path in files:
-            text = "\n".join(readable(line) for line in tail(path, lines).splitlines())
-            parts.append(f"--- {path.name}\n{text}")
-        return "\n".join(parts) or "(no task log)"
-
-    def check_no_failed_tasks(self, dag_id: str) -> None:
-        """Raise, with the task's log, if a task of ``dag_id`` failed (a continuous DAG goes
-        on to its next run, which would hide it)."""
-        failed = self.sql(
-            "SELECT task_id, run_id FROM task_instance WHERE dag_id = %s AND state = 'failed'",
-            (dag_id,),
-        )
-        if failed:
-            task_id, run_id = failed[0]
-            log = self.task_log({"dag_id": dag_id, "dag_run_id": run_id, "task_id": task_id})
-            raise DeploymentError(f"{dag_id}.{task_id} failed in run {run_id}:\n{log}")
-
-    # -- the metadata database -------------------------------------------------------------
-
-    def sql(
-        self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()
-    ) -> list[tuple[Any, ...]]:
-        """Run one query on the metadata database; its rows."""
-        conn = psycopg2.connect(f"{PG_DSN} dbname={self.db_name}")
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute(query, params)
-                return list(cur.fetchall()) if cur.description else []
-        finally:
-            conn.close()
-
-    def decrypt(self, token: str) -> str:
-        """A value Airflow encrypted with the deployment's Fernet key (trigger kwargs ...)."""
-        return Fernet(self.fernet_key.encode()).decrypt(token.encode()).decode()
-
-    # -- processes and files ---------------------------------------------------------------
-
-    def processes_mentioning(self, text: str) -> list[str]:
-        """``pid: command line`` of this deployment's processes whose title contains ``text``."""
-        found = []
-        for component in self.components.values():
-            for proc in component.processes():
-                try:
-                    cmdline = " ".join(proc.cmdline())
-                except psutil.Error:
-                    continue
-                if text in cmdline:
-                    found.append(f"{proc.pid}: {cmdline}")
-        return found
-
-    @staticmethod
-    def files_under(*roots: Path) -> Iterator[Path]:
-        for root in roots:
-            if root.exists():
-                yield from (p for p in root.rglob("*") if p.is_file())
-
-    def files_containing(self, text: str, *roots: Path) -> list[Path]:
-        """Files under ``roots`` (default: AIRFLOW_HOME) whose bytes contain ``text``."""
-        needle = text.encode()
-        return [p for p in self.files_under(*(roots or (self.home,))) if needle in p.read_bytes()]

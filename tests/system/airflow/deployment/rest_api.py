@@ -20,8 +20,11 @@ class RestApi:
     """REST calls for a deployment that has ``base_url``, ``check_alive()`` and
     ``task_log()`` (see :class:`~tests.system.airflow.deployment.AirflowDeployment`)."""
 
-    base_url: str
     _token: str | None
+
+    @property
+    def base_url(self) -> str:
+        raise NotImplementedError
 
     def check_alive(self) -> None:
         raise NotImplementedError
