@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from dagster import Definitions, EnvVar, in_process_executor
 
@@ -41,6 +42,14 @@ def _env(name: str, default: str) -> str:
 
 def _secret(name: str) -> EnvVar | None:
     return EnvVar(name) if os.environ.get(name) else None
+
+
+def _login(prefix: str) -> dict[str, Any]:
+    """``username`` and ``password`` from ``<prefix>_USERNAME`` and ``<prefix>_PASSWORD``."""
+    return {
+        "username": os.environ.get(f"{prefix}_USERNAME"),
+        "password": _secret(f"{prefix}_PASSWORD"),
+    }
 
 
 SINK = Path(_env("SLUICE_EXAMPLE_SINK", "sluice-lake")).absolute()
@@ -88,15 +97,13 @@ defs = Definitions(
             bootstrap=_env("SLUICE_EXAMPLE_KAFKA_BOOTSTRAP", "localhost:9092"),
             topic=_env("SLUICE_EXAMPLE_KAFKA_TOPIC", "events"),
             group_id="sluice-example",
-            username=os.environ.get("SLUICE_EXAMPLE_KAFKA_USERNAME"),
-            password=_secret("SLUICE_EXAMPLE_KAFKA_PASSWORD"),
+            **_login("SLUICE_EXAMPLE_KAFKA"),
         ),
         "mqtt_queue": MqttQueueResource(
             uri=_env("SLUICE_EXAMPLE_MQTT_URL", "mqtt://localhost:1883"),
             topic=_env("SLUICE_EXAMPLE_MQTT_TOPIC", "sensors/#"),
             client_id="sluice-example",
-            username=os.environ.get("SLUICE_EXAMPLE_MQTT_USERNAME"),
-            password=_secret("SLUICE_EXAMPLE_MQTT_PASSWORD"),
+            **_login("SLUICE_EXAMPLE_MQTT"),
         ),
         "spark": SparkResource(conf={"spark.ui.enabled": "false"}),
     },

@@ -115,7 +115,7 @@ def test_an_asset_materialization_ingests_the_batch_cut_to_max_messages(
 
     resources = {"queue": queue, "spark": SparkResource()}
     definitions = Definitions(assets=[events], sensors=[sensor], resources=resources)
-    ticker = SensorTicker(sensor, {"queue": queue}, instance, definitions)
+    ticker = SensorTicker.from_definitions(definitions, "events_sensor", instance)
     request = ticker.request()
     assert request.asset_selection == [events.key]
     assert BatchSpec.from_dict(spec_of(request, "events")).ranges == (OffsetRange(0, 0, 2),)

@@ -11,6 +11,7 @@ from dagster import Definitions
 
 from sluice.batch import BatchSpec
 from sluice_dagster import make_ingest_asset, make_ingest_job, make_queue_sensor
+from sluice_dagster.ops import IngestSettings
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "dags_examples" / "dagster_defs.py"
 
@@ -60,6 +61,18 @@ def test_misuse_is_an_error_that_says_what_to_do() -> None:
         make_queue_sensor("s", "queue", job=job, min_messages=10, max_messages=5)
     with pytest.raises(ValueError, match="value_format"):
         make_ingest_job("orders", "queue", "/lake", value_format="xml")
+
+
+def test_one_settings_class_for_job_asset_and_op() -> None:
+    settings = IngestSettings.of("queue", "/lake/orders", schema="id INT", mode="driver")
+    assert (settings.schema_ddl, settings.mode, settings.spark_resource_key) == (
+        "id INT",
+        "driver",
+        "spark",
+    )
+    assert "description" in IngestSettings.model_json_schema()["properties"]["sink"]
+    with pytest.raises(ValueError, match="mode"):
+        make_ingest_asset("orders", "queue", "/lake", mode="everywhere")
 
 
 def test_run_request_config_has_no_nulls() -> None:

@@ -6,7 +6,7 @@ import pytest
 from dagster import EnvVar, build_init_resource_context, build_resources
 
 from sluice.queues.config import ConfigError
-from sluice_dagster import KafkaQueueResource, MqttQueueResource
+from sluice_dagster import KafkaQueueResource, MqttQueueResource, QueueResource
 
 
 def test_kafka_fields_become_config_keys() -> None:
@@ -68,6 +68,27 @@ def test_typed_options_become_config_keys() -> None:
     assert "options.dead_letter_topic" not in mqtt, "unset typed options leave the default"
 
 
+def test_more_typed_options_and_the_free_form_rest() -> None:
+    kafka = KafkaQueueResource(
+        bootstrap="h:9092", topic="t", ssl_check_hostname=False, max_buffer=500
+    ).config()
+    assert (kafka["options.ssl_check_hostname"], kafka["options.max_buffer"]) == (False, 500)
+    assert "options.ssl_check_hostname" not in KafkaQueueResource(bootstrap="h", topic="t").config()
+    mqtt = MqttQueueResource(
+        uri="ws://b:80",
+        topic="t",
+        client_id="c",
+        keepalive_ms=10_000,
+        session_expiry_seconds=3600,
+        ssl_insecure=True,
+        ws_path="/ws",
+        options={"reconnect_timeout": "2000"},
+    ).config()
+    assert (mqtt["options.keepalive_timeout"], mqtt["options.session_expiry"]) == (10_000, 3600)
+    assert (mqtt["options.ssl_insecure"], mqtt["options.ws_path"]) == (True, "/ws")
+    assert mqtt["options.reconnect_timeout"] == "2000", "the options dict still works"
+
+
 def test_an_unknown_option_is_an_error_naming_it() -> None:
     resource = KafkaQueueResource(bootstrap="h:9092", topic="t", options={"sesion_timeout": "1"})
     with pytest.raises(ConfigError, match=r"'options\.sesion_timeout'.*session_timeout"):
@@ -112,5 +133,10 @@ def test_a_password_in_the_bootstrap_uri_is_hidden_from_metadata_and_errors() ->
 def test_the_shared_base_is_abstract() -> None:
     from sluice_dagster.resources import QueueResource
 
+    with pytest.raises(TypeError, match="abstract"):
+        QueueResource(topic="t")  # type: ignore[abstract]
+
+
+def test_the_queue_resource_base_class_is_abstract() -> None:
     with pytest.raises(TypeError, match="abstract"):
         QueueResource(topic="t")  # type: ignore[abstract]

@@ -26,7 +26,7 @@ def make_ingest_asset(
     records counts, ranges, lag and duration as materialization metadata. ``settings``: the
     other fields of :class:`~sluice_dagster.ops.IngestSettings` (``schema``, ``mode``,
     ``spark_resource_key``, ``dead_letter``...)."""
-    ingest_settings = IngestSettings(resource_key=resource_key, sink=sink, **settings)
+    ingest_settings = IngestSettings.of(resource_key, sink, **settings)
     spark_resource_key = ingest_settings.spark_resource_key
 
     @asset(

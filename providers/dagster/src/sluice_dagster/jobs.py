@@ -29,7 +29,7 @@ def make_ingest_job(
     op needs no subprocess of its own (Spark does the parallel work). ``settings``: the other
     fields of :class:`~sluice_dagster.ops.IngestSettings` (``schema``, ``mode``,
     ``spark_resource_key``, ``dead_letter``...)."""
-    ingest_settings = IngestSettings(resource_key=resource_key, sink=sink, **settings)
+    ingest_settings = IngestSettings.of(resource_key, sink, **settings)
     ingest_op = make_ingest_op(f"{name}_ingest", ingest_settings)
 
     @job(

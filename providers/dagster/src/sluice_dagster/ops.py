@@ -6,8 +6,7 @@ MQTT messages) only after the batch is written. The run's metadata holds counts,
 the backlog left behind and the duration, never payloads or secrets.
 """
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from dagster import (
     AssetExecutionContext,
@@ -62,24 +61,53 @@ class IngestConfig(Config):
     )
 
 
-@dataclass(frozen=True)
-class IngestSettings:
-    """What a job or asset factory was given: the resources to use and the defaults."""
+class IngestSettings(Config):
+    """What an ingest job, asset or op is defined with: the resources to use and the defaults
+    a run's :class:`IngestConfig` may override. The one settings class of
+    :func:`~sluice_dagster.jobs.make_ingest_job`, :func:`~sluice_dagster.assets.make_ingest_asset`
+    and :func:`make_ingest_op`; build it with :meth:`of`."""
 
-    resource_key: str
-    sink: str
-    schema: str | None = None
-    value_format: str = "json"
-    mode: str = "auto"
-    spark_resource_key: str = "spark"
-    dead_letter: bool = False
-    fail_on_data_loss: bool = True  # False: record messages gone from the broker, go on
-    fail_on_broker_drops: bool = False  # MQTT: fail when the broker's drop count rose
-    payload_column: str | None = None  # keep the parsed payload as one struct column
+    resource_key: str = Field(description="Key of the queue resource the batch is read from.")
+    sink: str = Field(
+        description="Parquet dataset directory, or iceberg://CATALOG/NAMESPACE.TABLE."
+    )
+    schema_ddl: str | None = Field(
+        default=None,
+        description="Spark DDL of the JSON payload, e.g. 'id INT, name STRING' (the factories "
+        "take it as schema=...). None: the payload is kept as a string.",
+    )
+    value_format: Literal["json", "raw"] = Field(
+        default="json", description="'json': parse the payload; 'raw': keep its bytes."
+    )
+    mode: Literal["auto", "driver", "executors"] = Field(
+        default="auto", description="Where Kafka messages are read: 'auto', 'driver', 'executors'."
+    )
+    spark_resource_key: str = Field(
+        default="spark",
+        description="Key of the resource whose spark_session the ingest runs on (SparkResource, "
+        "or dagster-pyspark's PySparkResource).",
+    )
+    dead_letter: bool = Field(
+        default=False, description="Send quarantined messages to the dead-letter topic."
+    )
+    fail_on_data_loss: bool = Field(
+        default=True,
+        description="Fail when messages of the batch are gone from the broker; False: record "
+        "the loss and go on.",
+    )
+    fail_on_broker_drops: bool = Field(
+        default=False, description="MQTT: fail when the broker's dropped-message count rose."
+    )
+    payload_column: str | None = Field(
+        default=None, description="Keep the parsed payload as one struct column of this name."
+    )
 
-    def __post_init__(self) -> None:
-        _check_choice("value_format", self.value_format, VALUE_FORMATS)
-        _check_choice("mode", self.mode, MODES)
+    @classmethod
+    def of(cls, resource_key: str, sink: str, **settings: Any) -> "IngestSettings":
+        """The settings a factory was given; ``schema`` is accepted for ``schema_ddl``."""
+        if "schema" in settings:
+            settings["schema_ddl"] = settings.pop("schema")
+        return cls(resource_key=resource_key, sink=sink, **settings)
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -135,7 +163,7 @@ def run_ingest(
             spec,
             config.sink or settings.sink,
             source=resource.source,
-            schema=config.schema_ddl or settings.schema,
+            schema=config.schema_ddl or settings.schema_ddl,
             value_format=value_format,  # type: ignore[arg-type]
             mode=mode,  # type: ignore[arg-type]
             dead_letter=settings.dead_letter,

@@ -77,7 +77,7 @@ class QueueResource(ConfigurableResource, ABC):  # type: ignore[type-arg]
     )
     dead_letter_topic: str | None = Field(
         default=None,
-        description="Topic the ingest's dead letters go to (default: '<topic>.dlq').",
+        description="Topic the ingest's dead letters go to (default: the topic's name + '.dlq').",
     )
     ssl_cafile: str | None = Field(
         default=None, description="CA certificate file (PEM) to verify the broker with."
@@ -265,6 +265,15 @@ class KafkaQueueResource(QueueResource):
         description="Milliseconds the group coordinator waits for a consumer's heartbeat "
         "before it gives the partitions to another (Kafka's default: 10000).",
     )
+    ssl_check_hostname: bool | None = Field(
+        default=None,
+        description="Check the broker's host name against its certificate (default: true).",
+    )
+    max_buffer: int | None = Field(
+        default=None,
+        description="Messages fetched ahead into the local buffer before fetching pauses "
+        "(default: 1000).",
+    )
 
     def _connection_keys(self) -> dict[str, Any]:
         keys: dict[str, Any] = {
@@ -282,6 +291,11 @@ class KafkaQueueResource(QueueResource):
             "options.session_timeout": self.session_timeout_ms,
         }
         keys.update({k: v for k, v in optional.items() if v})
+        flags = {
+            "options.ssl_check_hostname": self.ssl_check_hostname,
+            "options.max_buffer": self.max_buffer,
+        }
+        keys.update({k: v for k, v in flags.items() if v is not None})
         return keys
 
     @property
@@ -317,6 +331,23 @@ class MqttQueueResource(QueueResource):
         default=1.0,
         description="How long a sensor tick listens to the session for waiting messages.",
     )
+    keepalive_ms: int | None = Field(
+        default=None,
+        description="Milliseconds between keep-alive pings (MQTT counts whole seconds, at "
+        "least 1; default: 3000).",
+    )
+    session_expiry_seconds: int | None = Field(
+        default=None,
+        description="MQTT 5: seconds the broker keeps the session while no client is connected "
+        "(default: 86400). Keep it longer than the time between sensor ticks.",
+    )
+    ssl_insecure: bool | None = Field(
+        default=None, description="Do not check the broker's host name (tests only)."
+    )
+    ws_path: str | None = Field(
+        default=None,
+        description="HTTP path of MQTT over WebSocket, ws:// or wss:// (default /mqtt).",
+    )
 
     def _connection_keys(self) -> dict[str, Any]:
         keys: dict[str, Any] = {
@@ -331,6 +362,13 @@ class MqttQueueResource(QueueResource):
             keys["connection.host"] = self.host
         if self.port:
             keys["connection.port"] = self.port
+        optional = {
+            "options.keepalive_timeout": self.keepalive_ms,
+            "options.session_expiry": self.session_expiry_seconds,
+            "options.ssl_insecure": self.ssl_insecure,
+            "options.ws_path": self.ws_path,
+        }
+        keys.update({k: v for k, v in optional.items() if v is not None})
         return keys
 
     @property
