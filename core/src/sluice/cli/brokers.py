@@ -22,6 +22,8 @@ from typing import Annotated
 
 import typer
 
+from sluice.brokers import BrokerAddress
+
 from . import output
 from .errors import CliError
 
@@ -43,8 +45,9 @@ class KafkaBroker(StrEnum):
 
 
 @dataclass
-class Entry:
-    """One broker this state directory started."""
+class Entry(BrokerAddress):
+    """One broker this state directory started (its ``url`` and ``bootstrap`` from
+    :class:`~sluice.brokers.BrokerAddress`)."""
 
     name: str
     scheme: str
@@ -54,10 +57,6 @@ class Entry:
     workdir: str
     log: str
     executable: str
-
-    @property
-    def url(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}"
 
     @property
     def kind(self) -> str:

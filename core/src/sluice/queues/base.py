@@ -131,6 +131,11 @@ class MessageQueue(_PipMessageQueue, ICleanable):  # type: ignore[misc]
     def _send(self, correlation_id: str | None, message: MessageEnvelope) -> None:
         """Send Sluice's envelope (``send`` has converted what the caller gave)."""
 
+    def peek(self, correlation_id: str | None = None) -> MessageEnvelope | None:
+        """The first message :meth:`peek_batch` would return, or None; nothing is acknowledged."""
+        batch: list[MessageEnvelope] = self.peek_batch(correlation_id, 1)
+        return batch[0] if batch else None
+
     def renew_lock(self, message: MessageEnvelope, lock_timeout: int) -> None:
         """Renew a message lock. A no-op on queues that do not lock (see ``can_renew_lock``)."""
 

@@ -135,10 +135,6 @@ class BrokerQueue(MessageQueue, Generic[C]):
             self._buffer.append(envelope)
             self._cond.notify_all()
 
-    def peek(self, correlation_id: str | None = None) -> MessageEnvelope | None:
-        batch = self.peek_batch(correlation_id, 1)
-        return batch[0] if batch else None
-
     def peek_batch(self, correlation_id: str | None, message_count: int) -> list[MessageEnvelope]:
         """Up to ``message_count`` messages received and not handed out; nothing is acknowledged."""
         self._check_open(correlation_id)

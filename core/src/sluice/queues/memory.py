@@ -150,10 +150,6 @@ class MemoryMessageQueue(MessageQueue):
             self._expire_locks()
             return len(self._topic.ready)
 
-    def peek(self, correlation_id: str | None = None) -> MessageEnvelope | None:
-        batch = self.peek_batch(correlation_id, 1)
-        return batch[0] if batch else None
-
     def peek_batch(self, correlation_id: str | None, message_count: int) -> list[MessageEnvelope]:
         self._check_open(correlation_id)
         with self._topic.cond:
