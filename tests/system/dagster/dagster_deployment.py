@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from dagster import DagsterInstance
 
 from sluice.testing import free_port, wait_until
 
@@ -159,14 +160,18 @@ class DagsterDeployment:
         return {**os.environ, **self.env, "DAGSTER_HOME": str(self.home)}
 
     def start(self, timeout: float = 90.0) -> DagsterDeployment:
+        # The instance's SQLite storage is created here, once, before any process opens it:
+        # processes creating it at the same moment collide ("table alembic_version already
+        # exists") or stamp its schema version twice, and then the daemon refuses to start
+        # ("alembic_version has more than one head").
+        with DagsterInstance.from_config(str(self.home)):
+            pass
         self.code_server.start(self.process_env, self.cwd)
         self.webserver.start(self.process_env, self.cwd)
         try:
             wait_until(self._webserver_up, timeout, 0.5, "the Dagster webserver to answer")
         except TimeoutError:
             raise RuntimeError(f"webserver did not start:\n{self.webserver.log_tail()}") from None
-        # Only now: the webserver has created the instance's SQLite tables, which two processes
-        # creating at once collide on ("table alembic_version already exists").
         self.daemon.start(self.process_env, self.cwd)
         return self
 
