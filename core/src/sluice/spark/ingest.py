@@ -24,7 +24,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -42,12 +42,20 @@ from .remaining import DataLossError, commit_targets, remaining
 from .result import IngestResult
 from .sinks import BatchRecord, Sink, Staging, StreamKey, open_sink
 
-__all__ = ["AUTO_EXECUTOR_MESSAGES", "IngestEvent", "ingest", "source_config"]
+__all__ = [
+    "AUTO_EXECUTOR_MESSAGES",
+    "IngestEvent",
+    "Mode",
+    "ValueFormat",
+    "ingest",
+    "source_config",
+]
 
 log = logging.getLogger("sluice.spark")
 
 Stage = Literal["reading", "read", "written", "committed"]
 Mode = Literal["auto", "driver", "executors"]
+ValueFormat = Literal["json", "raw"]
 
 #: ``mode="auto"`` reads on the executors from this many messages on.
 AUTO_EXECUTOR_MESSAGES = 1_000_000
@@ -70,7 +78,7 @@ def ingest(
     *,
     source: str | Mapping[str, Any],
     schema: Any = None,
-    value_format: Literal["json", "raw"] = "json",
+    value_format: ValueFormat = "json",
     mode: Mode = "auto",
     dead_letter: bool = False,
     chunk_size: int = 100_000,
@@ -104,10 +112,8 @@ def ingest(
             "min_messages wait). Check `if spec is not None:` before calling ingest()."
         )
     spec = _as_spec(spec)
-    if mode not in ("auto", "driver", "executors"):
-        raise ConfigError(f"mode must be 'auto', 'driver' or 'executors', not {mode!r}")
-    if value_format not in ("json", "raw"):
-        raise ConfigError(f"value_format must be 'json' or 'raw', not {value_format!r}")
+    _check_choice("mode", mode, Mode)
+    _check_choice("value_format", value_format, ValueFormat)
     if chunk_size < 1:
         raise ConfigError(f"chunk_size must be at least 1, not {chunk_size}")
     job = _Job(
@@ -128,6 +134,14 @@ def ingest(
     result = job.run_kafka(mode) if spec.kind == "kafka" else job.run_mqtt()
     result.seconds = time.monotonic() - started
     return result
+
+
+def _check_choice(name: str, value: object, choices: object) -> None:
+    """ConfigError unless ``value`` is one of the ``Literal`` type ``choices``."""
+    allowed = get_args(choices)
+    if value not in allowed:
+        listed = ", ".join(repr(c) for c in allowed)
+        raise ConfigError(f"{name} must be one of {listed}, not {value!r}")
 
 
 def _as_spec(spec: BatchSpec | Mapping[str, Any] | str) -> BatchSpec:

@@ -6,7 +6,7 @@ MQTT messages) only after the batch is written. The run's metadata holds counts,
 the backlog left behind and the duration, never payloads or secrets.
 """
 
-from typing import Any, Literal
+from typing import Any
 
 from dagster import (
     AssetExecutionContext,
@@ -22,6 +22,7 @@ from pydantic import Field
 
 from sluice.batch import BatchSpec
 from sluice.spark import IngestEvent, IngestResult, ingest
+from sluice.spark.ingest import Mode, ValueFormat
 
 from .resources import UNREACHABLE, QueueResource
 
@@ -37,8 +38,6 @@ __all__ = [
 
 #: Op tag naming the queue resource an ingest op reads; the queue sensor finds the op by it.
 INGEST_TAG = "sluice/ingest"
-VALUE_FORMATS = ("json", "raw")
-MODES = ("auto", "driver", "executors")
 
 
 class IngestConfig(Config):
@@ -76,10 +75,10 @@ class IngestSettings(Config):
         description="Spark DDL of the JSON payload, e.g. 'id INT, name STRING' (the factories "
         "take it as schema=...). None: the payload is kept as a string.",
     )
-    value_format: Literal["json", "raw"] = Field(
+    value_format: ValueFormat = Field(
         default="json", description="'json': parse the payload; 'raw': keep its bytes."
     )
-    mode: Literal["auto", "driver", "executors"] = Field(
+    mode: Mode = Field(
         default="auto", description="Where Kafka messages are read: 'auto', 'driver', 'executors'."
     )
     spark_resource_key: str = Field(
@@ -108,11 +107,6 @@ class IngestSettings(Config):
         if "schema" in settings:
             settings["schema_ddl"] = settings.pop("schema")
         return cls(resource_key=resource_key, sink=sink, **settings)
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
 def spec_config(spec: BatchSpec) -> dict[str, Any]:
@@ -145,8 +139,6 @@ def run_ingest(
         )
     value_format = config.value_format or settings.value_format
     mode = config.mode or settings.mode
-    _check_choice("value_format", value_format, VALUE_FORMATS)
-    _check_choice("mode", mode, MODES)
     spark = getattr(context.resources, settings.spark_resource_key).spark_session
     context.log.info(
         f"Ingesting batch {spec.batch_id}: {spec.kind} topic {spec.topic}, "
