@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
+import runpy
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from .settings import (
@@ -21,18 +19,6 @@ from .settings import (
     TICKS,
     DemoError,
 )
-
-
-def load_module(path: Path, name: str) -> ModuleType:
-    """Import the file at ``path`` as module ``name`` (the examples read the environment at
-    import, so this happens after the environment is set)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise DemoError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 class DagsterMqtt:
@@ -58,7 +44,8 @@ class DagsterMqtt:
 
         from sluice_dagster.testing import SensorTicker
 
-        self.defs = load_module(DAGSTER_DEFS, "sluice_demo_dagster_defs").defs
+        # Run here, not at import: the Definitions read the environment __init__ set.
+        self.defs = runpy.run_path(str(DAGSTER_DEFS))["defs"]
         self.instance = DagsterInstance.ephemeral()
         self.ticker = SensorTicker.from_definitions(self.defs, DAGSTER_SENSOR, self.instance)
 
