@@ -5,10 +5,17 @@ failure with the same batch."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
-from dagster import DagsterInstance, Definitions, ExecuteInProcessResult, materialize
+from dagster import (
+    DagsterInstance,
+    Definitions,
+    ExecuteInProcessResult,
+    JobDefinition,
+    SensorDefinition,
+    materialize,
+)
 
 from sluice.batch import BatchSpec, OffsetRange
 from sluice.testing import BrokerProcess
@@ -33,6 +40,23 @@ def queue_resource(broker: BrokerProcess, topic: str) -> KafkaQueueResource:
     return KafkaQueueResource(bootstrap=broker.bootstrap, topic=topic, group_id=f"{topic}-lake")
 
 
+class OrdersJob(NamedTuple):
+    sink: Path
+    job: JobDefinition
+    sensor: SensorDefinition
+    queue: KafkaQueueResource
+
+
+def orders_job(broker: BrokerProcess, topic: str, tmp_path: Path, partitions: int) -> OrdersJob:
+    """A new topic, and the job ``orders`` that ingests it into ``<tmp_path>/orders``, with its
+    queue sensor and queue resource."""
+    create_kafka_topic(broker.bootstrap, topic, partitions)
+    sink = tmp_path / "orders"
+    job = make_ingest_job("orders", "queue", str(sink), schema=SCHEMA)
+    sensor = make_queue_sensor("orders_sensor", "queue", job=job)
+    return OrdersJob(sink, job, sensor, queue_resource(broker, topic))
+
+
 def output_metadata(result: ExecuteInProcessResult, node: str) -> dict[str, Any]:
     outputs = [e for e in result.events_for_node(node) if e.is_successful_output]
     assert len(outputs) == 1
@@ -46,11 +70,7 @@ def test_the_sensor_requests_a_batch_the_job_ingests_once_and_commits(
     instance: DagsterInstance,
     tmp_path: Path,
 ) -> None:
-    create_kafka_topic(noida_broker.bootstrap, unique_name, 2)
-    sink = tmp_path / "orders"
-    job = make_ingest_job("orders", "queue", str(sink), schema=SCHEMA)
-    sensor = make_queue_sensor("orders_sensor", "queue", job=job)
-    queue = queue_resource(noida_broker, unique_name)
+    sink, job, sensor, queue = orders_job(noida_broker, unique_name, tmp_path, 2)
     spark_resource = SparkResource()
     publish_kafka(noida_broker.bootstrap, unique_name, range(0, 3), partition=0)
     publish_kafka(noida_broker.bootstrap, unique_name, range(3, 5), partition=1)
@@ -144,11 +164,7 @@ def test_a_failed_run_gets_the_same_batch_again_once_the_broker_is_back(
     instance: DagsterInstance,
     tmp_path: Path,
 ) -> None:
-    create_kafka_topic(private_noida.bootstrap, unique_name, 1)
-    sink = tmp_path / "orders"
-    job = make_ingest_job("orders", "queue", str(sink), schema=SCHEMA)
-    sensor = make_queue_sensor("orders_sensor", "queue", job=job)
-    queue = queue_resource(private_noida, unique_name)
+    sink, job, sensor, queue = orders_job(private_noida, unique_name, tmp_path, 1)
     resources = {"queue": queue, "spark": SparkResource()}
     publish_kafka(private_noida.bootstrap, unique_name, range(4), partition=0)
     ticker = SensorTicker(sensor, {"queue": queue}, instance)
@@ -202,11 +218,7 @@ def test_dagster_pysparks_own_resource_can_run_the_ingest(
     """A user of dagster-pyspark keeps their PySparkResource as the job's Spark resource."""
     from dagster_pyspark import PySparkResource
 
-    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
-    sink = tmp_path / "orders"
-    job = make_ingest_job("orders", "queue", str(sink), schema=SCHEMA)
-    sensor = make_queue_sensor("orders_sensor", "queue", job=job)
-    queue = queue_resource(noida_broker, unique_name)
+    sink, job, sensor, queue = orders_job(noida_broker, unique_name, tmp_path, 1)
     publish_kafka(noida_broker.bootstrap, unique_name, range(0, 3), partition=0)
 
     request = SensorTicker(sensor, {"queue": queue}, instance).request()
