@@ -37,7 +37,8 @@ def test_kafka_records_become_columns_with_their_headers_and_coordinates() -> No
         2023, 11, 14, 22, 13, 20, 123000, tzinfo=datetime.UTC
     )
     assert rows[1]["timestamp"] is None, "Kafka's -1 means no timestamp"
-    assert rows[0]["message_id"] is None, "derived in Spark from the header"
+    assert rows[0]["message_id"] == "m5", "the message_id header is the message's id"
+    assert rows[1]["message_id"] is None, "classification falls back to topic-partition-offset"
 
 
 def test_messages_without_coordinates_keep_their_own_id() -> None:

@@ -15,7 +15,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 
 from ..queues.envelope import MessageEnvelope
 
-__all__ = ["dead_letter_headers", "to_envelope", "to_record"]
+__all__ = ["dead_letter_headers", "header_message_id", "to_envelope", "to_record"]
 
 #: Header names Sluice writes; they are envelope fields on the receiving side, not user headers.
 ID_HEADER, TYPE_HEADER, CORRELATION_HEADER = "message_id", "message_type", "correlation_id"
@@ -37,6 +37,16 @@ def to_record(message: MessageEnvelope) -> dict[str, Any]:
     }
 
 
+def header_message_id(headers: Any) -> str | None:
+    """The record's ``message_id`` header as text (the last one wins, as in
+    :func:`to_envelope`); None when it has none (its id is then its coordinates)."""
+    found = None
+    for name, value in headers or ():
+        if name == ID_HEADER and value is not None:
+            found = bytes(value).decode("utf-8", "replace")
+    return found or None
+
+
 def to_envelope(record: ConsumerRecord) -> MessageEnvelope:
     fields: dict[str, str] = {}
     user_headers: list[tuple[str, bytes]] = []
@@ -45,6 +55,7 @@ def to_envelope(record: ConsumerRecord) -> MessageEnvelope:
             fields[name] = value.decode("utf-8", "replace")
         else:
             user_headers.append((name, value))
+    message_id = header_message_id(record.headers)
     envelope = MessageEnvelope(
         fields.get(CORRELATION_HEADER),
         fields.get(TYPE_HEADER),
@@ -52,9 +63,7 @@ def to_envelope(record: ConsumerRecord) -> MessageEnvelope:
         key=record.key,
         headers=user_headers,
     )
-    envelope.message_id = (
-        fields.get(ID_HEADER) or f"{record.topic}-{record.partition}-{record.offset}"
-    )
+    envelope.message_id = message_id or f"{record.topic}-{record.partition}-{record.offset}"
     envelope.topic, envelope.partition, envelope.offset = (
         record.topic,
         record.partition,

@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 from ..queues.config import ConfigError
 from .ddl import DDLError, parse_ddl
 
-__all__ = ["MESSAGE_COLUMNS", "Rules", "bad_rows", "classify", "good_rows", "parse_schema"]
+__all__ = ["MESSAGE_COLUMNS", "Rules", "classify", "outcomes", "parse_schema"]
 
 MESSAGE_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
 ID_COLUMN = "message_id"
@@ -104,14 +104,9 @@ def classify(raw: DataFrame, rules: Rules) -> DataFrame:
 
 
 def _message_id() -> Column:
-    """The envelope's id: the source's own, else the ``message_id`` header, else the
-    record's coordinates ``<topic>-<partition>-<offset>``."""
-    header = F.try_element_at(F.filter("headers", lambda h: h["key"] == F.lit(ID_COLUMN)), F.lit(1))
-    return F.coalesce(
-        F.col(ID_COLUMN),
-        header["value"].cast("string"),
-        F.concat_ws("-", "topic", "partition", "offset"),
-    )
+    """The envelope's id: the source's own (for Kafka the ``message_id`` header, found by
+    :mod:`.records`), else the record's coordinates ``<topic>-<partition>-<offset>``."""
+    return F.coalesce(F.col(ID_COLUMN), F.concat_ws("-", "topic", "partition", "offset"))
 
 
 def _mismatch(schema: StructType, text: Column) -> Column:
@@ -131,8 +126,10 @@ def _mismatch(schema: StructType, text: Column) -> Column:
     )
 
 
-def good_rows(classified: DataFrame, rules: Rules) -> DataFrame:
-    """The dataset's rows: payload fields first, then the message columns and message_id."""
+def outcomes(classified: DataFrame, rules: Rules) -> tuple[DataFrame, list[str], list[str]]:
+    """One frame with what both outputs need, and the columns of each: the dataset's rows
+    (payload fields first, then the message columns and message_id) where ``reason`` is
+    null, the quarantine's (the whole message, its id and the reason) where it is not."""
     payload: list[Column] = []
     if rules.payload_fields and rules.schema is not None:
         fields = [F.col(f"{_PARSED}.`{name}`") for name in rules.schema.fieldNames()]
@@ -140,13 +137,6 @@ def good_rows(classified: DataFrame, rules: Rules) -> DataFrame:
             payload = [F.struct(*fields).alias(rules.payload_column)]
         else:
             payload = [c.alias(n) for c, n in zip(fields, rules.schema.fieldNames(), strict=True)]
-    return classified.where(F.col(REASON_COLUMN).isNull()).select(
-        *payload, *MESSAGE_COLUMNS, ID_COLUMN
-    )
-
-
-def bad_rows(classified: DataFrame) -> DataFrame:
-    """The quarantine's rows: the whole message, its id and the reason."""
-    return classified.where(F.col(REASON_COLUMN).isNotNull()).select(
-        *MESSAGE_COLUMNS, ID_COLUMN, REASON_COLUMN
-    )
+    frame = classified.select(*payload, *MESSAGE_COLUMNS, ID_COLUMN, REASON_COLUMN)
+    good = [*rules.payload_fields, *MESSAGE_COLUMNS, ID_COLUMN]
+    return frame, good, [*MESSAGE_COLUMNS, ID_COLUMN, REASON_COLUMN]

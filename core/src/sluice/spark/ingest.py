@@ -36,11 +36,12 @@ from ..queues.config import ConfigError
 from ..queues.envelope import MessageEnvelope
 from ..queues.uri import config_from_uri, queue_from_config
 from ..secrets import redact_uri
-from .classify import Rules, bad_rows, classify, good_rows, parse_schema
+from .classify import Rules, classify, outcomes, parse_schema
 from .failpoints import failpoint
 from .remaining import DataLossError, commit_targets, remaining
 from .result import IngestResult
 from .sinks import BatchRecord, Sink, Staging, StreamKey, open_sink
+from .writing import WriteCounts, write_outcomes
 
 __all__ = [
     "AUTO_EXECUTOR_MESSAGES",
@@ -59,6 +60,9 @@ ValueFormat = Literal["json", "raw"]
 
 #: ``mode="auto"`` reads on the executors from this many messages on.
 AUTO_EXECUTOR_MESSAGES = 1_000_000
+#: A chunk read on the driver is handed to Spark in one file per core, of at least this many
+#: rows each.
+MIN_ROWS_PER_TASK = 10_000
 _SCHEMES = {"kafka": ("kafka", "kafka+ssl"), "mqtt": ("mqtt", "mqtts")}
 
 
@@ -214,22 +218,41 @@ class _Job:
             return None
         return str(self.config.get("options.dead_letter_topic") or f"{self.spec.topic}.dlq")
 
-    def _write(self, raw: Any, staging: Staging) -> None:
-        """Sort ``raw`` into good and bad rows and append both to ``staging`` (one pass over
-        ``raw``: it is cached for the second write)."""
-        classified = classify(raw, self.rules).persist()
-        try:
-            self.sink.write(staging, good_rows(classified, self.rules), bad_rows(classified))
-        finally:
-            classified.unpersist()
+    def _write(self, raw: Any, staging: Staging) -> WriteCounts:
+        """Sort ``raw`` into good and bad rows and add both to ``staging``, in one Spark job
+        (:mod:`.writing`)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        frame, good, bad = outcomes(classify(raw, self.rules), self.rules)
+        schema = to_arrow_schema(frame.schema, timezone="UTC")
+        targets = self.sink.targets(
+            staging,
+            pa.schema([schema.field(c) for c in good]),
+            pa.schema([schema.field(c) for c in bad]),
+        )
+        for name, value in targets.constants:
+            frame = frame.withColumn(name, F.lit(value))
+            good, bad = [*good, name], [*bad, name]
+        return write_outcomes(frame, good, bad, targets)
 
     def _write_batch(self, batch: pa.RecordBatch, staging: Staging, number: int) -> None:
-        """Hand a batch read on the driver to Spark through a local Parquet file: Spark's tasks
-        read it themselves, instead of the batch travelling inside the tasks."""
-        raw_file = staging.scratch / f"part-{number:05d}.parquet"
-        pq.write_table(pa.Table.from_batches([batch]), raw_file, compression="none")
-        self._write(self.spark.read.parquet(str(raw_file)), staging)
-        raw_file.unlink()
+        """Hand a batch read on the driver to Spark through local Parquet files, one per core:
+        Spark's tasks read them themselves, instead of the batch travelling inside the tasks."""
+        pieces = max(1, min(_cores(self.spark), batch.num_rows // MIN_ROWS_PER_TASK))
+        size = -(-batch.num_rows // pieces)
+        files = []
+        for piece in range(pieces):
+            raw_file = staging.scratch / f"part-{number:05d}-{piece:03d}.parquet"
+            pq.write_table(
+                pa.Table.from_batches([batch.slice(piece * size, size)]),
+                raw_file,
+                compression="none",
+            )
+            files.append(raw_file)
+        self._write(self.spark.read.parquet(*map(str, files)), staging)
+        for raw_file in files:
+            raw_file.unlink()
 
     # ---- Kafka ---------------------------------------------------------------------------
 
@@ -315,17 +338,15 @@ class _Job:
     def _read_on_executors(
         self, kwargs: dict[str, Any], todo: list[OffsetRange], staging: Staging, total: int
     ) -> int:
-        from .reading import read_on_executors
+        from .reading import executors_need_sluice, read_on_executors
 
         topic, stall_s = self.spec.topic, self._stall_timeout_s()
-        with read_on_executors(self.spark, kwargs, topic, todo, self.chunk_size, stall_s) as (
-            raw,
-            value_bytes,
-        ):
-            failpoint("read.after_first_chunk")
-            self._write(raw, staging)
+        raw = read_on_executors(self.spark, kwargs, topic, todo, self.chunk_size, stall_s)
+        failpoint("read.after_first_chunk")
+        with executors_need_sluice():
+            counts = self._write(raw, staging)
         self.report(IngestEvent("reading", total, total))
-        return value_bytes
+        return counts.value_bytes
 
     # ---- MQTT ----------------------------------------------------------------------------
 
@@ -434,6 +455,14 @@ class _Job:
                 )
             log.warning("%s", message)
         return observed, dropped
+
+
+def _cores(spark: Any) -> int:
+    """How many tasks the session runs at once (Spark Connect has no SparkContext to ask)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:
+        return os.cpu_count() or 1
 
 
 def _value_bytes(batch: pa.RecordBatch) -> int:

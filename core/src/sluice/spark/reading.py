@@ -4,7 +4,7 @@
   own, one chunk ahead, so that reading the next chunk overlaps with Spark writing this one.
 * On the executors: one Spark task per piece of at most ``chunk_size`` messages, each reading
   its piece with the same range reader (:func:`.kafka_source.read_ranges`); the result is a
-  cached DataFrame of the raw records.
+  DataFrame of the raw records, read when the job that writes them runs (one job: no cache).
 
 Both read exactly the offsets asked for and nothing else; what to do with the rows is
 :mod:`.ingest`'s business.
@@ -23,7 +23,14 @@ import pyarrow as pa
 from ..batch import OffsetRange
 from .records import RAW_SCHEMA_DDL
 
-__all__ = ["TASK_BATCH_ROWS", "chunks_on_driver", "prefetch", "read_on_executors", "split_ranges"]
+__all__ = [
+    "TASK_BATCH_ROWS",
+    "chunks_on_driver",
+    "executors_need_sluice",
+    "prefetch",
+    "read_on_executors",
+    "split_ranges",
+]
 
 #: Rows per Arrow batch a Spark task hands back in executor mode.
 TASK_BATCH_ROWS = 10_000
@@ -103,7 +110,6 @@ def chunks_on_driver(
     return prefetch(chunks())
 
 
-@contextmanager
 def read_on_executors(
     spark: Any,
     kwargs: dict[str, Any],
@@ -111,12 +117,9 @@ def read_on_executors(
     todo: list[OffsetRange],
     chunk_size: int,
     stall_s: float,
-) -> Iterator[tuple[Any, int]]:
-    """The messages of ``todo`` read by Spark tasks, as a cached DataFrame of raw records,
-    and the bytes of their values (computing it reads and caches them). The cache is dropped
-    on leaving the block."""
-    from pyspark.sql import functions as F
-
+) -> Any:
+    """The messages of ``todo`` as a DataFrame of raw records that Spark tasks read when it is
+    computed, one task per piece of at most ``chunk_size`` messages."""
     from .kafka_source import read_ranges
 
     pieces = split_ranges(todo, chunk_size)
@@ -135,19 +138,21 @@ def read_on_executors(
                 piece = [OffsetRange(partition, start, end)]
                 yield from read_ranges(kwargs, topic, piece, TASK_BATCH_ROWS, stall_s)
 
-    raw = ranges.mapInArrow(read_task, RAW_SCHEMA_DDL).persist()
+    return ranges.mapInArrow(read_task, RAW_SCHEMA_DDL)
+
+
+@contextmanager
+def executors_need_sluice() -> Iterator[None]:
+    """Say how to fix it when a job of executor-mode reading finds no Sluice on the
+    executors."""
     try:
-        try:
-            value_bytes = raw.select(F.sum(F.length("value"))).first()[0]
-        except Exception as exc:
-            if "No module named 'sluice'" in str(exc):
-                raise RuntimeError(
-                    "The executors' Python has no Sluice, which executor-mode reading needs "
-                    "there: pass ship_sluice=True to spark_session (SparkResource, or "
-                    "SLUICE_SPARK_SHIP=1 for the Airflow operator and the CLI), or install "
-                    "sluice-core[kafka] on the executors, or read with mode='driver'."
-                ) from None
-            raise
-        yield raw, int(value_bytes or 0)
-    finally:
-        raw.unpersist()
+        yield
+    except Exception as exc:
+        if "No module named 'sluice'" in str(exc):
+            raise RuntimeError(
+                "The executors' Python has no Sluice, which executor-mode reading needs "
+                "there: pass ship_sluice=True to spark_session (SparkResource, or "
+                "SLUICE_SPARK_SHIP=1 for the Airflow operator and the CLI), or install "
+                "sluice-core[kafka] on the executors, or read with mode='driver'."
+            ) from None
+        raise

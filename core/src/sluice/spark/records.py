@@ -1,8 +1,11 @@
 """Raw messages as Arrow columns: what every source hands to Spark.
 
 Columns: key, value (binary), topic, partition, offset, timestamp (UTC), headers
-(list of key/value structs) and message_id (null for Kafka records: derived in Spark from the
-``message_id`` header, else ``<topic>-<partition>-<offset>``, see :mod:`sluice.spark.classify`).
+(list of key/value structs) and message_id: the source's own; for a Kafka record its
+``message_id`` header (:func:`sluice.kafka.records.header_message_id`), else null, which
+:mod:`sluice.spark.classify` makes ``<topic>-<partition>-<offset>``. The header is looked up
+here, in Python, because a Spark lambda function over the headers would keep the whole
+classification out of code generation.
 Rows are gathered column by column with list comprehensions over a poll's records, so building
 a batch costs little beyond the client library's own parsing.
 """
@@ -16,9 +19,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..kafka.records import header_message_id
+
 __all__ = ["RAW_SCHEMA", "RAW_SCHEMA_DDL", "RecordColumns"]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")  # Spark takes microseconds only
+#: confluent-kafka's timestamp type of a message without one (confluent_kafka is optional).
+TIMESTAMP_NOT_AVAILABLE = 0
 HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
 
 RAW_SCHEMA = pa.schema(
@@ -68,7 +75,23 @@ class RecordColumns:
         self.headers += [r.headers for r in records]
         self.topics += [topic] * len(records)
         self.partitions += [partition] * len(records)
-        self.message_ids += [None] * len(records)
+        self.message_ids += [header_message_id(r.headers) if r.headers else None for r in records]
+
+    def extend_confluent(self, messages: Sequence[Any], topic: str, partition: int) -> None:
+        """Append confluent-kafka ``Message``s of one partition (the same columns as
+        :meth:`extend_kafka`; a message without a timestamp gets null)."""
+        headers = [m.headers() for m in messages]
+        self.keys += [m.key() for m in messages]
+        self.values += [m.value() for m in messages]
+        self.offsets += [m.offset() for m in messages]
+        self.timestamps += [
+            ms if kind != TIMESTAMP_NOT_AVAILABLE else None
+            for kind, ms in (m.timestamp() for m in messages)
+        ]
+        self.headers += headers
+        self.topics += [topic] * len(messages)
+        self.partitions += [partition] * len(messages)
+        self.message_ids += [header_message_id(h) if h else None for h in headers]
 
     def append(
         self,

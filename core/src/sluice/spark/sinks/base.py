@@ -23,7 +23,7 @@ from ...batch import BatchSpec, OffsetRange
 from .coverage import Coverage
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from ..writing import WriteTargets
 
 __all__ = [
     "DEDUP_WINDOW",
@@ -221,8 +221,9 @@ class Sink(Protocol):
     def discard(self, staging: Staging) -> None:
         """Forget a staging area."""
 
-    def write(self, staging: Staging, good: DataFrame, bad: DataFrame) -> None:
-        """Append a chunk's good and quarantined rows (Spark DataFrames) to ``staging``."""
+    def targets(self, staging: Staging, good: pa.Schema, bad: pa.Schema) -> WriteTargets:
+        """Where a chunk's good and quarantined rows (of these schemas) go in ``staging``
+        (directories a run's files are moved into, :mod:`sluice.spark.writing`)."""
 
     def staged_counts(self, staging: Staging) -> tuple[int, int]:
         """(good rows, quarantined rows) in ``staging``."""

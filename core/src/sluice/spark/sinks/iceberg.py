@@ -11,14 +11,14 @@ message columns (key, value, topic, partition, offset, timestamp, headers, messa
 Every field is optional. A new field in a later batch is added (``union_by_name``); a field
 whose type changes is refused with a :class:`ConfigError` naming it. The tables are
 *unpartitioned*: pyiceberg's ``add_files`` takes a file's partition from its column
-statistics, so each file must hold one partition value, and Spark's files of a batch span
+statistics, so each file must hold one partition value, and a batch's files span
 days and partitions; a scan of one batch is pruned anyway, by the ``batch_id`` column's
 statistics (kept in full: every data file holds one batch). A spec of ``identity(batch_id)``
 would work too; ``day(timestamp)`` would not.
 
 Commit protocol (docs/architecture.md, "The Iceberg sink"):
 
-1. Spark writes the batch's Parquet files (timestamps as ``TIMESTAMP_MICROS``) straight under
+1. The Spark job writes the batch's Parquet files (:mod:`sluice.spark.writing`) straight under
    the table's location, ``<location>/data/sluice/<batch>/<run>/``; they become the table's
    data files as they are, nothing is copied.
 2. The quarantined rows' files are committed to the quarantine table first, replacing any
@@ -65,7 +65,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -77,6 +76,7 @@ import pyarrow.parquet as pq
 
 from ...queues.config import ConfigError
 from ..failpoints import failpoint
+from ..writing import WriteTargets
 from .base import BatchRecord, ConcurrentIngestError, Staging, StreamKey, StreamState
 
 if TYPE_CHECKING:
@@ -207,39 +207,6 @@ class IcebergStaging(Staging):
     """A run's staging: its files are written under the tables' locations."""
 
     run: _Run = field(default_factory=_Run)
-
-
-_micros_lock = threading.Lock()
-_micros_users: list[str | None] = []
-
-
-@contextmanager
-def _timestamp_micros(spark: Any) -> Iterator[None]:
-    """Spark writes INT96 timestamps by default, which Iceberg does not accept: switch the
-    session to TIMESTAMP_MICROS while it writes (restored once no writer needs it)."""
-    key = "spark.sql.parquet.outputTimestampType"
-    with _micros_lock:
-        if not _micros_users:
-            previous = spark.conf.get(key, None)
-            spark.conf.set(key, "TIMESTAMP_MICROS")
-        else:
-            previous = _micros_users[0]
-        _micros_users.append(previous)
-    try:
-        yield
-    finally:
-        with _micros_lock:
-            saved = _micros_users.pop()
-            if not _micros_users:
-                if saved is None:
-                    spark.conf.unset(key)
-                else:
-                    spark.conf.set(key, saved)
-
-
-def _spark_uri(uri: str) -> str:
-    """Spark's Hadoop connector for S3 is s3a://; pyiceberg and pyarrow say s3://."""
-    return "s3a://" + uri[len("s3://") :] if uri.startswith("s3://") else uri
 
 
 def _parquet_files(uri: str | None) -> list[str]:
@@ -513,24 +480,16 @@ class IcebergSink:
         scratch = Path(tempfile.mkdtemp(prefix="sluice-iceberg-"))
         return IcebergStaging(batch_id, scratch, scratch)
 
-    def write(self, staging: Staging, good: Any, bad: Any) -> None:
-        from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import to_arrow_schema
-
+    def targets(self, staging: Staging, good: pa.Schema, bad: pa.Schema) -> WriteTargets:
         run = _run(staging)
-        good = good.withColumn(BATCH_COLUMN, F.lit(staging.batch_id))
-        bad = bad.withColumn(BATCH_COLUMN, F.lit(staging.batch_id))
         if run.data is None or run.quarantine is None:
             name = f"{staging.batch_id}/{uuid.uuid4().hex[:12]}"
-            table = self._ensure(self.target.table, to_arrow_schema(good.schema, timezone="UTC"))
-            quarantine = self._ensure(
-                self.target.quarantine, to_arrow_schema(bad.schema, timezone="UTC")
-            )
+            batch = pa.field(BATCH_COLUMN, pa.string())
+            table = self._ensure(self.target.table, good.append(batch))
+            quarantine = self._ensure(self.target.quarantine, bad.append(batch))
             run.data = f"{table.location().rstrip('/')}/data/sluice/{name}"
             run.quarantine = f"{quarantine.location().rstrip('/')}/data/sluice/{name}"
-        with _timestamp_micros(good.sparkSession):
-            good.write.mode("append").parquet(_spark_uri(run.data))
-            bad.write.mode("append").parquet(_spark_uri(run.quarantine))
+        return WriteTargets(run.data, run.quarantine, ((BATCH_COLUMN, staging.batch_id),))
 
     def staged_counts(self, staging: Staging) -> tuple[int, int]:
         run = _run(staging)

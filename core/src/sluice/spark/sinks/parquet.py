@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 
 from ...queues.config import ConfigError
 from ..failpoints import failpoint
+from ..writing import WriteTargets
 from .base import BatchRecord, ConcurrentIngestError, Staging, StreamKey, StreamState
 
 __all__ = ["RECORD_FILE", "ParquetSink", "local_path", "parquet_rows"]
@@ -152,9 +153,8 @@ class ParquetSink:
         scratch.mkdir()
         return Staging(batch_id, directory, scratch)
 
-    def write(self, staging: Staging, good: Any, bad: Any) -> None:
-        good.write.mode("append").parquet(str(staging.data))
-        bad.write.mode("append").parquet(str(staging.quarantine))
+    def targets(self, staging: Staging, good: pa.Schema, bad: pa.Schema) -> WriteTargets:
+        return WriteTargets(str(staging.data), str(staging.quarantine))
 
     def staged_counts(self, staging: Staging) -> tuple[int, int]:
         return parquet_rows(staging.data, recursive=False), parquet_rows(staging.quarantine)

@@ -1,0 +1,88 @@
+"""The one-job writer of good and quarantined rows (sluice.spark.writing) on a real Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sluice.spark.writing import ATTEMPTS_DIR, WriteTargets, write_outcomes
+
+
+def frame(spark: Any, rows: list[tuple[int, str | None]], partitions: int = 2) -> Any:
+    data = [(n, f"v{n}".encode(), reason) for n, reason in rows]
+    schema = "n INT, value BINARY, reason STRING"
+    return spark.createDataFrame(data, schema).repartition(partitions)
+
+
+def read_rows(directory: Path) -> list[dict[str, Any]]:
+    files = sorted(directory.glob("*.parquet"))
+    return [row for f in files for row in pq.read_table(f).to_pylist()]
+
+
+def test_good_and_bad_rows_land_in_their_directories_with_their_own_columns(
+    spark: Any, tmp_path: Path
+) -> None:
+    rows = [(n, "bad record" if n % 10 == 0 else None) for n in range(100)]
+    targets = WriteTargets(str(tmp_path / "data"), str(tmp_path / "quarantine"))
+
+    counts = write_outcomes(frame(spark, rows), ["n", "value"], ["n", "reason"], targets)
+
+    assert (counts.good, counts.bad) == (90, 10)
+    assert counts.value_bytes == sum(len(f"v{n}") for n, _ in rows)
+    good, bad = read_rows(tmp_path / "data"), read_rows(tmp_path / "quarantine")
+    assert sorted(r["n"] for r in good) == [n for n in range(100) if n % 10]
+    assert set(good[0]) == {"n", "value"}
+    assert sorted(r["n"] for r in bad) == list(range(0, 100, 10))
+    assert {r["reason"] for r in bad} == {"bad record"}
+    assert len(list((tmp_path / "data").glob("*.parquet"))) == 2  # one file per task
+    assert not (tmp_path / "data" / ATTEMPTS_DIR).exists()
+
+
+def test_a_chunk_without_bad_rows_writes_no_quarantine_file(spark: Any, tmp_path: Path) -> None:
+    targets = WriteTargets(str(tmp_path / "data"), str(tmp_path / "quarantine"))
+
+    counts = write_outcomes(
+        frame(spark, [(n, None) for n in range(20)]), ["n"], ["n", "reason"], targets
+    )
+
+    assert (counts.good, counts.bad) == (20, 0)
+    assert not list(tmp_path.glob("quarantine/**/*.parquet"))
+
+
+def test_files_of_an_attempt_that_returned_nothing_are_never_published(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A failed or speculative task attempt leaves its file in _attempts without returning it
+    to the driver (local Spark retries no task, so the stray file is put there by hand)."""
+    stray = tmp_path / "data" / ATTEMPTS_DIR / "part-failed-attempt.parquet"
+    stray.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"n": [1, 2, 3], "value": [b"x", b"y", b"z"]}), stray)
+    targets = WriteTargets(str(tmp_path / "data"), str(tmp_path / "quarantine"))
+
+    counts = write_outcomes(
+        frame(spark, [(n, None) for n in range(10)]), ["n", "value"], [], targets
+    )
+
+    assert counts.good == 10
+    assert sorted(r["n"] for r in read_rows(tmp_path / "data")) == list(range(10))
+    assert not stray.parent.exists()
+
+
+def test_a_failing_job_publishes_nothing_and_leaves_no_attempts(spark: Any, tmp_path: Path) -> None:
+    def explode(batches: Any) -> Any:
+        for batch in batches:
+            yield batch
+            raise RuntimeError("the task failed after its first batch")
+
+    failing = frame(spark, [(n, None) for n in range(100)], partitions=1)
+    failing = failing.mapInArrow(explode, failing.schema)
+    targets = WriteTargets(str(tmp_path / "data"), str(tmp_path / "quarantine"))
+
+    with pytest.raises(Exception, match="the task failed after its first batch"):
+        write_outcomes(failing, ["n", "value"], ["n", "reason"], targets)
+
+    assert not list(tmp_path.rglob("*.parquet"))
