@@ -2,12 +2,14 @@
 
     uv run python bench/ingest.py [--messages 200000] [--big 1000000]
 
-On 200,000 JSON messages of about 200 bytes over 3 partitions it times:
+On 200,000 JSON messages of about 200 bytes over 3 partitions, 1% of them malformed, it
+times:
   (a) a bare kafka-python loop that only reads them (assign, seek, poll);
   (b) sluice.spark.ingest in driver mode (read, parse with a schema, quarantine, Parquet, commit);
   (c) sluice.spark.ingest in executor mode (one Spark task per range);
-  (d) what an Airflow user does today: the Airflow Kafka provider's KafkaConsumerHook
-      (confluent-kafka) consuming them and writing Parquet with pyarrow (no parsing);
+  (d) the same work written by hand with today's Airflow Kafka provider: KafkaConsumerHook
+      (confluent-kafka), json.loads into typed columns, bad records set aside with a reason,
+      pyarrow Parquet, a commit per poll;
 and prints messages/s and the ratios. Then it ingests a batch of --big messages in driver mode in
 a child process and prints that process's peak RSS (Python driver, and the Spark JVM beside it).
 The SparkSession is started (and warmed up on a small batch) before anything is timed. The
@@ -37,6 +39,12 @@ def say(text: str) -> None:
 
 
 def reading(i: int) -> bytes:
+    """A JSON reading; every 100th is malformed (every 200th not JSON at all, the others with
+    a temperature that is not a number)."""
+    if i % 200 == 99:
+        return b'{"device": "sensor-broken", "temperature": '
+    if i % 200 == 199:
+        return b'{"device": "sensor-broken", "temperature": "hot"}'
     return json.dumps(
         {
             "device": f"sensor-{i % 500:05d}",
@@ -80,8 +88,33 @@ def bare_loop(bootstrap: str, topic: str, count: int) -> float:
     return elapsed
 
 
+FIELDS = [(f.split()[0], f.split()[1]) for f in SCHEMA.split(", ")]
+TYPES = {"STRING": (str,), "DOUBLE": (float, int)}
+
+
+def parse_reading(value: bytes | None) -> tuple[list[Any] | None, str | None]:
+    """The typed fields of one value, or why it is bad: what a hand-written task checks."""
+    if not value:
+        return None, "empty value"
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return None, "invalid JSON"
+    if not isinstance(doc, dict):
+        return None, "not a JSON object"
+    row = []
+    for name, kind in FIELDS:
+        field = doc.get(name)
+        if field is not None and (not isinstance(field, TYPES[kind]) or isinstance(field, bool)):
+            return None, f"'{name}' is not {kind.lower()}"
+        row.append(float(field) if kind == "DOUBLE" and field is not None else field)
+    return row, None
+
+
 def airflow_provider(bootstrap: str, topic: str, count: int, out: Path) -> float:
-    """KafkaConsumerHook + pyarrow, the way a DAG author would write it with today's provider."""
+    """KafkaConsumerHook + pyarrow, the way a DAG author would write the same work with
+    today's provider: parse each value into typed columns, set bad records aside with a
+    reason, write both to Parquet, commit."""
     os.environ["AIRFLOW_CONN_BENCH_KAFKA"] = json.dumps(
         {
             "conn_type": "kafka",
@@ -104,17 +137,33 @@ def airflow_provider(bootstrap: str, topic: str, count: int, out: Path) -> float
         messages = consumer.consume(num_messages=10_000, timeout=1.0)
         if not messages:
             continue
+        good: list[list[Any]] = [[] for _ in FIELDS]
+        good_meta: list[Any] = []
+        bad: list[tuple[Any, str]] = []
+        for m in messages:
+            row, reason = parse_reading(m.value())
+            if row is None:
+                bad.append((m, str(reason)))
+                continue
+            for column, field in zip(good, row, strict=True):
+                column.append(field)
+            good_meta.append(m)
+        types = {"STRING": pa.string(), "DOUBLE": pa.float64()}
         table = pa.table(
             {
-                "key": [m.key() for m in messages],
-                "value": [m.value() for m in messages],
-                "topic": [m.topic() for m in messages],
-                "partition": [m.partition() for m in messages],
-                "offset": [m.offset() for m in messages],
-                "timestamp": [m.timestamp()[1] for m in messages],
+                **{
+                    name: pa.array(column, types[kind])
+                    for (name, kind), column in zip(FIELDS, good, strict=True)
+                },
+                **message_columns(good_meta),
             }
         )
         pq.write_table(table, out / f"part-{part:05d}.parquet")
+        if bad:
+            quarantine = pa.table(
+                {**message_columns([m for m, _ in bad]), "reason": [r for _, r in bad]}
+            )
+            pq.write_table(quarantine, out / f"quarantine-{part:05d}.parquet")
         part += 1
         seen += len(messages)
         consumer.commit(asynchronous=False)
@@ -123,8 +172,25 @@ def airflow_provider(bootstrap: str, topic: str, count: int, out: Path) -> float
     return elapsed
 
 
+def message_columns(messages: list[Any]) -> dict[str, list[Any]]:
+    return {
+        "key": [m.key() for m in messages],
+        "value": [m.value() for m in messages],
+        "topic": [m.topic() for m in messages],
+        "partition": [m.partition() for m in messages],
+        "offset": [m.offset() for m in messages],
+        "timestamp": [m.timestamp()[1] for m in messages],
+    }
+
+
 def sluice_ingest(
-    spark: Any, bootstrap: str, topic: str, count: int, mode: str, out: Path
+    spark: Any,
+    bootstrap: str,
+    topic: str,
+    count: int,
+    mode: str,
+    out: Path,
+    reader: str = "kafka-python",
 ) -> float:
     from kafka import KafkaConsumer
 
@@ -144,9 +210,11 @@ def sluice_ingest(
     from sluice.spark import ingest
 
     started = time.monotonic()
-    result = ingest(spark, spec, out, source=f"kafka://{bootstrap}", schema=SCHEMA, mode=mode)
+    source = f"kafka://{bootstrap}?reader={reader}"
+    result = ingest(spark, spec, out, source=source, schema=SCHEMA, mode=mode)
     elapsed = time.monotonic() - started
-    assert result.written == count, result.to_dict()
+    assert result.written + result.quarantined == count, result.to_dict()
+    assert result.quarantined == count // 100, result.to_dict()
     return elapsed
 
 
@@ -213,7 +281,9 @@ def main() -> None:
         create_kafka_topic(broker.bootstrap, warm, PARTITIONS)
         produce(broker.bootstrap, warm, 3000)
         for mode in ("driver", "executors"):
-            sluice_ingest(spark, broker.bootstrap, warm, 3000, mode, work / f"warm-{mode}")
+            for reader in ("kafka-python", "confluent"):
+                out = work / f"warm-{mode}-{reader}"
+                sluice_ingest(spark, broker.bootstrap, warm, 3000, mode, out, reader)
 
         n = args.messages
         timings: dict[str, float] = {}
@@ -225,6 +295,14 @@ def main() -> None:
         timings["c"] = sluice_ingest(
             spark, broker.bootstrap, topic, n, "executors", work / "executors"
         )
+        say("(e) sluice driver mode, confluent reader")
+        timings["e"] = sluice_ingest(
+            spark, broker.bootstrap, topic, n, "driver", work / "driver-c", "confluent"
+        )
+        say("(f) sluice executor mode, confluent reader")
+        timings["f"] = sluice_ingest(
+            spark, broker.bootstrap, topic, n, "executors", work / "executors-c", "confluent"
+        )
         say("(d) Airflow Kafka provider hook + pyarrow Parquet")
         (work / "airflow").mkdir()
         timings["d"] = airflow_provider(broker.bootstrap, topic, n, work / "airflow")
@@ -234,19 +312,24 @@ def main() -> None:
             "a": "bare kafka-python read loop (reads only)",
             "b": "sluice ingest, driver mode",
             "c": "sluice ingest, executor mode",
-            "d": "Airflow Kafka provider hook + pyarrow",
+            "d": "by hand: Airflow Kafka hook + json + pyarrow",
+            "e": "sluice ingest, driver mode, confluent reader",
+            "f": "sluice ingest, executor mode, confluent reader",
         }
         print()
         print(
             f"{n:,} messages of ~{len(reading(0))} bytes, {PARTITIONS} partitions, "
             f"{os.cpu_count()} cores"
         )
-        for key in "abcd":
+        for key in "abcdef":
             print(f"  ({key}) {labels[key]:<44} {rate[key]:>10,.0f} msg/s  ({timings[key]:.2f} s)")
         print(f"  driver / bare loop     (b/a): {rate['b'] / rate['a']:.2f}   goal >= 0.9")
         print(f"  executors / bare loop  (c/a): {rate['c'] / rate['a']:.2f}")
         print(f"  driver / Airflow hook  (b/d): {rate['b'] / rate['d']:.2f}   goal >= 1.0")
         print(f"  executors / Airflow hook (c/d): {rate['c'] / rate['d']:.2f}")
+        print(f"  driver, confluent / Airflow hook (e/d): {rate['e'] / rate['d']:.2f}")
+        print(f"  executors, confluent / Airflow hook (f/d): {rate['f'] / rate['d']:.2f}")
+        print(f"  driver, confluent / bare loop (e/a): {rate['e'] / rate['a']:.2f}")
 
         if args.big:
             # On Tansu: noida-db 0.2.3 stops answering fetches from the start of a log this

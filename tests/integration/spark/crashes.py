@@ -15,6 +15,7 @@ from typing import Any
 from sluice.audit import AuditReport, audit
 from sluice.batch import OffsetRange
 from sluice.kafka.ranges import read_range_records
+from sluice.spark.kafka_source import DEFAULT_READER
 from sluice.testing.crash import gateway_environment
 
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -46,6 +47,12 @@ def run_child(
             os.kill(child.pid, signal.SIGKILL)
             child.wait(30)
     return child.returncode, stderr
+
+
+def with_reader(source: str, reader: str) -> str:
+    """The Kafka source URI ``source`` reading batches with ``reader`` (``options.reader``);
+    the default reader leaves the URI as it is."""
+    return source if reader == DEFAULT_READER else f"{source}?reader={reader}"
 
 
 def assert_exactly_once(report: AuditReport, messages: int) -> None:

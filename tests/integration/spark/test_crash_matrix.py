@@ -1,9 +1,9 @@
 """The crash matrix: an ingest SIGKILLed at every failpoint, then run again.
 
-Kafka is effectively-once: every message exactly once in the sink (``sluice audit``), the
-group's lag 0, and every bad record exactly once on the dead-letter topic. MQTT (QoS 1,
-persistent session, envelopes) is at-least-once with de-duplication: every message present,
-no message id twice.
+Kafka is effectively-once, whichever range reader reads (``options.reader``): every message
+exactly once in the sink (``sluice audit``), the group's lag 0, and every bad record exactly
+once on the dead-letter topic. MQTT (QoS 1, persistent session, envelopes) is at-least-once
+with de-duplication: every message present, no message id twice.
 """
 
 from __future__ import annotations
@@ -22,23 +22,26 @@ from sluice.mqtt import MqttMessageQueue
 from sluice.queues import MessageEnvelope
 from sluice.spark import ingest
 from sluice.spark.failpoints import FAILPOINTS
+from sluice.spark.kafka_source import READERS
 from sluice.testing.plugin import Broker
 
 from .conftest import SCHEMA, KafkaTopic, dataset_rows, quarantine_rows, reading
-from .crashes import assert_exactly_once, dead_letter_origins, run_child
+from .crashes import assert_exactly_once, dead_letter_origins, run_child, with_reader
 
 KAFKA_POINTS = [p for p in FAILPOINTS if p != "commit.midway"]
 BAD = [b"not json", b'{"temperature": "warm"}']
 
 
+@pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("point", KAFKA_POINTS)
 def test_kafka_killed_at_each_failpoint_then_rerun_is_exactly_once(
-    spark: Any, topic: KafkaTopic, point: str, tmp_path: Path
+    spark: Any, topic: KafkaTopic, point: str, reader: str, tmp_path: Path
 ) -> None:
     topic.send([reading(i) for i in range(40)] + BAD)
     spec = topic.plan()
     sink = tmp_path / "sink"
-    options = {"source": topic.source, "schema": SCHEMA, "dead_letter": True}
+    source = with_reader(topic.source, reader)
+    options = {"source": source, "schema": SCHEMA, "dead_letter": True}
 
     code, stderr = run_child(spark, {"spec": spec.to_dict(), "sink": sink, **options}, point)
     assert code == -9, f"the ingest did not die at {point}: {stderr[-2000:]}"
@@ -51,14 +54,15 @@ def test_kafka_killed_at_each_failpoint_then_rerun_is_exactly_once(
     assert dead_letter_origins(topic.broker.bootstrap, f"{topic.name}.dlq") == bad
 
 
+@pytest.mark.parametrize("reader", READERS)
 def test_kafka_twenty_ingests_killed_at_random_moments(
-    spark: Any, topic: KafkaTopic, tmp_path: Path
+    spark: Any, topic: KafkaTopic, reader: str, tmp_path: Path
 ) -> None:
     """Each round sends messages, plans from the committed offsets and kills the ingest at a
     random moment (some finish first); a last ingest finishes. Bounded: 20 rounds."""
     chooser = random.Random(20261122)
     sink, sent = tmp_path / "sink", 0
-    options = {"source": topic.source, "schema": SCHEMA, "dead_letter": True}
+    options = {"source": with_reader(topic.source, reader), "schema": SCHEMA, "dead_letter": True}
     outcomes = []
     for _ in range(20):
         topic.send([reading(sent + i) for i in range(15)] + BAD[:1])

@@ -1,7 +1,9 @@
-"""sluice.spark.ingest on a real Kafka-protocol broker and a real local Spark."""
+"""sluice.spark.ingest on a real Kafka-protocol broker and a real local Spark, reading with
+each range reader (``options.reader``: kafka-python, confluent)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +13,11 @@ from sluice.batch import BatchSpec, OffsetRange, plan_batch
 from sluice.kafka import KafkaMessageQueue
 from sluice.queues import ConfigError
 from sluice.spark import IngestEvent, ingest
+from sluice.spark.kafka_source import READERS
 from sluice.testing.plugin import Broker
 
 from .conftest import SCHEMA, KafkaTopic, dataset_rows, open_topic, quarantine_rows, reading
+from .crashes import with_reader
 
 BAD_VALUES: dict[str, bytes | None] = {
     "invalid JSON": b'{"device": "a", "temperature": ',
@@ -26,14 +30,26 @@ BAD_VALUES: dict[str, bytes | None] = {
 }
 
 
+@pytest.fixture(params=READERS)
+def reader(request: pytest.FixtureRequest) -> str:
+    """The range reader of the ingest (``options.reader``)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def source(topic: KafkaTopic, reader: str) -> str:
+    """The topic's source URI, reading with ``reader``."""
+    return with_reader(topic.source, reader)
+
+
 def test_good_rows_land_in_the_dataset_and_bad_ones_in_quarantine_with_their_reason(
-    spark: Any, topic: KafkaTopic, tmp_path: Path
+    spark: Any, topic: KafkaTopic, source: str, tmp_path: Path
 ) -> None:
     topic.send([reading(i) for i in range(20)])
     topic.send(list(BAD_VALUES.values()))
     spec = topic.plan()
 
-    result = ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA, dead_letter=True)
+    result = ingest(spark, spec, tmp_path, source=source, schema=SCHEMA, dead_letter=True)
 
     assert (result.read, result.written, result.quarantined) == (26, 20, 6)
     rows = dataset_rows(tmp_path)
@@ -62,19 +78,19 @@ def test_good_rows_land_in_the_dataset_and_bad_ones_in_quarantine_with_their_rea
 
 
 def test_a_rerun_of_the_same_batch_writes_nothing_twice(
-    spark: Any, topic: KafkaTopic, tmp_path: Path
+    spark: Any, topic: KafkaTopic, source: str, tmp_path: Path
 ) -> None:
     topic.send([reading(i) for i in range(30)])
     spec = topic.plan()
-    first = ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA)
-    again = ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA)
+    first = ingest(spark, spec, tmp_path, source=source, schema=SCHEMA)
+    again = ingest(spark, spec, tmp_path, source=source, schema=SCHEMA)
 
     assert (first.written, again.read, again.skipped) == (30, 0, 30)
     assert len(dataset_rows(tmp_path)) == 30
 
 
 def test_a_batch_overlapping_one_written_but_not_committed_skips_its_part(
-    spark: Any, topic: KafkaTopic, tmp_path: Path
+    spark: Any, topic: KafkaTopic, source: str, tmp_path: Path
 ) -> None:
     """A crash between write and commit, then a sensor plans a bigger batch over the same
     messages: the new batch writes only what the first did not."""
@@ -86,12 +102,12 @@ def test_a_batch_overlapping_one_written_but_not_committed_skips_its_part(
             raise RuntimeError("crash before the commit")
 
     with pytest.raises(RuntimeError, match="crash before the commit"):
-        ingest(spark, first, tmp_path, source=topic.source, progress=crash_after_write)
+        ingest(spark, first, tmp_path, source=source, progress=crash_after_write)
     topic.send([reading(i) for i in range(12, 20)])
     second = topic.plan()
     assert second.message_count == 20, "nothing was committed"
 
-    result = ingest(spark, second, tmp_path, source=topic.source)
+    result = ingest(spark, second, tmp_path, source=source)
 
     assert (result.written, result.skipped) == (8, 12)
     ids = [r["message_id"] for r in dataset_rows(tmp_path)]
@@ -99,13 +115,13 @@ def test_a_batch_overlapping_one_written_but_not_committed_skips_its_part(
 
 
 def test_reads_exactly_the_planned_ranges_and_commits_their_ends(
-    spark: Any, topic: KafkaTopic, tmp_path: Path
+    spark: Any, topic: KafkaTopic, source: str, tmp_path: Path
 ) -> None:
     topic.send([reading(i) for i in range(9)], partition=1)
     spec = topic.plan(max_messages=5)
     topic.send([reading(i) for i in range(9, 12)], partition=1)
 
-    result = ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA)
+    result = ingest(spark, spec, tmp_path, source=source, schema=SCHEMA)
 
     assert spec.ranges == (OffsetRange(1, 0, 5),)
     assert sorted(r["offset"] for r in dataset_rows(tmp_path)) == [0, 1, 2, 3, 4]
@@ -113,13 +129,13 @@ def test_reads_exactly_the_planned_ranges_and_commits_their_ends(
     assert topic.plan().ranges == (OffsetRange(1, 5, 12),)
 
 
-def test_reads_in_chunks_of_chunk_size(spark: Any, topic: KafkaTopic, tmp_path: Path) -> None:
+def test_reads_in_chunks_of_chunk_size(
+    spark: Any, topic: KafkaTopic, source: str, tmp_path: Path
+) -> None:
     topic.send([reading(i) for i in range(250)])
     events: list[IngestEvent] = []
 
-    ingest(
-        spark, topic.plan(), tmp_path, source=topic.source, chunk_size=100, progress=events.append
-    )
+    ingest(spark, topic.plan(), tmp_path, source=source, chunk_size=100, progress=events.append)
 
     assert [e.read for e in events if e.stage == "reading"] == [100, 200, 250]
     assert [e.stage for e in events][-3:] == ["read", "written", "committed"]
@@ -127,7 +143,12 @@ def test_reads_in_chunks_of_chunk_size(spark: Any, topic: KafkaTopic, tmp_path: 
 
 @pytest.mark.parametrize("broker_name", ["noida", "tansu"])
 def test_driver_and_executor_modes_write_the_same_dataset(
-    spark: Any, broker_name: str, request: pytest.FixtureRequest, unique_name: str, tmp_path: Path
+    spark: Any,
+    broker_name: str,
+    reader: str,
+    request: pytest.FixtureRequest,
+    unique_name: str,
+    tmp_path: Path,
 ) -> None:
     broker: Broker = request.getfixturevalue(f"{broker_name}_broker")
     topic = open_topic(broker, unique_name)
@@ -143,7 +164,7 @@ def test_driver_and_executor_modes_write_the_same_dataset(
                 spark,
                 own,
                 tmp_path / mode,
-                source=topic.source,
+                source=with_reader(topic.source, reader),
                 schema=SCHEMA,
                 mode=mode,
                 chunk_size=25,
@@ -179,14 +200,14 @@ def test_bad_arguments_are_named(spark: Any, topic: KafkaTopic, tmp_path: Path) 
 
 
 def test_payload_column_keeps_the_parsed_payload_as_one_struct(
-    spark: Any, topic: KafkaTopic, tmp_path: Path
+    spark: Any, topic: KafkaTopic, source: str, tmp_path: Path
 ) -> None:
     topic.send([b'{"offset": 7, "key": "a"}'])
     ingest(
         spark,
         topic.plan(),
         tmp_path,
-        source=topic.source,
+        source=source,
         schema="offset INT, key STRING",
         payload_column="payload",
     )
@@ -196,7 +217,7 @@ def test_payload_column_keeps_the_parsed_payload_as_one_struct(
 
 
 def test_a_stopped_broker_fails_the_ingest_and_commits_nothing(
-    spark: Any, private_noida: Broker, unique_name: str, tmp_path: Path
+    spark: Any, private_noida: Broker, reader: str, unique_name: str, tmp_path: Path
 ) -> None:
     topic = open_topic(private_noida, unique_name, partitions=1)
     try:
@@ -211,6 +232,7 @@ def test_a_stopped_broker_fails_the_ingest_and_commits_nothing(
         "options.request_timeout": 2000,
         "options.connect_timeout": 500,
         "options.max_retries": 1,
+        "options.reader": reader,
     }
 
     with pytest.raises(Exception) as failure:
@@ -224,14 +246,14 @@ def test_a_stopped_broker_fails_the_ingest_and_commits_nothing(
 
 
 def test_raw_values_are_kept_as_bytes_and_only_oversized_ones_quarantined(
-    spark: Any, topic: KafkaTopic, tmp_path: Path
+    spark: Any, topic: KafkaTopic, source: str, tmp_path: Path
 ) -> None:
     topic.send([b"\x00\x01binary", b"", b"not json at all", b"y" * 2000])
     result = ingest(
         spark,
         topic.plan(),
         tmp_path,
-        source=topic.source,
+        source=source,
         value_format="raw",
         max_value_bytes=1000,
     )
@@ -244,3 +266,20 @@ def test_raw_values_are_kept_as_bytes_and_only_oversized_ones_quarantined(
     assert [r["reason"] for r in quarantine_rows(tmp_path)] == [
         "value is 2000 bytes, over the limit of 1000 (max_value_bytes)"
     ]
+
+
+def test_the_confluent_reader_without_confluent_kafka_fails_before_reading(
+    spark: Any, topic: KafkaTopic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ingest takes options.reader from its source; without the package it says how to
+    install it, and reads, writes and commits nothing."""
+    topic.send([reading(0)])
+    spec = topic.plan()
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # what an absent package does
+    monkeypatch.delitem(sys.modules, "sluice.kafka.confluent_ranges", raising=False)
+
+    with pytest.raises(ConfigError, match=r"pip install 'sluice-core\[confluent\]'"):
+        ingest(spark, spec, tmp_path, source=with_reader(topic.source, "confluent"))
+
+    assert dataset_rows(tmp_path) == []
+    assert plan_batch(topic.queue) == spec, "nothing was committed"

@@ -11,6 +11,11 @@ from ..secrets import redact_text
 
 DEFAULT_BOOTSTRAP_ENV = "SLUICE_KAFKA_BOOTSTRAP"
 
+#: The values of ``options.reader``: the client library that reads a batch's offset ranges
+#: (:mod:`sluice.kafka.ranges`, :mod:`sluice.kafka.confluent_ranges`); kafka-python by default.
+READERS = ("kafka-python", "confluent")
+DEFAULT_READER = READERS[0]
+
 #: Keys of KafkaConnection (as pip-services' KafkaConnection); a queue that owns its connection
 #: accepts them too.
 CONNECTION_KEYS: tuple[ConfigKey, ...] = (
@@ -113,6 +118,14 @@ QUEUE_KEYS: tuple[ConfigKey, ...] = (
         int,
         1000,
         "Messages fetched ahead into the local buffer before fetching pauses.",
+    ),
+    ConfigKey(
+        "options.reader",
+        str,
+        DEFAULT_READER,
+        "Client library that reads a batch's offset ranges in an ingest: kafka-python, or "
+        "confluent (confluent-kafka, faster: pip install 'sluice-core[confluent]').",
+        choices=READERS,
     ),
 )
 

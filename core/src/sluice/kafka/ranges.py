@@ -16,7 +16,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 
 from ..batch import OffsetRange
 
-__all__ = ["read_range_records"]
+__all__ = ["read_range_records", "stalled_message"]
 
 MAX_POLL_RECORDS = 10_000
 
@@ -60,17 +60,18 @@ def read_range_records(
             if polled:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:
-                raise TimeoutError(_stalled(consumer, topic, ends, stall_timeout_s))
+                positions = {tp.partition: (consumer.position(tp), end) for tp, end in ends.items()}
+                raise TimeoutError(stalled_message(topic, positions, stall_timeout_s))
     finally:
         consumer.close(autocommit=False)
 
 
-def _stalled(
-    consumer: KafkaConsumer, topic: str, ends: dict[TopicPartition, int], timeout_s: float
-) -> str:
+def stalled_message(topic: str, positions: Mapping[int, tuple[int, int]], timeout_s: float) -> str:
+    """The error of a range reader that got no message for ``timeout_s`` while waiting for
+    ``positions`` ({partition: (position, range end)}); every reader raises the same."""
     waiting = ", ".join(
-        f"partition {tp.partition} at offset {consumer.position(tp)} of {end}"
-        for tp, end in sorted(ends.items())
+        f"partition {partition} at offset {position} of {end}"
+        for partition, (position, end) in sorted(positions.items())
     )
     return (
         f"Reading topic '{topic}' stalled: no message for {timeout_s:.0f} s while waiting for "

@@ -3,12 +3,13 @@
 The reader assigns the partitions (it joins no consumer group), seeks each to its range's
 start and reads until its position reaches the range's end: not one message more. It runs on
 the driver, or inside a Spark task (one per range) in executor mode, so it takes plain
-kafka-python keyword arguments that pickle.
+kafka-python keyword arguments that pickle: :class:`ReaderKwargs`, which also name the client
+library that reads (``options.reader``: kafka-python, or the optional confluent-kafka).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -17,13 +18,17 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from ..batch import OffsetRange
-from ..kafka.config import client_config, credentials
+from ..kafka.config import DEFAULT_READER, READERS, client_config, credentials
 from ..kafka.logs import hide_secret
 from ..kafka.offsets import refresh_ends
 from ..kafka.ranges import read_range_records
+from ..queues.config import ConfigError
 from .records import RecordColumns
 
 __all__ = [
+    "DEFAULT_READER",
+    "READERS",
+    "ReaderKwargs",
     "commit_offsets",
     "committed_offsets",
     "partition_positions",
@@ -31,16 +36,65 @@ __all__ = [
     "reader_kwargs",
 ]
 
+#: A range reader: (kafka-python arguments, topic, ranges, stall timeout) -> (partition, records)
+RangeReader = Callable[
+    [Mapping[str, Any], str, Sequence[OffsetRange], float], Iterator[tuple[int, list[Any]]]
+]
+#: The :class:`RecordColumns` method that appends a range reader's records.
+Extend = Callable[[RecordColumns, Sequence[Any], str, int], None]
 
-def reader_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
+
+class ReaderKwargs(dict[str, Any]):
+    """kafka-python keyword arguments of a batch reader, and :attr:`reader`: which range
+    reader reads with them (``options.reader``).
+
+    The choice travels with the arguments (to the driver's reading thread, pickled into Spark
+    tasks) and stays out of them: ``KafkaConsumer(**kwargs)`` sees only kafka-python's keys.
+    """
+
+    def __init__(self, kwargs: Mapping[str, Any], reader: str = DEFAULT_READER) -> None:
+        super().__init__(kwargs)
+        self.reader = reader
+
+    def __repr__(self) -> str:  # the values hold the password
+        return f"ReaderKwargs(reader={self.reader!r}, keys={sorted(self)})"
+
+
+def reader_kwargs(config: Mapping[str, Any]) -> ReaderKwargs:
     """kafka-python arguments for a batch reader of the cluster ``config`` (validated queue
-    config values) names; they contain the password, so they never go to a log."""
+    config values) names, reading with its ``options.reader``; they contain the password, so
+    they never go to a log."""
     hide_secret(credentials(dict(config))[1])
-    return {
+    reader = str(config.get("options.reader") or DEFAULT_READER)
+    _range_reader(reader)  # a reader that cannot run fails before anything is read
+    kwargs = {
         **client_config(dict(config)),
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",  # a start deleted by retention: read what is left
     }
+    return ReaderKwargs(kwargs, reader)
+
+
+def _range_reader(reader: str) -> tuple[RangeReader, Extend]:
+    """The range reader named by ``options.reader`` and the way its records become columns."""
+    if reader == "kafka-python":
+        return read_range_records, RecordColumns.extend_kafka
+    if reader != "confluent":
+        raise ConfigError(
+            f"config key 'options.reader' must be one of {', '.join(map(repr, READERS))}, "
+            f"got {reader!r}."
+        )
+    try:
+        from ..kafka.confluent_ranges import read_range_messages
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "confluent_kafka":
+            raise
+        raise ConfigError(
+            "config key 'options.reader' is 'confluent', but confluent-kafka is not installed "
+            "here: pip install 'sluice-core[confluent]' (on the Spark executors too when they "
+            "read), or set options.reader to 'kafka-python'."
+        ) from None
+    return read_range_messages, RecordColumns.extend_confluent
 
 
 def read_ranges(
@@ -50,13 +104,15 @@ def read_ranges(
     chunk_size: int,
     stall_timeout_s: float,
 ) -> Iterator[pa.RecordBatch]:
-    """The messages of ``ranges`` as Arrow batches of at most ``chunk_size`` rows (see
+    """The messages of ``ranges`` as Arrow batches of at most ``chunk_size`` rows, read by the
+    range reader ``kwargs`` name (:class:`ReaderKwargs`; plain arguments: kafka-python's, see
     :func:`sluice.kafka.ranges.read_range_records`)."""
+    read, extend = _range_reader(getattr(kwargs, "reader", DEFAULT_READER))
     columns = RecordColumns()
-    for partition, records in read_range_records(kwargs, topic, ranges, stall_timeout_s):
+    for partition, records in read(kwargs, topic, ranges, stall_timeout_s):
         while records:
             room = chunk_size - len(columns)
-            columns.extend_kafka(records[:room], topic, partition)
+            extend(columns, records[:room], topic, partition)
             records = records[room:]
             if len(columns) >= chunk_size:
                 yield columns.to_batch()
