@@ -3,7 +3,7 @@
 1. Produce-to-event latency on the same noida-db broker, each trigger's ``run()`` driven in
    this process's asyncio loop, ``--samples`` messages each (after a warm-up message).
    QueueMessageTrigger runs once for all of them (a watcher emits an event per new batch),
-   at its default ``poll_interval`` of 1 s and at 0.1 s; messages go out at random moments
+   at its default ``poll_interval`` (0.25 s) and at 0.1 s; messages go out at random moments
    (a Poisson process, two per poll interval on average) and each one's latency is the time
    until an event's offset ranges include it. AwaitMessageTrigger ends after one event, so
    each message gets a new trigger, produced once its consumer has joined the group and been
@@ -11,11 +11,16 @@
 2. One real ``airflow triggerer`` (with PostgreSQL and a dag processor) holding 0, 10, 100
    and 500 idle QueueMessageTriggers, the AssetWatchers of a generated DAG on an empty topic:
    user+system CPU seconds per wall second of the triggerer and its trigger runner over
-   ``--idle-seconds``, once every trigger has opened its queue. For up to ``--fan-out-max``
-   watchers, also the time from one new message until every watcher emitted its asset event.
+   ``--idle-seconds``, with their threads, once every trigger runs. For up to
+   ``--fan-out-max`` watchers, also the time from one new message until every watcher emitted
+   its asset event.
+3. ``--await-idle`` idle AwaitMessageTriggers (default settings) run in this process's
+   asyncio loop, as a trigger runner runs them: CPU seconds per second and threads above the
+   process's own. (In a real triggerer they were not assigned within minutes here, so they
+   are measured in process; QueueMessageTrigger is measured the same way for the ratio.)
 
 Run: ``.venv/bin/python bench/trigger_latency.py [--samples 50] [--idle 10,100,500]``
-(about 4 minutes). It starts and stops its own broker, database and Airflow processes.
+(about 6 minutes). It starts and stops its own broker, database and Airflow processes.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
-import itertools
 import json
 import os
 import random
@@ -36,6 +40,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for tests.system.airflow.deployment
@@ -83,6 +88,7 @@ class Producer:
     def __init__(self, bootstrap: str) -> None:
         from confluent_kafka import Producer as KafkaProducer
 
+        self.bootstrap = bootstrap
         self._producer = KafkaProducer(
             {"bootstrap.servers": bootstrap, "linger.ms": 0, "log_level": 3}
         )
@@ -101,26 +107,36 @@ class Producer:
 
 
 async def sluice_latency(
-    producer: Producer, topic: str, samples: int, poll_interval: float
+    producer: Producer, topic: str, samples: int, poll_interval: float | None
 ) -> list[float]:
-    """Messages at random moments (a Poisson process, one per ``poll_interval`` on average)
-    to one running trigger; for each, the time until an event's ranges include its offset."""
+    """Messages at random moments (a Poisson process, two per poll interval on average) to
+    one running trigger (``poll_interval`` None: its default); for each, the time until an
+    event's ranges include its offset."""
+    from sluice.spark.kafka_source import commit_offsets
     from sluice_airflow.triggers.queue import QueueMessageTrigger
 
+    bootstrap = {"bootstrap_servers": producer.bootstrap}
     trigger = QueueMessageTrigger(
         conn_id=SLUICE_CONN,
         topic=topic,
-        poll_interval=poll_interval,
         config={"group_id": f"bench-{uuid.uuid4().hex[:8]}"},
+        **({} if poll_interval is None else {"poll_interval": poll_interval}),
     )
+    poll_interval = trigger.poll_interval
     seen: dict[int, float] = {}  # offset -> when an event first covered it
 
     async def pump() -> None:
+        """Note what each event covers, then commit its ends as the ingest would: a watcher
+        keeps one batch in flight and emits the next once the last one is committed."""
         async for event in trigger.run():
             now = time.perf_counter()
             for r in event.payload["ranges"]:
                 for offset in range(r["start"], r["end"]):
                     seen.setdefault(offset, now)
+            ends = {r["partition"]: r["end"] for r in event.payload["ranges"]}
+            await asyncio.to_thread(
+                commit_offsets, bootstrap, topic, event.payload["group_id"], ends
+            )
 
     async def until_seen(offsets: Sequence[int]) -> None:
         deadline = time.monotonic() + TIMEOUT
@@ -203,9 +219,10 @@ def connections(broker: BrokerProcess) -> dict[str, str]:
 # -- 2. CPU of a real triggerer ------------------------------------------------------------
 
 IDLE_DAG = '''
-"""Generated by bench/trigger_latency.py: {count} AssetWatchers with idle QueueMessageTriggers."""
+"""Generated by bench/trigger_latency.py: {count} AssetWatchers with idle {kind}s."""
 import datetime
 
+from airflow.providers.apache.kafka.triggers.await_message import AwaitMessageTrigger
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Asset, AssetWatcher
 
@@ -214,17 +231,7 @@ from sluice_airflow.triggers.queue import QueueMessageTrigger
 assets = [
     Asset(
         f"sluice_bench_idle_{{i}}",
-        watchers=[
-            AssetWatcher(
-                name=f"sluice_bench_idle_{{i}}",
-                trigger=QueueMessageTrigger(
-                    conn_id={conn!r},
-                    topic={topic!r},
-                    # A new watcher starts at the end of the topic: idle from its first poll.
-                    config={{"group_id": f"bench-idle-{{i}}", "from_beginning": False}},
-                ),
-            )
-        ],
+        watchers=[AssetWatcher(name=f"sluice_bench_idle_{{i}}", trigger={trigger})],
     )
     for i in range({count})
 ]
@@ -236,6 +243,16 @@ with DAG(
 ):
     EmptyOperator(task_id="never_runs")
 '''
+
+
+#: The trigger of each idle watcher: a new QueueMessageTrigger starts at the end of the topic
+#: (idle from its first look).
+IDLE_TRIGGERS = {
+    "QueueMessageTrigger": (
+        "QueueMessageTrigger(conn_id={conn!r}, topic={topic!r}, "
+        'config={{"group_id": f"bench-idle-{{i}}", "from_beginning": False}})'
+    ),
+}
 
 
 @dataclass
@@ -286,10 +303,7 @@ def wait_for_watchers(deployment: AirflowDeployment, count: int) -> None:
     """Wait until the triggerer runs ``count`` triggers, then let them start polling."""
     say(f"waiting for the triggerer to run {count} watchers ...")
     assigned = "SELECT count(*) FROM trigger WHERE triggerer_id IS NOT NULL"
-    wait_for(lambda: deployment.sql(assigned)[0][0] == count, 120, f"{count} triggers")
-    # Each QueueMessageTrigger has a client thread of its own from its first step on.
-    triggerer = deployment.components["triggerer"]
-    wait_for(lambda: triggerer_usage(triggerer.processes())[1] >= count, 120, "their threads")
+    wait_for(lambda: deployment.sql(assigned)[0][0] == count, 180, f"{count} triggers")
     time.sleep(WARM_UP_SECONDS)
 
 
@@ -298,37 +312,52 @@ def fan_out(deployment: AirflowDeployment, broker: BrokerProcess, topic: str, co
     each of them has emitted its asset event."""
     last = deployment.sql("SELECT coalesce(max(id), 0) FROM asset_event")[0][0]
     new_events = "SELECT count(*) FROM asset_event WHERE id > %s"
-    sent, _offset = asyncio.run(Producer(broker.bootstrap).send(topic, b'{"bench": "fan-out"}'))
+    sent, offset = asyncio.run(Producer(broker.bootstrap).send(topic, b'{"bench": "fan-out"}'))
+    end = offset + 1
     say(f"  one message to all {count} watchers ...")
     wait_for(lambda: deployment.sql(new_events, (last,))[0][0] >= count, 120, "asset events")
     took = time.perf_counter() - sent
     say(f"  every watcher emitted within {took:.1f} s")
+    # Commit the batch for each watcher's group, as its ingest would: a watcher keeps one
+    # batch in flight, so without the commit it would look for one from now on.
+    from sluice.spark.kafka_source import commit_offsets
+
+    for i in range(count):
+        commit_offsets({"bootstrap_servers": broker.bootstrap}, topic, f"bench-idle-{i}", {0: end})
     return took
 
 
 def idle_cpu(
-    broker: BrokerProcess, counts: Sequence[int], seconds: float, fan_out_max: int, workdir: Path
+    broker: BrokerProcess,
+    kind: str,
+    counts: Sequence[int],
+    seconds: float,
+    fan_out_max: int,
+    workdir: Path,
 ) -> list[CpuSample]:
-    dags = workdir / "dags"
-    dags.mkdir()
+    """CPU, threads and memory of one real triggerer holding ``counts`` idle ``kind``s."""
+    dags = workdir / kind / "dags"
+    dags.mkdir(parents=True)
     env = {
         **connections(broker),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
     }
-    deployment = AirflowDeployment(home=workdir / "airflow", dags_folder=dags, extra_env=env)
-    say("starting a PostgreSQL database, airflow dag-processor and airflow triggerer ...")
+    home = workdir / kind / "airflow"
+    deployment = AirflowDeployment(home=home, dags_folder=dags, extra_env=env)
+    say(f"starting a PostgreSQL database, airflow dag-processor and triggerer for {kind}s ...")
     started = time.monotonic()
     results: list[CpuSample] = []
     try:
         deployment.start(["dag-processor", "triggerer"])
         say(f"  up in {time.monotonic() - started:.0f} s")
         results.append(measure_triggerer(deployment, 0, min(seconds, 5.0)))
-        topic = "bench-idle"
+        topic = f"bench-idle-{kind.lower()}"
         create_kafka_topic(broker.bootstrap, topic, 1)
+        trigger = IDLE_TRIGGERS[kind].format(conn=SLUICE_CONN, topic=topic)
         for count in counts:  # the watchers of a smaller count stay as they are
             (dags / "idle_watchers.py").write_text(
-                IDLE_DAG.format(count=count, conn=SLUICE_CONN, topic=topic)
+                IDLE_DAG.format(count=count, kind=kind, trigger=trigger)
             )
             wait_for_watchers(deployment, count)
             sample = measure_triggerer(deployment, count, seconds)
@@ -338,6 +367,56 @@ def idle_cpu(
     finally:
         deployment.close()
     return results
+
+
+# -- 3. idle triggers in this process -------------------------------------------------------
+
+
+def in_process_idle(broker: BrokerProcess, kind: str, count: int, seconds: float) -> CpuSample:
+    """``count`` idle triggers of ``kind`` in one asyncio loop of this process: CPU s/s and
+    threads added to what the process used before."""
+    from airflow.providers.apache.kafka.triggers.await_message import AwaitMessageTrigger
+
+    from sluice_airflow.triggers.queue import QueueMessageTrigger
+
+    topic = f"bench-in-process-{kind.lower()}-{uuid.uuid4().hex[:6]}"
+    create_kafka_topic(broker.bootstrap, topic, 1)
+    me = psutil.Process()
+
+    def make(i: int) -> Any:
+        if kind == "AwaitMessageTrigger":
+            return AwaitMessageTrigger(topics=[topic], kafka_config_id=KAFKA_CONN)
+        return QueueMessageTrigger(
+            SLUICE_CONN, topic, config={"group_id": f"idle-{i}", "from_beginning": False}
+        )
+
+    async def drain(trigger: Any) -> None:
+        async for _ in trigger.run():
+            raise RuntimeError(f"an idle {kind} emitted an event")
+
+    async def run() -> CpuSample:
+        threads0 = me.num_threads()
+        tasks = [asyncio.create_task(drain(make(i))) for i in range(count)]
+        try:
+            await asyncio.sleep(WARM_UP_SECONDS)
+            for task in tasks:
+                if task.done():
+                    task.result()
+            times0, wall0 = me.cpu_times(), time.monotonic()
+            await asyncio.sleep(seconds)
+            times1, wall1 = me.cpu_times(), time.monotonic()
+            cpu = (times1.user + times1.system - times0.user - times0.system) / (wall1 - wall0)
+            rss = me.memory_info().rss / 2**20
+            return CpuSample(count, cpu, me.num_threads() - threads0, rss)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    say(f"  {count} idle {kind}s in this process ...")
+    sample = asyncio.run(run())
+    say(f"  {sample.cpu_per_second:.3f} CPU s/s, {sample.threads} more threads")
+    return sample
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -352,8 +431,8 @@ def latency(broker: BrokerProcess, samples: int) -> dict[str, list[float]]:
 
     async def run_all() -> dict[str, list[float]]:
         return {
-            "QueueMessageTrigger (poll_interval=1.0, default)": await sluice_latency(
-                producer, topics["sluice"], samples, 1.0
+            "QueueMessageTrigger (default poll_interval)": await sluice_latency(
+                producer, topics["sluice"], samples, None
             ),
             "QueueMessageTrigger (poll_interval=0.1)": await sluice_latency(
                 producer, topics["fast"], samples, 0.1
@@ -364,7 +443,12 @@ def latency(broker: BrokerProcess, samples: int) -> dict[str, list[float]]:
     return asyncio.run(run_all())
 
 
-def report(results: dict[str, list[float]], cpu: list[CpuSample], samples: int) -> None:
+def report(
+    results: dict[str, list[float]],
+    cpu: dict[str, list[CpuSample]],
+    samples: int,
+    in_process: dict[str, CpuSample],
+) -> None:
     say("")
     say(f"Produce-to-event latency, {samples} samples each, noida-db, 1 partition:")
     say(f"  {'trigger':<50} {'p50 ms':>8} {'p99 ms':>8}")
@@ -378,36 +462,39 @@ def report(results: dict[str, list[float]], cpu: list[CpuSample], samples: int) 
             f"p50 {percentile(results[name], 50) / percentile(results[theirs], 50):.1f}x, "
             f"p99 {percentile(results[name], 99) / percentile(results[theirs], 99):.1f}x"
         )
-    if not cpu:
-        return
-    say("")
-    say("One real `airflow triggerer` (supervisor + trigger runner) holding idle triggers:")
-    header = f"{'triggers':>8} {'CPU s/s':>8} {'ms/s each':>10} {'threads':>8} {'RSS MiB':>8}"
-    say(f"  {header} {'all emitted after a new message':>32}")
-    base = cpu[0]
-    for c in cpu:
-        each = (c.cpu_per_second - base.cpu_per_second) / c.triggers * 1000 if c.triggers else 0
-        fan = f"{c.fan_out_seconds:.1f} s" if c.fan_out_seconds is not None else "-"
+    for kind, samples_of_kind in cpu.items():
+        say("")
+        say(f"One real `airflow triggerer` (supervisor + trigger runner) holding idle {kind}s:")
+        header = f"{'triggers':>8} {'CPU s/s':>8} {'ms/s each':>10} {'threads':>8} {'RSS MiB':>8}"
+        say(f"  {header} {'all emitted after a new message':>32}")
+        base = samples_of_kind[0]
+        for c in samples_of_kind:
+            each = (c.cpu_per_second - base.cpu_per_second) / c.triggers * 1000 if c.triggers else 0
+            fan = f"{c.fan_out_seconds:.1f} s" if c.fan_out_seconds is not None else "-"
+            say(
+                f"  {c.triggers:>8} {c.cpu_per_second:8.3f} {each:10.2f} {c.threads:8} "
+                f"{c.rss_mib:8.0f} {fan:>32}"
+            )
+    if len(in_process) == 2:
+        mine, provider = in_process["QueueMessageTrigger"], in_process["AwaitMessageTrigger"]
+        say("")
+        say(f"{mine.triggers} idle triggers in one asyncio loop of this process:")
+        for name, c in in_process.items():
+            say(f"  {name:<22} {c.cpu_per_second:8.3f} CPU s/s {c.threads:6} more threads")
         say(
-            f"  {c.triggers:>8} {c.cpu_per_second:8.3f} {each:10.2f} {c.threads:8} "
-            f"{c.rss_mib:8.0f} {fan:>32}"
+            f"  ratio QueueMessageTrigger / AwaitMessageTrigger: "
+            f"{mine.cpu_per_second / max(provider.cpu_per_second, 1e-9):.2f}x CPU, "
+            f"threads {mine.threads} vs {provider.threads}"
         )
-    for smaller, larger in itertools.pairwise(cpu[1:]):
-        say(
-            f"  ratio {larger.triggers} / {smaller.triggers} triggers: "
-            f"{larger.cpu_per_second / smaller.cpu_per_second:.1f}x CPU "
-            f"for {larger.triggers / smaller.triggers:.0f}x triggers"
-        )
-    say(
-        "  (a trigger runner is one Python process whose threads share one GIL: about 1 CPU s/s"
-        " is its ceiling, beyond which its triggers poll less often than asked)"
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--idle", default="10,100,500", help="idle trigger counts ('' to skip)")
+    parser.add_argument(
+        "--await-idle", type=int, default=100, help="idle triggers of each kind in process"
+    )
     parser.add_argument("--idle-seconds", type=float, default=20.0)
     parser.add_argument(
         "--fan-out-max",
@@ -416,23 +503,38 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="time the asset events of one message to all watchers up to this many",
     )
     args = parser.parse_args(argv)
-    counts = [int(c) for c in args.idle.split(",") if c.strip()]
+    counts = {"QueueMessageTrigger": [int(c) for c in args.idle.split(",") if c.strip()]}
     # SIGTERM ends the run through the finally blocks: brokers and Airflow processes stop.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
+    in_process: dict[str, CpuSample] = {}
     broker = start_noida()
     say(f"noida-db on {broker.bootstrap} (pid {broker.pid})")
     try:
         with tempfile.TemporaryDirectory(prefix="sluice-bench-") as workdir:
             say(f"1. latency, {args.samples} samples per trigger")
             results = latency(broker, args.samples)
-            cpu: list[CpuSample] = []
-            if counts:
-                say(f"2. idle CPU with {', '.join(map(str, counts))} triggers")
-                cpu = idle_cpu(broker, counts, args.idle_seconds, args.fan_out_max, Path(workdir))
+            cpu: dict[str, list[CpuSample]] = {}
+            for kind, kind_counts in counts.items():
+                if kind_counts:
+                    say(f"2. idle CPU with {', '.join(map(str, kind_counts))} {kind}s")
+                    cpu[kind] = idle_cpu(
+                        broker,
+                        kind,
+                        kind_counts,
+                        args.idle_seconds,
+                        args.fan_out_max,
+                        Path(workdir),
+                    )
+            if args.await_idle:
+                say(f"3. {args.await_idle} idle triggers of each kind in this process")
+                for kind in ("QueueMessageTrigger", "AwaitMessageTrigger"):
+                    in_process[kind] = in_process_idle(
+                        broker, kind, args.await_idle, args.idle_seconds
+                    )
     finally:
         broker.close()
-    report(results, cpu, args.samples)
+    report(results, cpu, args.samples, in_process)
     say(f"\n(total {time.monotonic() - started:.0f} s)")
 
 

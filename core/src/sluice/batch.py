@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from .queues.base import MessageQueue
@@ -100,6 +100,12 @@ class BatchSpec:
                 f"({spec.batch_id!r}): the spec was edited after it was planned."
             )
         return spec
+
+    def limited(self, max_messages: int | None) -> BatchSpec:
+        """This Kafka batch cut to at most ``max_messages``, shared evenly between partitions."""
+        if max_messages is None or self.kind != "kafka":
+            return self
+        return replace(self, ranges=tuple(limit_ranges(list(self.ranges), max_messages)))
 
     @classmethod
     def from_json(cls, text: str) -> BatchSpec:

@@ -1,6 +1,7 @@
 """QueueMessageTrigger against real brokers: the event is the waiting batch, one batch is in
-flight at a time, a failed run's batch is emitted again (never skipped), the client lives on
-the trigger's own thread and is closed at the end."""
+flight at a time, a failed run's batch is emitted again (never skipped). A Kafka trigger has
+no thread of its own (it awaits the cluster's shared watch, which stops with its last
+watcher); an MQTT trigger's client lives on the trigger's own thread, closed at the end."""
 
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ def publish(conn_id: str, topic: str, values: list[Any]) -> None:
     assert task.execute({}) == len(values)  # type: ignore[arg-type]
 
 
+def wait_until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.05)
+
+
 async def until(condition: Any, what: str) -> None:
     async with asyncio.timeout(TIMEOUT):
         while not condition():
@@ -38,6 +46,10 @@ async def until(condition: Any, what: str) -> None:
 
 def trigger_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("sluice-trigger-")]
+
+
+def watch_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "sluice-kafka-watch"]
 
 
 def ranges(event: TriggerEvent) -> list[tuple[int, int, int]]:
@@ -55,12 +67,11 @@ def test_kafka_trigger_emits_the_waiting_batch_then_nothing_until_it_is_committe
         conn_id, unique_name, poll_interval=0.1, config={"group_id": group}, rerun_after=120
     )
 
-    async def scenario() -> tuple[TriggerEvent, TriggerEvent, list[str], bool]:
+    async def scenario() -> tuple[TriggerEvent, TriggerEvent, list[str]]:
         events: AsyncIterator[TriggerEvent] = trigger.run()
         try:
             first = await asyncio.wait_for(anext(events), TIMEOUT)
-            queue = trigger._queue
-            threads = trigger_threads()
+            threads = trigger_threads() + watch_threads()
             # Not committed yet: the batch is in flight, the 3 new messages wait for the next
             # one. Once the ingest commits, the next batch starts at the committed offsets,
             # long before the lease of 120 s runs out.
@@ -71,11 +82,11 @@ def test_kafka_trigger_emits_the_waiting_batch_then_nothing_until_it_is_committe
             ends = {p: end for p, _, end in ranges(first)}
             commit_offsets({"bootstrap_servers": noida_broker.bootstrap}, unique_name, group, ends)
             second = await asyncio.wait_for(waiting, TIMEOUT)
-            return first, second, threads, trigger._queue is queue
+            return first, second, threads
         finally:
             await events.aclose()  # type: ignore[attr-defined]
 
-    first, second, threads, same_queue = asyncio.run(scenario())
+    first, second, threads = asyncio.run(scenario())
     one, two = BatchSpec.from_dict(first.payload), BatchSpec.from_dict(second.payload)
     assert (one.kind, one.topic, one.group_id) == ("kafka", unique_name, group)
     assert one.message_count == 5
@@ -83,9 +94,9 @@ def test_kafka_trigger_emits_the_waiting_batch_then_nothing_until_it_is_committe
     assert two.message_count == 3
     ends = {r.partition: r.end for r in one.ranges}
     assert all(r.start == ends.get(r.partition, 0) for r in two.ranges)
-    assert threads == [threads[0]] and threads[0].startswith(f"sluice-trigger-{conn_id}")
-    assert same_queue, "the queue was opened again between polls"
-    assert trigger._queue is None and trigger._pool is None
+    assert threads == ["sluice-kafka-watch"], "a Kafka trigger needs no thread of its own"
+    assert trigger._watcher is None and trigger._pool is None
+    wait_until(lambda: not watch_threads(), "the watch stops with its last watcher")
     assert trigger_threads() == []
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sluice.brokers import BrokerProcess, start_tansu
 from sluice.kafka import KafkaMessageQueue
 from sluice.testing.plugin import Broker
 from sluice.testing.topics import create_kafka_topic
@@ -42,3 +43,16 @@ def make_queue(kafka_broker: Broker, unique_name: str) -> Iterator[QueueFactory]
     yield make
     for queue in opened:
         queue.close(None)
+
+
+@pytest.fixture
+def tansu_with_authentication() -> Iterator[BrokerProcess]:
+    """A Tansu that requires SASL (and refuses every SCRAM login)."""
+    broker = start_tansu()
+    try:
+        broker.stop()
+        broker.argv.append("--authentication")
+        broker.start()
+        yield broker
+    finally:
+        broker.close()

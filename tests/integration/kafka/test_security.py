@@ -23,7 +23,7 @@ import pytest
 
 from sluice.kafka import KafkaConnection, KafkaMessageQueue
 from sluice.queues import MessageEnvelope
-from sluice.testing import BrokerProcess, start_tansu
+from sluice.testing import BrokerProcess
 from sluice.testing.topics import create_kafka_topic
 
 PASSWORD = "pw-Secret-4711"
@@ -68,18 +68,6 @@ def test_sasl_plain_session_on_noida_and_no_password_in_debug_logs(
     assert "SaslAuthenticateRequest" in kafka_debug_logs.text, "the request was not logged at all"
     assert PASSWORD not in kafka_debug_logs.text
     assert PASSWORD not in repr(queue) and PASSWORD not in str(queue)
-
-
-@pytest.fixture
-def tansu_with_authentication() -> Iterator[BrokerProcess]:
-    broker = start_tansu()
-    try:
-        broker.stop()
-        broker.argv.append("--authentication")
-        broker.start()
-        yield broker
-    finally:
-        broker.close()
 
 
 def test_tansu_refuses_an_unknown_scram_user_clearly(

@@ -15,16 +15,40 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
-__all__ = ["FETCH_TIMEOUT_S", "EndProbe", "end_offsets", "refresh_ends", "topic_end_offsets"]
+__all__ = [
+    "FETCH_TIMEOUT_S",
+    "EndProbe",
+    "end_offsets",
+    "refresh_ends",
+    "resume_offset",
+    "topic_end_offsets",
+]
 
 FETCH_TIMEOUT_S = 5.0
 T = TypeVar("T")
+
+
+def resume_offset(
+    partition: int,
+    committed: Mapping[int, int | None],
+    beginnings: Mapping[int, int],
+    from_beginning: bool,
+    start_ends: Mapping[int, int] | None,
+) -> int:
+    """Where a group reads ``partition`` next: its committed offset, else where a new consumer
+    starts (the log start with ``from_beginning``, else the end when watching began)."""
+    start = committed.get(partition)
+    if start is not None:
+        return start
+    if from_beginning:
+        return beginnings.get(partition, 0)
+    return (start_ends or {}).get(partition, 0)
 
 
 def end_offsets(consumer: KafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:

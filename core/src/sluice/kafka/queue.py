@@ -27,7 +27,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import OffsetAndMetadata
 from pip_services3_commons.refer import Descriptor
 
-from ..batch import BatchSpec, OffsetRange, limit_ranges
+from ..batch import BatchSpec, OffsetRange
 from ..queues.base import LISTEN_INTERVAL_KEY
 from ..queues.broker import BrokerQueue
 from ..queues.capabilities import MessagingCapabilities
@@ -35,7 +35,7 @@ from ..queues.envelope import MessageEnvelope
 from .config import CONNECTION_KEYS, QUEUE_KEYS
 from .connection import KafkaConnection
 from .ledger import Ledger
-from .offsets import end_offsets
+from .offsets import end_offsets, resume_offset
 from .records import dead_letter_headers, to_envelope, to_record
 from .subscription import Subscription
 
@@ -214,12 +214,9 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
     ) -> int:
         """Where the group reads ``partition`` next: its committed offset, else where a new
         consumer of this queue starts (the beginning, or the end as of open())."""
-        start = committed.get(partition)
-        if start is not None:
-            return start
-        if self._config["from_beginning"]:
-            return beginnings.get(partition, 0)
-        return (self._start_offsets or {}).get(partition, 0)
+        return resume_offset(
+            partition, committed, beginnings, self._config["from_beginning"], self._start_offsets
+        )
 
     def _lowest_unread(self, partition: int) -> int | None:
         """The lowest offset of ``partition`` fetched here but not completed, if any."""
@@ -237,9 +234,8 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
             start = self._resume_offset(partition, committed, beginnings)
             if end > start:
                 ranges.append(OffsetRange(partition, start, end))
-        if max_messages is not None:
-            ranges = limit_ranges(ranges, max_messages)
-        return BatchSpec("kafka", self.topic, group_id=self.group_id, ranges=tuple(ranges))
+        spec = BatchSpec("kafka", self.topic, group_id=self.group_id, ranges=tuple(ranges))
+        return spec.limited(max_messages)
 
     # ---- acknowledging -------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from pydantic import Field, PrivateAttr
 
 from sluice.batch import BatchSpec
 from sluice.connection_fields import check_keys, known_keys
+from sluice.kafka.watch import watch_topic
 from sluice.queues.base import MessageQueue
 from sluice.queues.uri import queue_from_config
 from sluice.secrets import redact_config, redact_exception, redact_text
@@ -297,6 +298,19 @@ class KafkaQueueResource(QueueResource):
         }
         keys.update({k: v for k, v in flags.items() if v is not None})
         return keys
+
+    def plan_batch(
+        self, max_messages: int | None = None, min_messages: int = 1
+    ) -> BatchSpec | None:
+        """The next batch once ``min_messages`` wait, else None; commits nothing. Asked of the
+        process's shared watch of the cluster (:mod:`sluice.kafka.watch`): every sensor of a
+        code server shares one client, which keeps the ends of the topic between ticks."""
+        try:
+            backlog = watch_topic(self.config(), blocking=True).backlog(fresh=True)
+        except UNREACHABLE as exc:
+            raise self.unavailable(exc) from None
+        spec = backlog.limited(max_messages)
+        return spec if spec.message_count >= max(1, min_messages) else None
 
     @property
     def address(self) -> str:

@@ -4,9 +4,11 @@ It serves a deferrable :class:`~sluice_airflow.sensors.queue.QueueMessageSensor`
 and an ``AssetWatcher`` (an event per new batch, for as long as the watcher runs). Nothing is
 committed or acknowledged: the ingest does that after writing the batch.
 
-The blocking client runs on a thread the trigger owns (kafka-python and paho are not asyncio
-libraries, and a kafka-python client must stay on one thread); the queue stays open between
-polls.
+Kafka: every trigger of the process watches through the one :class:`~sluice.kafka.watch.KafkaWatch`
+of its cluster (one thread and one set of clients however many triggers run; ends read in one
+request for all topics, committed offsets only when the ends moved or a batch is in flight).
+A trigger has no thread of its own: it awaits the watch. MQTT: the blocking client runs on a
+thread the trigger owns (paho is not an asyncio library); the queue stays open between polls.
 
 What it emits, and when, is the one sensing model of :mod:`sluice.sensing`: one batch in
 flight, every new batch planned from the group's committed offsets. The trigger cannot see
@@ -38,7 +40,8 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from sluice.batch import BatchSpec, plan_batch
 from sluice.connection_fields import check_no_secrets
-from sluice.cursor import BatchCursor, BatchRequest
+from sluice.cursor import BatchCursor, BatchRequest, RunState, run_state_from_offsets
+from sluice.kafka.watch import DEFAULT_INTERVAL, Watcher, watch_topic
 from sluice.queues import MessageQueue, queue_from_config
 from sluice.sensing import (
     DEFAULT_RERUN_AFTER,
@@ -74,7 +77,9 @@ class QueueMessageTrigger(BaseEventTrigger):
     :param topic: the Kafka topic, or the MQTT topic filter.
     :param min_messages: how many messages must wait before an event.
     :param max_messages: the most messages one batch holds (None: all that wait).
-    :param poll_interval: seconds between two checks of the broker while nothing is emitted.
+    :param poll_interval: seconds between two checks of the broker while nothing is emitted
+        (Kafka: the shared watch reads every watched topic's ends at least this often, and a
+        new message is seen within it; a batch in flight has its commit looked for as often).
     :param config: config keys on top of the connection's (``group_id``, ``client_id`` ...);
         never credentials (this trigger is serialized to the database).
     :param rerun_after: seconds after emitting a batch until its run is taken as failed when
@@ -92,7 +97,7 @@ class QueueMessageTrigger(BaseEventTrigger):
         topic: str,
         min_messages: int = 1,
         max_messages: int | None = None,
-        poll_interval: float = 1.0,
+        poll_interval: float = DEFAULT_INTERVAL,
         config: dict[str, Any] | None = None,
         rerun_after: float = DEFAULT_RERUN_AFTER,
     ) -> None:
@@ -120,6 +125,7 @@ class QueueMessageTrigger(BaseEventTrigger):
         self._pool: ThreadPoolExecutor | None = None
         self._queue: MessageQueue | None = None
         self._queue_config: dict[str, Any] | None = None
+        self._watcher: Watcher | None = None
         self._cursor = BatchCursor()
         self._status_at: float | None = None  # when a "waiting" line was logged last
 
@@ -146,17 +152,14 @@ class QueueMessageTrigger(BaseEventTrigger):
 
     async def _run(self) -> AsyncIterator[TriggerEvent]:
         conn = await QueueHook.aget_connection(self.conn_id)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"sluice-trigger-{self.conn_id}")
+        kind = queue_kind(conn)
+        config = await asyncio.to_thread(self._settings, conn, kind)
+        await self._load_cursor()
+        decisions = (
+            self._kafka_decisions(config) if kind == "kafka" else self._mqtt_decisions(config)
+        )
         try:
-            kind = queue_kind(conn)
-            config = await self._call(self._settings, conn, kind)
-            await self._load_cursor()
-            while True:
-                decision = await self._call(self._poll, kind, config)
-                if isinstance(decision, str):
-                    self._log_status(decision)
-                    await asyncio.sleep(self.poll_interval)
-                    continue
+            async for decision in decisions:
                 await self._save_cursor()
                 self._status_at = None
                 again = " again" if decision.retry else ""
@@ -168,7 +171,38 @@ class QueueMessageTrigger(BaseEventTrigger):
                 )
                 yield TriggerEvent(decision.spec.to_dict())  # type: ignore[no-untyped-call]
         finally:
+            await decisions.aclose()  # type: ignore[attr-defined]
             await self._release()
+
+    async def _kafka_decisions(self, config: dict[str, Any]) -> AsyncIterator[BatchRequest]:
+        """The batches to emit, as the shared watch of the cluster shows the group's backlog."""
+        self._watcher = watcher = watch_topic(config, self.poll_interval)
+        in_flight = False
+        while True:
+            version = watcher.version
+            backlog = await watcher.abacklog(fresh=in_flight)
+            waiting = backlog if backlog.message_count else None
+            decision = self._emit(waiting)
+            if isinstance(decision, BatchRequest):
+                in_flight = True
+                yield decision
+                continue
+            self._log_status(decision)
+            state = run_state_from_offsets(self._cursor, waiting, time.time(), self.rerun_after)
+            # A batch in flight: look for its commit every poll_interval. Otherwise only new
+            # messages can change the answer: wait for the ends to move.
+            in_flight = state is RunState.ACTIVE
+            await watcher.changed(version, self.poll_interval if in_flight else STATUS_EVERY)
+
+    async def _mqtt_decisions(self, config: dict[str, Any]) -> AsyncIterator[BatchRequest]:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"sluice-trigger-{self.conn_id}")
+        while True:
+            decision = await self._call(self._poll, config)
+            if isinstance(decision, str):
+                self._log_status(decision)
+                await asyncio.sleep(self.poll_interval)
+                continue
+            yield decision
 
     async def cleanup(self) -> None:
         await self._release()
@@ -180,7 +214,10 @@ class QueueMessageTrigger(BaseEventTrigger):
         return await loop.run_in_executor(self._pool, functools.partial(func, *args))
 
     async def _release(self) -> None:
-        """Close the queue on its own thread, then stop the thread."""
+        """Stop watching; close the MQTT queue on its own thread, then stop the thread."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.close()
         pool, self._pool = self._pool, None
         if pool is None:
             return
@@ -262,10 +299,8 @@ class QueueMessageTrigger(BaseEventTrigger):
         )
         return decision
 
-    def _poll(self, kind: Kind, config: dict[str, Any]) -> BatchRequest | str:
-        """What to emit now, or why nothing (see :mod:`sluice.sensing`)."""
-        if kind == "kafka":
-            return self._emit(plan_batch(self._open(kind, config)))  # the whole backlog
+    def _poll(self, config: dict[str, Any]) -> BatchRequest | str:
+        """MQTT: what to emit now, or why nothing (see :mod:`sluice.sensing`)."""
         if self._holds_session():
             return self._poll_mqtt_session(config)
         return self._poll_mqtt_watch(config)
