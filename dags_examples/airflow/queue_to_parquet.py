@@ -68,6 +68,10 @@ def queue_to_parquet(
             deferrable=True,
             timeout=3600,
             soft_fail=True,  # no readings for an hour: skip this run, the next one waits again
+            # Airflow 3.3 may fail a deferred task that resumes right after it deferred
+            # (apache/airflow#72716); the sensor commits nothing, so a retry is safe.
+            retries=2,
+            retry_delay=datetime.timedelta(seconds=5),
         )
         ingest = SparkIngestOperator(
             task_id="ingest",

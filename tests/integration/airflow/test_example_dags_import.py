@@ -63,9 +63,9 @@ def test_the_example_dags_import_in_a_plain_airflow(tmp_path: Path) -> None:
 def test_airflow_dags_test_stops_on_sigterm_while_the_trigger_waits(
     tmp_path: Path, noida_broker: BrokerProcess, unique_name: str
 ) -> None:
-    """Nothing waits, so the deferred sensor's trigger runs inline and logs that it waits;
-    SIGTERM then stops `airflow dags test` as Ctrl-C does (Airflow's task runner handler
-    alone would only call the sensor's on_kill)."""
+    """Nothing waits, so the sensor's first poke finds nothing, it defers, and its trigger
+    runs inline and logs that it waits; SIGTERM then stops `airflow dags test` as Ctrl-C does
+    (Airflow's task runner handler alone would only call the sensor's on_kill)."""
     home = tmp_path / "airflow"
     home.mkdir()
     airflow(home, "db", "migrate")
@@ -90,7 +90,9 @@ def test_airflow_dags_test_stops_on_sigterm_while_the_trigger_waits(
     try:
         wait_until(
             lambda: (
-                f"waiting: 0 of 1 messages on {unique_name}" in log.read_text()
+                # the trigger's line, not the sensor's first poke
+                f"waiting: 0 of 1 messages on {unique_name}"
+                in log.read_text().partition("running trigger in line")[2]
                 or proc.poll() is not None
             ),
             timeout=180,

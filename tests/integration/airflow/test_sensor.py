@@ -72,3 +72,31 @@ def test_every_sensor_mode_returns_the_waiting_batch(
     assert (spec.topic, spec.group_id, spec.message_count) == (topic, group, 4)
     assert values["reschedule"] == values["deferred"] == values["poke"]
     assert "nothing_waits" not in values
+
+
+def test_a_deferrable_sensor_returns_a_waiting_batch_without_deferring(
+    noida_broker: BrokerProcess, kafka_conn: str, unique_name: str
+) -> None:
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from sluice.queues import MessageEnvelope, queue_from_config
+    from sluice_airflow.sensors.queue import QueueMessageSensor
+
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
+    sensor = QueueMessageSensor(
+        task_id="wait", conn_id=kafka_conn, topic=unique_name, config={"group_id": unique_name}
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})  # type: ignore[arg-type]  # nothing waits: it defers
+    assert deferred.value.method_name == "execute_complete"
+
+    queue = queue_from_config(
+        "kafka", {"connection.uri": noida_broker.bootstrap, "topic": unique_name}
+    )
+    queue.open(None)
+    try:
+        queue.send(None, MessageEnvelope(None, "reading", {"n": 1}))
+    finally:
+        queue.close(None)
+    spec = BatchSpec.from_dict(sensor.execute({}))  # type: ignore[arg-type]
+    assert (spec.topic, spec.group_id, spec.message_count) == (unique_name, unique_name, 1)

@@ -52,7 +52,16 @@ class Inspection:
         if failed:
             task_id, run_id = failed[0]
             log = self.task_log({"dag_id": dag_id, "dag_run_id": run_id, "task_id": task_id})
-            raise DeploymentError(f"{dag_id}.{task_id} failed in run {run_id}:\n{log}")
+            # Why the scheduler failed it, where it did (e.g. an event "state mismatch").
+            events = self.sql(
+                "SELECT dttm, event, extra FROM log WHERE dag_id = %s AND task_id = %s "
+                "AND run_id = %s ORDER BY dttm",
+                (dag_id, task_id, run_id),
+            )
+            audit = "\n".join(f"{when} {event}: {extra}" for when, event, extra in events)
+            raise DeploymentError(
+                f"{dag_id}.{task_id} failed in run {run_id}:\n{log}\n--- audit log\n{audit}"
+            )
 
     def processes_mentioning(self, text: str) -> list[str]:
         """``pid: command line`` of this deployment's processes whose title contains ``text``."""

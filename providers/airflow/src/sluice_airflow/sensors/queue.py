@@ -23,6 +23,7 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
 from sluice.batch import BatchSpec
 from sluice.connection_fields import check_no_secrets
+from sluice.kafka.watch import DEFAULT_INTERVAL
 from sluice.queues import queue_from_config
 from sluice.sensing import count_waiting, sensing_config, wait_for_batch, waiting_status
 
@@ -43,7 +44,8 @@ class QueueMessageSensor(BaseSensorOperator):
     :param min_messages: how many messages must wait.
     :param max_messages: the most messages the batch holds (None: all that wait).
     :param config: config keys on top of the connection's (templated; never credentials).
-    :param deferrable: wait in the triggerer (default) instead of poking.
+    :param deferrable: wait in the triggerer (default) instead of poking; a batch that already
+        waits is returned by one poke, without deferring.
     :param trigger_poll_interval: seconds between the trigger's checks while deferred.
     """
 
@@ -59,7 +61,7 @@ class QueueMessageSensor(BaseSensorOperator):
         max_messages: int | None = None,
         config: dict[str, Any] | None = None,
         deferrable: bool = True,
-        trigger_poll_interval: float = 1.0,
+        trigger_poll_interval: float = DEFAULT_INTERVAL,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -75,6 +77,13 @@ class QueueMessageSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        # A batch that already waits is returned at once. Deferring would cost a trigger round
+        # trip, and a trigger that fires right after the deferral hits an Airflow race
+        # (apache/airflow#72716): the stale executor event of the deferring attempt fails the
+        # resumed one.
+        ready = self.poke(context)
+        if ready.is_done:
+            return ready.xcom_value
         self.defer(
             trigger=QueueMessageTrigger(
                 conn_id=self.conn_id,
