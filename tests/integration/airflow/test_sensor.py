@@ -4,6 +4,8 @@ out, and soft_fail skips it. The publish operator feeds them."""
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from sluice.batch import BatchSpec
@@ -81,14 +83,31 @@ def test_a_deferrable_sensor_returns_a_waiting_batch_without_deferring(
 
     from sluice.queues import MessageEnvelope, queue_from_config
     from sluice_airflow.sensors.queue import QueueMessageSensor
+    from sluice_airflow.triggers.queue import QueueMessageTrigger
 
     create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
     sensor = QueueMessageSensor(
-        task_id="wait", conn_id=kafka_conn, topic=unique_name, config={"group_id": unique_name}
+        task_id="wait",
+        conn_id=kafka_conn,
+        topic=unique_name,
+        config={"group_id": unique_name},
+        timeout=120,
+        trigger_poll_interval=0.5,
     )
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})  # type: ignore[arg-type]  # nothing waits: it defers
     assert deferred.value.method_name == "execute_complete"
+    assert deferred.value.timeout == datetime.timedelta(seconds=120)
+    assert isinstance(deferred.value.trigger, QueueMessageTrigger)
+    assert deferred.value.trigger.serialize()[1] == {
+        "conn_id": kafka_conn,
+        "topic": unique_name,
+        "min_messages": 1,
+        "max_messages": None,
+        "poll_interval": 0.5,
+        "config": {"group_id": unique_name},
+        "rerun_after": 600.0,
+    }
 
     queue = queue_from_config(
         "kafka", {"connection.uri": noida_broker.bootstrap, "topic": unique_name}
