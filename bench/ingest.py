@@ -1,6 +1,6 @@
 """Ingestion throughput, all sides measured in one run on one broker (noida-db, started here).
 
-    uv run python bench/ingest.py [--messages 200000] [--big 1000000]
+    uv run python bench/ingest.py [--messages 200000] [--repeats 3] [--big 1000000]
 
 On 200,000 JSON messages of about 200 bytes over 3 partitions, 1% of them malformed, it
 times:
@@ -12,8 +12,10 @@ times:
       pyarrow Parquet, a commit per poll;
 and prints messages/s and the ratios. Then it ingests a batch of --big messages in driver mode in
 a child process and prints that process's peak RSS (Python driver, and the Spark JVM beside it).
-The SparkSession is started (and warmed up on a small batch) before anything is timed. The
-1,000,000-message batch runs on Tansu (noida-db 0.2.3 stalls on fetches of a log that large).
+The SparkSession is started, and the JVM's compiler warmed up on 20,000 messages of each Sluice
+side, before anything is timed; every side runs --repeats rounds, interleaved, and the median
+counts (all rounds are printed, the first the coldest). The 1,000,000-message batch runs on
+Tansu (noida-db 0.2.3 stalls on fetches of a log that large).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +35,8 @@ from typing import Any
 
 SCHEMA = "device STRING, site STRING, temperature DOUBLE, humidity DOUBLE, ts STRING, note STRING"
 PARTITIONS = 3
+#: Messages of the untimed ingests that warm up the JVM's just-in-time compiler first.
+WARM_UP = 20_000
 
 
 def say(text: str) -> None:
@@ -129,6 +134,8 @@ def airflow_provider(bootstrap: str, topic: str, count: int, out: Path) -> float
     import pyarrow as pa
     import pyarrow.parquet as pq
     from airflow.providers.apache.kafka.hooks.consume import KafkaConsumerHook
+
+    out.mkdir(parents=True, exist_ok=True)
 
     started = time.monotonic()
     consumer = KafkaConsumerHook([topic], kafka_config_id="bench_kafka").get_consumer()
@@ -253,6 +260,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--big", type=int, default=1_000_000, help="0 skips the RSS run")
     parser.add_argument(
+        "--repeats", type=int, default=3, help="rounds over every side; the median counts"
+    )
+    parser.add_argument(
         "--child-rss", nargs=3, metavar=("BOOTSTRAP", "TOPIC", "COUNT"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -279,34 +289,32 @@ def main() -> None:
         say(f"SparkSession ready in {time.monotonic() - started:.1f} s")
         warm = "bench-warmup"
         create_kafka_topic(broker.bootstrap, warm, PARTITIONS)
-        produce(broker.bootstrap, warm, 3000)
+        produce(broker.bootstrap, warm, WARM_UP)
         for mode in ("driver", "executors"):
             for reader in ("kafka-python", "confluent"):
                 out = work / f"warm-{mode}-{reader}"
-                sluice_ingest(spark, broker.bootstrap, warm, 3000, mode, out, reader)
+                sluice_ingest(spark, broker.bootstrap, warm, WARM_UP, mode, out, reader)
 
         n = args.messages
-        timings: dict[str, float] = {}
-        say("(a) bare kafka-python loop")
-        timings["a"] = bare_loop(broker.bootstrap, topic, n)
-        say("(b) sluice driver mode")
-        timings["b"] = sluice_ingest(spark, broker.bootstrap, topic, n, "driver", work / "driver")
-        say("(c) sluice executor mode")
-        timings["c"] = sluice_ingest(
-            spark, broker.bootstrap, topic, n, "executors", work / "executors"
-        )
-        say("(e) sluice driver mode, confluent reader")
-        timings["e"] = sluice_ingest(
-            spark, broker.bootstrap, topic, n, "driver", work / "driver-c", "confluent"
-        )
-        say("(f) sluice executor mode, confluent reader")
-        timings["f"] = sluice_ingest(
-            spark, broker.bootstrap, topic, n, "executors", work / "executors-c", "confluent"
-        )
-        say("(d) Airflow Kafka provider hook + pyarrow Parquet")
-        (work / "airflow").mkdir()
-        timings["d"] = airflow_provider(broker.bootstrap, topic, n, work / "airflow")
-
+        sides = {
+            "a": lambda out: bare_loop(broker.bootstrap, topic, n),
+            "b": lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "driver", out),
+            "c": lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "executors", out),
+            "e": lambda out: sluice_ingest(
+                spark, broker.bootstrap, topic, n, "driver", out, "confluent"
+            ),
+            "f": lambda out: sluice_ingest(
+                spark, broker.bootstrap, topic, n, "executors", out, "confluent"
+            ),
+            "d": lambda out: airflow_provider(broker.bootstrap, topic, n, out),
+        }
+        runs: dict[str, list[float]] = {key: [] for key in sides}
+        for repeat in range(args.repeats):
+            for key, side in sides.items():
+                out = work / f"{key}-{repeat}"
+                runs[key].append(side(out))
+                say(f"round {repeat + 1} of {args.repeats}: ({key}) {runs[key][-1]:.2f} s")
+        timings = {key: statistics.median(times) for key, times in runs.items()}
         rate = {k: n / v for k, v in timings.items()}
         labels = {
             "a": "bare kafka-python read loop (reads only)",
@@ -322,7 +330,8 @@ def main() -> None:
             f"{os.cpu_count()} cores"
         )
         for key in "abcdef":
-            print(f"  ({key}) {labels[key]:<44} {rate[key]:>10,.0f} msg/s  ({timings[key]:.2f} s)")
+            each = " ".join(f"{t:.2f}" for t in runs[key])
+            print(f"  ({key}) {labels[key]:<46} {rate[key]:>8,.0f} msg/s  (median of {each} s)")
         print(f"  driver / bare loop     (b/a): {rate['b'] / rate['a']:.2f}   goal >= 0.9")
         print(f"  executors / bare loop  (c/a): {rate['c'] / rate['a']:.2f}")
         print(f"  driver / Airflow hook  (b/d): {rate['b'] / rate['d']:.2f}   goal >= 1.0")

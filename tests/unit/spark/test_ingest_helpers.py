@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from sluice.batch import OffsetRange
-from sluice.spark.reading import prefetch, split_ranges
+from sluice.spark.reading import split_ranges
 
 
 def test_split_ranges_cuts_each_range_into_tasks_of_at_most_size() -> None:
@@ -17,14 +13,3 @@ def test_split_ranges_cuts_each_range_into_tasks_of_at_most_size() -> None:
         OffsetRange(0, 4, 5),
         OffsetRange(1, 10, 12),
     ]
-
-
-def test_prefetch_yields_everything_in_order_and_passes_errors_on() -> None:
-    assert list(prefetch(iter(range(50)))) == list(range(50))
-
-    def failing() -> Iterator[int]:
-        yield 1
-        raise TimeoutError("broker gone")
-
-    with pytest.raises(TimeoutError, match="broker gone"):
-        list(prefetch(failing()))

@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 from ..queues.config import ConfigError
 from .ddl import DDLError, parse_ddl
 
-__all__ = ["MESSAGE_COLUMNS", "Rules", "classify", "outcomes", "parse_schema"]
+__all__ = ["MESSAGE_COLUMNS", "Classification", "Rules", "parse_schema"]
 
 MESSAGE_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
 ID_COLUMN = "message_id"
@@ -71,36 +71,65 @@ def parse_schema(schema: Any, payload_column: str | None = None) -> StructType |
     return parsed
 
 
-def classify(raw: DataFrame, rules: Rules) -> DataFrame:
-    """``raw`` (the columns of :data:`sluice.spark.records.RAW_SCHEMA`) with ``message_id``
-    filled in, the parsed payload, and ``reason`` (null for a good record)."""
-    df = raw.withColumn(ID_COLUMN, _message_id())
-    text = F.col("value").cast("string")
-    size = F.length("value")
-    too_big = F.concat(
-        F.lit("value is "),
-        size.cast("string"),
-        F.lit(f" bytes, over the limit of {rules.max_value_bytes} (max_value_bytes)"),
-    )
-    reason = F.when(size > rules.max_value_bytes, too_big)
-    if rules.value_format == "json":
-        reason = (
-            F.when(F.col("value").isNull(), F.lit("tombstone: the record has no value"))
-            .when(size == 0, F.lit("empty value"))
-            .when(size > rules.max_value_bytes, too_big)
-            .when(F.try_validate_utf8(text).isNull(), F.lit("value is not valid UTF-8"))
+@dataclass(frozen=True)
+class Classification:
+    """The sorting of raw rows by :class:`Rules`, as Spark columns built once per ingest and
+    applied to every chunk: building the expressions takes far more round trips to the JVM
+    than applying them (about 0.15 s against 0.02 s a chunk)."""
+
+    parsed: tuple[Column, ...]  # the message columns, message_id and the parsed payload
+    result: tuple[Column, ...]  # payload fields, message columns, message_id and reason
+    good: tuple[str, ...]  # the dataset's columns (where reason is null)
+    bad: tuple[str, ...]  # the quarantine's (where it is not)
+
+    @classmethod
+    def of(cls, rules: Rules) -> Classification:
+        text = F.col("value").cast("string")
+        size = F.length("value")
+        too_big = F.concat(
+            F.lit("value is "),
+            size.cast("string"),
+            F.lit(f" bytes, over the limit of {rules.max_value_bytes} (max_value_bytes)"),
         )
-        if rules.schema is None:
-            reason = reason.when(F.try_parse_json(text).isNull(), F.lit("invalid JSON"))
-        else:
-            with_corrupt = StructType([*rules.schema.fields]).add(_CORRUPT, "string")
-            options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
-            df = df.withColumn(_PARSED, F.from_json(text, with_corrupt, options))
-            corrupt = F.col(f"{_PARSED}.{_CORRUPT}").isNotNull()
-            reason = reason.when(
-                corrupt & F.try_parse_json(text).isNull(), F.lit("invalid JSON")
-            ).when(corrupt, _mismatch(rules.schema, text))
-    return df.withColumn(REASON_COLUMN, reason)
+        parsed = [*map(F.col, MESSAGE_COLUMNS), _message_id().alias(ID_COLUMN)]
+        reason = F.when(size > rules.max_value_bytes, too_big)
+        if rules.value_format == "json":
+            reason = (
+                F.when(F.col("value").isNull(), F.lit("tombstone: the record has no value"))
+                .when(size == 0, F.lit("empty value"))
+                .when(size > rules.max_value_bytes, too_big)
+                .when(F.try_validate_utf8(text).isNull(), F.lit("value is not valid UTF-8"))
+            )
+            if rules.schema is None:
+                reason = reason.when(F.try_parse_json(text).isNull(), F.lit("invalid JSON"))
+            else:
+                with_corrupt = StructType([*rules.schema.fields]).add(_CORRUPT, "string")
+                options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+                parsed.append(F.from_json(text, with_corrupt, options).alias(_PARSED))
+                corrupt = F.col(f"{_PARSED}.{_CORRUPT}").isNotNull()
+                reason = reason.when(
+                    corrupt & F.try_parse_json(text).isNull(), F.lit("invalid JSON")
+                ).when(corrupt, _mismatch(rules.schema, text))
+        payload: list[Column] = []
+        if rules.payload_fields and rules.schema is not None:
+            names = rules.schema.fieldNames()
+            fields = [F.col(f"{_PARSED}.`{name}`") for name in names]
+            if rules.payload_column:
+                payload = [F.struct(*fields).alias(rules.payload_column)]
+            else:
+                payload = [c.alias(n) for c, n in zip(fields, names, strict=True)]
+        message = [*MESSAGE_COLUMNS, ID_COLUMN]
+        return cls(
+            parsed=tuple(parsed),
+            result=(*payload, *map(F.col, message), reason.alias(REASON_COLUMN)),
+            good=(*rules.payload_fields, *message),
+            bad=(*message, REASON_COLUMN),
+        )
+
+    def apply(self, raw: DataFrame) -> DataFrame:
+        """``raw`` (the columns of :data:`sluice.spark.records.RAW_SCHEMA`) as one frame with
+        what both outputs need: :attr:`good` and :attr:`bad` name their columns."""
+        return raw.select(*self.parsed).select(*self.result)
 
 
 def _message_id() -> Column:
@@ -124,19 +153,3 @@ def _mismatch(schema: StructType, text: Column) -> Column:
         F.lit("does not match the schema: "),
         F.when(detail == "", F.lit("not a JSON object")).otherwise(detail),
     )
-
-
-def outcomes(classified: DataFrame, rules: Rules) -> tuple[DataFrame, list[str], list[str]]:
-    """One frame with what both outputs need, and the columns of each: the dataset's rows
-    (payload fields first, then the message columns and message_id) where ``reason`` is
-    null, the quarantine's (the whole message, its id and the reason) where it is not."""
-    payload: list[Column] = []
-    if rules.payload_fields and rules.schema is not None:
-        fields = [F.col(f"{_PARSED}.`{name}`") for name in rules.schema.fieldNames()]
-        if rules.payload_column:
-            payload = [F.struct(*fields).alias(rules.payload_column)]
-        else:
-            payload = [c.alias(n) for c, n in zip(fields, rules.schema.fieldNames(), strict=True)]
-    frame = classified.select(*payload, *MESSAGE_COLUMNS, ID_COLUMN, REASON_COLUMN)
-    good = [*rules.payload_fields, *MESSAGE_COLUMNS, ID_COLUMN]
-    return frame, good, [*MESSAGE_COLUMNS, ID_COLUMN, REASON_COLUMN]

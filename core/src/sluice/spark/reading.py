@@ -1,7 +1,7 @@
 """The two ways an ingest reads a Kafka batch's ranges (``mode="driver"`` / ``"executors"``).
 
-* On the driver: the ranges are read in chunks of Arrow record batches on a thread of their
-  own, one chunk ahead, so that reading the next chunk overlaps with Spark writing this one.
+* On the driver: the ranges are read in chunks of Arrow record batches (the caller hands
+  each to Spark through local files, so only one chunk is in memory at a time).
 * On the executors: one Spark task per piece of at most ``chunk_size`` messages, each reading
   its piece with the same range reader (:func:`.kafka_source.read_ranges`); the result is a
   DataFrame of the raw records, read when the job that writes them runs (one job: no cache).
@@ -12,11 +12,9 @@ Both read exactly the offsets asked for and nothing else; what to do with the ro
 
 from __future__ import annotations
 
-import queue as queue_module
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import pyarrow as pa
 
@@ -27,50 +25,12 @@ __all__ = [
     "TASK_BATCH_ROWS",
     "chunks_on_driver",
     "executors_need_sluice",
-    "prefetch",
     "read_on_executors",
     "split_ranges",
 ]
 
 #: Rows per Arrow batch a Spark task hands back in executor mode.
 TASK_BATCH_ROWS = 10_000
-
-T = TypeVar("T")
-
-
-def prefetch(items: Iterator[T], depth: int = 1) -> Iterator[T]:
-    """``items``, produced on a thread of their own up to ``depth`` ahead."""
-    handoff: queue_module.Queue[tuple[str, Any]] = queue_module.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        handoff.put(("item", item), timeout=0.2)
-                        break
-                    except queue_module.Full:
-                        continue
-                if stop.is_set():
-                    return
-            handoff.put(("end", None))
-        except BaseException as exc:  # handed to the consuming thread, which raises it
-            handoff.put(("error", exc))
-
-    thread = threading.Thread(target=produce, name="sluice-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            kind, value = handoff.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
-    finally:
-        stop.set()
-        thread.join(timeout=10)
 
 
 def split_ranges(ranges: list[OffsetRange], size: int) -> list[OffsetRange]:
@@ -99,15 +59,11 @@ def _rounds(ranges: list[OffsetRange]) -> list[list[OffsetRange]]:
 def chunks_on_driver(
     kwargs: dict[str, Any], topic: str, todo: list[OffsetRange], chunk_size: int, stall_s: float
 ) -> Iterator[pa.RecordBatch]:
-    """The messages of ``todo`` as record batches of at most ``chunk_size`` rows, read one
-    chunk ahead of the caller."""
+    """The messages of ``todo`` as record batches of at most ``chunk_size`` rows."""
     from .kafka_source import read_ranges
 
-    def chunks() -> Iterator[pa.RecordBatch]:
-        for group in _rounds(todo):
-            yield from read_ranges(kwargs, topic, group, chunk_size, stall_s)
-
-    return prefetch(chunks())
+    for group in _rounds(todo):
+        yield from read_ranges(kwargs, topic, group, chunk_size, stall_s)
 
 
 def read_on_executors(
