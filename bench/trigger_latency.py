@@ -396,7 +396,8 @@ def in_process_idle(broker: BrokerProcess, kind: str, count: int, seconds: float
 
     async def run() -> CpuSample:
         threads0 = me.num_threads()
-        tasks = [asyncio.create_task(drain(make(i))) for i in range(count)]
+        triggers = [make(i) for i in range(count)]
+        tasks = [asyncio.create_task(drain(trigger)) for trigger in triggers]
         try:
             await asyncio.sleep(WARM_UP_SECONDS)
             for task in tasks:
@@ -412,6 +413,8 @@ def in_process_idle(broker: BrokerProcess, kind: str, count: int, seconds: float
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            # as the triggerer does: AwaitMessageTrigger closes its consumer only here
+            await asyncio.gather(*(t.cleanup() for t in triggers), return_exceptions=True)
 
     say(f"  {count} idle {kind}s in this process ...")
     sample = asyncio.run(run())
