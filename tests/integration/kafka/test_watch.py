@@ -13,7 +13,7 @@ import pytest
 from kafka import KafkaProducer
 
 from sluice.brokers import free_port
-from sluice.kafka.watch import kafka_watch
+from sluice.kafka.watch import kafka_watch, stop_watches
 from sluice.spark.kafka_source import commit_offsets
 from sluice.testing.plugin import Broker
 from sluice.testing.topics import create_kafka_topic
@@ -136,6 +136,28 @@ def test_without_from_beginning_a_new_group_starts_where_the_topic_ended(
         assert [(r.start, r.end) for r in watcher.backlog().ranges] == [(3, 5)]
     finally:
         watcher.close()
+
+
+def test_stopping_the_watches_ends_their_threads_and_a_sensors_watch_starts_again(
+    noida_broker: Broker, unique_name: str
+) -> None:
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
+    produce(noida_broker.bootstrap, unique_name, {0: 2})
+    watch = kafka_watch({"bootstrap_servers": [noida_broker.bootstrap]})
+    # a sensor's watcher is never closed: the watch keeps it for IDLE_WATCH_SECONDS
+    watcher = watch.watch(unique_name, "g", blocking=True)
+    assert watcher.backlog().message_count == 2
+    assert watch_threads() >= 1
+
+    stop_watches()
+    assert watch_threads() == 0
+    with pytest.raises(RuntimeError, match="is not watched"):
+        watcher.backlog()
+
+    again = watch.watch(unique_name, "g", blocking=True)
+    assert again.backlog().message_count == 2
+    assert watch_threads() == 1
+    stop_watches()
 
 
 def test_an_unreachable_broker_is_named_and_the_password_is_not(unique_name: str) -> None:

@@ -65,14 +65,25 @@ def _session_broker(start: Callable[[], BrokerProcess]) -> Iterator[BrokerProces
         broker.close()
 
 
+def _kafka_broker(start: Callable[[], BrokerProcess]) -> Iterator[BrokerProcess]:
+    from ..kafka.watch import stop_watches
+
+    broker = start()
+    try:
+        yield broker
+    finally:
+        stop_watches()  # a sensor's watch outlives its test, but not the broker it watches
+        broker.close()
+
+
 @pytest.fixture(scope="session")
 def noida_broker() -> Iterator[BrokerProcess]:
-    yield from _session_broker(start_noida)
+    yield from _kafka_broker(start_noida)
 
 
 @pytest.fixture(scope="session")
 def tansu_broker() -> Iterator[BrokerProcess]:
-    yield from _session_broker(start_tansu)
+    yield from _kafka_broker(start_tansu)
 
 
 def _kafka_params() -> list[str]:
@@ -126,7 +137,7 @@ def private_mosquitto() -> Iterator[BrokerProcess]:
 
 @pytest.fixture
 def private_noida() -> Iterator[BrokerProcess]:
-    yield from _session_broker(start_noida)
+    yield from _kafka_broker(start_noida)
 
 
 @pytest.fixture
