@@ -13,7 +13,7 @@ import pytest
 from kafka import KafkaProducer
 
 from sluice.brokers import free_port
-from sluice.kafka.watch import kafka_watch, stop_watches
+from sluice.kafka.watch import KafkaWatch, kafka_watch, stop_watches
 from sluice.spark.kafka_source import commit_offsets
 from sluice.testing.plugin import Broker
 from sluice.testing.topics import create_kafka_topic
@@ -30,6 +30,13 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
         producer.flush()
     finally:
         producer.close()
+
+
+def watch_new_topic(broker: Broker, topic: str, messages: int) -> KafkaWatch:
+    """The watch of ``broker``, after creating ``topic`` (one partition) holding ``messages``."""
+    create_kafka_topic(broker.bootstrap, topic, 1)
+    produce(broker.bootstrap, topic, {0: messages})
+    return kafka_watch({"bootstrap_servers": [broker.bootstrap]})
 
 
 def wait_until(condition: Callable[[], bool], what: str) -> None:
@@ -125,9 +132,7 @@ def test_a_new_message_wakes_the_waiter_and_only_then_are_committed_offsets_read
 def test_without_from_beginning_a_new_group_starts_where_the_topic_ended(
     noida_broker: Broker, unique_name: str
 ) -> None:
-    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
-    produce(noida_broker.bootstrap, unique_name, {0: 3})
-    watch = kafka_watch({"bootstrap_servers": [noida_broker.bootstrap]})
+    watch = watch_new_topic(noida_broker, unique_name, 3)
     watcher = watch.watch(unique_name, "new-group", from_beginning=False)
     try:
         assert watcher.backlog().message_count == 0
@@ -141,9 +146,7 @@ def test_without_from_beginning_a_new_group_starts_where_the_topic_ended(
 def test_stopping_the_watches_ends_their_threads_and_a_sensors_watch_starts_again(
     noida_broker: Broker, unique_name: str
 ) -> None:
-    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
-    produce(noida_broker.bootstrap, unique_name, {0: 2})
-    watch = kafka_watch({"bootstrap_servers": [noida_broker.bootstrap]})
+    watch = watch_new_topic(noida_broker, unique_name, 2)
     # a sensor's watcher is never closed: the watch keeps it for IDLE_WATCH_SECONDS
     watcher = watch.watch(unique_name, "g", blocking=True)
     assert watcher.backlog().message_count == 2

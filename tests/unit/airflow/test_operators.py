@@ -136,7 +136,7 @@ def test_submit_arguments_carry_no_credentials() -> None:
     assert "--accept-data-loss" not in default
 
 
-# ---- the sensor defers to the trigger, with the sensor's timeout -----------------------------
+# ---- the sensor returns the trigger's batch ---------------------------------------------------
 
 
 def test_a_deferrable_sensor_returns_the_triggers_batch() -> None:

@@ -231,8 +231,8 @@ class _Job:
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        classification = self.classification
-        frame, good, bad = classification.apply(raw), [*classification.good], [*classification.bad]
+        frame = self.classification.apply(raw)
+        good, bad = [*self.classification.good], [*self.classification.bad]
         schema = to_arrow_schema(frame.schema, timezone="UTC")
         targets = self.sink.targets(
             staging,

@@ -57,23 +57,22 @@ def external_broker(env: str, scheme: str, default_port: int) -> ExternalBroker 
     )
 
 
-def _session_broker(start: Callable[[], BrokerProcess]) -> Iterator[BrokerProcess]:
+def _session_broker(
+    start: Callable[[], BrokerProcess], before_close: Callable[[], None] = lambda: None
+) -> Iterator[BrokerProcess]:
     broker = start()
     try:
         yield broker
     finally:
+        before_close()
         broker.close()
 
 
 def _kafka_broker(start: Callable[[], BrokerProcess]) -> Iterator[BrokerProcess]:
     from ..kafka.watch import stop_watches
 
-    broker = start()
-    try:
-        yield broker
-    finally:
-        stop_watches()  # a sensor's watch outlives its test, but not the broker it watches
-        broker.close()
+    # a sensor's watch outlives its test, but not the broker it watches
+    yield from _session_broker(start, before_close=stop_watches)
 
 
 @pytest.fixture(scope="session")
