@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sluice.spark.writing import ATTEMPTS_DIR, WriteTargets, write_outcomes
+from sluice.spark.writing import ATTEMPTS_DIR, BATCH_BYTES, WriteTargets, write_outcomes
 
 
 def frame(spark: Any, rows: list[tuple[int, str | None]], partitions: int = 2) -> Any:
@@ -40,6 +40,36 @@ def test_good_and_bad_rows_land_in_their_directories_with_their_own_columns(
     assert {r["reason"] for r in bad} == {"bad record"}
     assert len(list((tmp_path / "data").glob("*.parquet"))) == 2  # one file per task
     assert not (tmp_path / "data" / ATTEMPTS_DIR).exists()
+
+
+def test_large_messages_reach_the_writers_in_smaller_batches_and_the_session_is_left_as_it_was(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Each Arrow batch a writing task gets becomes one row group of its file, so the row groups
+    show the batch size Spark used."""
+    rows_setting = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    bytes_setting = "spark.sql.execution.arrow.maxBytesPerBatch"
+    spark.conf.set(rows_setting, "5000")
+    spark.conf.unset(bytes_setting)
+    before = spark.conf.get(bytes_setting)
+    targets = WriteTargets(str(tmp_path / "data"), str(tmp_path / "quarantine"))
+    largest = BATCH_BYTES // 2 // 10  # ten such messages fill a batch
+    try:
+        counts = write_outcomes(
+            frame(spark, [(n, None) for n in range(100)], partitions=1),
+            ["n", "value"],
+            ["n", "reason"],
+            targets,
+            largest,
+        )
+        assert counts.good == 100
+        [written] = (tmp_path / "data").glob("*.parquet")
+        groups = pq.ParquetFile(written).metadata.num_row_groups
+        assert 10 <= groups <= 12, f"batches of about 9 rows expected, got {groups} row groups"
+        assert spark.conf.get(rows_setting) == "5000"
+        assert spark.conf.get(bytes_setting) == before
+    finally:
+        spark.conf.unset(rows_setting)
 
 
 def test_a_chunk_without_bad_rows_writes_no_quarantine_file(spark: Any, tmp_path: Path) -> None:

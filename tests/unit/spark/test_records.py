@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime
 from types import SimpleNamespace
 
-from sluice.spark.records import RAW_SCHEMA, RecordColumns
+from sluice.spark.records import RAW_SCHEMA, RecordColumns, largest_message_bytes
+from sluice.spark.writing import BATCH_BYTES, BATCH_ROWS, batch_rows
 
 
 def record(
@@ -51,3 +52,23 @@ def test_messages_without_coordinates_keep_their_own_id() -> None:
         "id-1",
         None,
     )
+
+
+def test_the_largest_message_bound_covers_key_value_and_headers() -> None:
+    columns = RecordColumns()
+    columns.append(b"key", b"x" * 1000, "t", None, [("trace", b"y" * 50), ("id", b"z")], None)
+    columns.append(None, b"small", "t", None, None, None)
+    columns.append(b"k", None, "t", None, None, None)  # a tombstone
+
+    largest = largest_message_bytes(columns.to_batch())
+
+    assert 3 + 1000 + 5 + 50 + 2 + 1 <= largest <= 3 + 1000 + 2 * (5 + 50)
+
+
+def test_batches_for_the_writing_tasks_stay_under_the_byte_limit() -> None:
+    assert batch_rows(None) == BATCH_ROWS
+    assert batch_rows(200) == BATCH_ROWS
+    big = batch_rows(1_000_000)
+    assert 1 < big < BATCH_ROWS
+    assert big * 2 * 1_000_000 <= BATCH_BYTES
+    assert batch_rows(BATCH_BYTES) == 1

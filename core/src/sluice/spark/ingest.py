@@ -40,7 +40,7 @@ from ..queues.uri import config_from_uri, queue_from_config
 from ..secrets import redact_uri
 from .classify import Classification, Rules, parse_schema
 from .failpoints import failpoint
-from .records import RAW_SCHEMA_DDL
+from .records import RAW_SCHEMA_DDL, largest_message_bytes
 from .remaining import DataLossError, commit_targets, remaining
 from .result import IngestResult
 from .sinks import BatchRecord, Sink, Staging, StreamKey, open_sink
@@ -225,9 +225,9 @@ class _Job:
     def classification(self) -> Classification:
         return Classification.of(self.rules)
 
-    def _write(self, raw: Any, staging: Staging) -> WriteCounts:
+    def _write(self, raw: Any, staging: Staging, largest: int | None = None) -> WriteCounts:
         """Sort ``raw`` into good and bad rows and add both to ``staging``, in one Spark job
-        (:mod:`.writing`)."""
+        (:mod:`.writing`); ``largest``: the bytes of its largest message, if known."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -242,7 +242,7 @@ class _Job:
         for name, value in targets.constants:
             frame = frame.withColumn(name, F.lit(value))
             good, bad = [*good, name], [*bad, name]
-        return write_outcomes(frame, good, bad, targets)
+        return write_outcomes(frame, good, bad, targets, largest)
 
     def _hand_over(self, batch: pa.RecordBatch, staging: Staging, number: int) -> list[Path]:
         """Local Parquet files of a batch read on the driver, one per core of at least
@@ -261,10 +261,11 @@ class _Job:
             files.append(raw_file)
         return files
 
-    def _write_files(self, files: list[Path], staging: Staging) -> None:
-        """Sort the raw rows of ``files`` into ``staging`` (one Spark job), then delete them."""
+    def _write_files(self, files: list[Path], staging: Staging, largest: int) -> None:
+        """Sort the raw rows of ``files`` into ``staging`` (one Spark job), then delete them;
+        ``largest``: the bytes of their largest message."""
         raw = self.spark.read.schema(RAW_SCHEMA_DDL).parquet(*map(str, files))
-        self._write(raw, staging)
+        self._write(raw, staging, largest)
         for raw_file in files:
             raw_file.unlink()
 
@@ -343,16 +344,17 @@ class _Job:
             kwargs, self.spec.topic, todo, self.chunk_size, self._stall_timeout_s()
         )
         files: list[Path] = []
-        total_bytes = done = 0
+        total_bytes = done = largest = 0
         for number, batch in enumerate(chunks):
             if number == 0:
                 failpoint("read.after_first_chunk")
             total_bytes += _value_bytes(batch)
+            largest = max(largest, largest_message_bytes(batch))
             files += self._hand_over(batch, staging, number)
             done += batch.num_rows
             self.report(IngestEvent("reading", done, total))
         if files:  # none when the ranges hold only offsets without a message
-            self._write_files(files, staging)
+            self._write_files(files, staging, largest)
         return total_bytes
 
     def _read_on_executors(
@@ -408,7 +410,8 @@ class _Job:
                 result.bytes = _value_bytes(batch)
                 staging = self.sink.stage(spec.batch_id)
                 try:
-                    self._write_files(self._hand_over(batch, staging, 0), staging)
+                    files = self._hand_over(batch, staging, 0)
+                    self._write_files(files, staging, largest_message_bytes(batch))
                     failpoint("stage.after_write")
                     result.written, result.quarantined = self.sink.staged_counts(staging)
                     quarantined = self.sink.staged_quarantine_reasons(staging)

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from ..batch import OffsetRange
 from .records import RAW_SCHEMA_DDL
+from .writing import BATCH_ROWS
 
 __all__ = [
     "TASK_BATCH_ROWS",
@@ -29,8 +30,9 @@ __all__ = [
     "split_ranges",
 ]
 
-#: Rows per Arrow batch a Spark task hands back in executor mode.
-TASK_BATCH_ROWS = 10_000
+#: Rows per Arrow batch a Spark task hands back in executor mode: as many as the writing
+#: tasks get at once.
+TASK_BATCH_ROWS = BATCH_ROWS
 
 
 def split_ranges(ranges: list[OffsetRange], size: int) -> list[OffsetRange]:

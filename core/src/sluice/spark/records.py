@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from ..kafka.records import header_message_id
 
-__all__ = ["RAW_SCHEMA", "RAW_SCHEMA_DDL", "RecordColumns"]
+__all__ = ["RAW_SCHEMA", "RAW_SCHEMA_DDL", "RecordColumns", "largest_message_bytes"]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")  # Spark takes microseconds only
 #: confluent-kafka's timestamp type of a message without one (confluent_kafka is optional).
@@ -48,6 +48,19 @@ RAW_SCHEMA_DDL = (
 )
 
 Headers = Sequence[tuple[str, bytes | None]]
+
+
+def largest_message_bytes(batch: pa.RecordBatch) -> int:
+    """At least the bytes of the largest message of ``batch`` (key, value and headers)."""
+
+    def longest(array: pa.Array) -> int:
+        return int(pc.max(pc.binary_length(array)).as_py() or 0)
+
+    headers = batch.column("headers")
+    pairs = pc.list_flatten(headers)
+    most_headers = int(pc.max(pc.list_value_length(headers)).as_py() or 0)
+    header_bytes = most_headers * (longest(pairs.field("key")) + longest(pairs.field("value")))
+    return longest(batch.column("key")) + longest(batch.column("value")) + header_bytes
 
 
 class RecordColumns:

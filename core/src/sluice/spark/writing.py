@@ -12,21 +12,52 @@ its files. Only the driver moves them into place, and only those that successful
 attempts returned: a failed or speculative attempt's files are deleted with ``_attempts``,
 so a retried task never writes its rows twice (this is what Spark's own commit protocol
 does for its writer).
+
+Spark hands the rows over in Arrow batches of at most :func:`batch_rows` rows, sized from the
+largest message, with Spark's own byte limit off: to keep that limit Spark measures the batch
+after every row, which took about a sixth of the writing tasks' time (the list-of-struct
+``headers`` column is slow to measure).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["ATTEMPTS_DIR", "WriteCounts", "WriteTargets", "write_outcomes"]
+__all__ = [
+    "ATTEMPTS_DIR",
+    "BATCH_BYTES",
+    "BATCH_ROWS",
+    "WriteCounts",
+    "WriteTargets",
+    "batch_rows",
+    "write_outcomes",
+]
 
 ATTEMPTS_DIR = "_attempts"
+#: Rows of an Arrow batch handed to a writing task at most: Spark's default, and as many as
+#: an executor-mode reading task hands over at once (:data:`.reading.TASK_BATCH_ROWS`).
+BATCH_ROWS = 10_000
+#: Bytes of such a batch at most when the largest message is known (Spark's default limit).
+BATCH_BYTES = 64 << 20
 _RESULT_DDL = "output STRING, file STRING, rows BIGINT, value_bytes BIGINT"
+_ARROW_ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
+_ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+_NO_BYTE_LIMIT = str(2**31 - 1)  # the value that turns Spark's measuring off
+
+
+def batch_rows(largest_message: int | None) -> int:
+    """Rows per Arrow batch for messages of at most ``largest_message`` bytes (key, value and
+    headers; None: unknown), keeping a batch under :data:`BATCH_BYTES`. A good row holds the
+    message and the fields parsed from its value, which are no larger than the value."""
+    if largest_message is None:
+        return BATCH_ROWS
+    return max(1, min(BATCH_ROWS, BATCH_BYTES // (2 * largest_message + 1024)))
 
 
 @dataclass(frozen=True)
@@ -47,17 +78,23 @@ class WriteCounts:
 
 
 def write_outcomes(
-    frame: Any, good_columns: list[str], bad_columns: list[str], targets: WriteTargets
+    frame: Any,
+    good_columns: list[str],
+    bad_columns: list[str],
+    targets: WriteTargets,
+    largest_message: int | None = None,
 ) -> WriteCounts:
     """Write the rows of ``frame`` whose ``reason`` is null (``good_columns`` of them) to
-    ``targets.data`` and the others (``bad_columns``) to ``targets.quarantine``, in one job."""
+    ``targets.data`` and the others (``bad_columns``) to ``targets.quarantine``, in one job.
+    ``largest_message``: the bytes of the largest message, if known (:func:`batch_rows`)."""
     from pyarrow import fs
 
     dirs = {"good": targets.data.rstrip("/"), "bad": targets.quarantine.rstrip("/")}
     attempts = {kind: f"{path}/{ATTEMPTS_DIR}" for kind, path in dirs.items()}
     task = _task_writer(good_columns, bad_columns, attempts)
     try:
-        written = frame.mapInArrow(task, _RESULT_DDL).collect()
+        with _arrow_batches(frame.sparkSession, batch_rows(largest_message)):
+            written = frame.mapInArrow(task, _RESULT_DDL).collect()
         counts = {"good": 0, "bad": 0}
         value_bytes = 0
         for row in written:
@@ -74,6 +111,23 @@ def write_outcomes(
             with contextlib.suppress(OSError):  # FileNotFoundError included: nothing written
                 filesystem.delete_dir(local)
     return WriteCounts(counts["good"], counts["bad"], value_bytes)
+
+
+@contextmanager
+def _arrow_batches(spark: Any, rows: int) -> Iterator[None]:
+    """Arrow batches of ``rows`` rows and no byte limit in ``spark`` while the block runs."""
+    settings = {_ARROW_ROWS: str(rows), _ARROW_BYTES: _NO_BYTE_LIMIT}
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _task_writer(
