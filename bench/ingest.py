@@ -1,6 +1,6 @@
 """Ingestion throughput, all sides measured in one run on one broker (noida-db, started here).
 
-    uv run python bench/ingest.py [--messages 200000] [--repeats 3] [--big 1000000]
+    uv run python bench/ingest.py [--messages 200000] [--repeats 5] [--big 1000000]
 
 On 200,000 JSON messages of about 200 bytes over 3 partitions, 1% of them malformed, it
 times:
@@ -284,7 +284,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--big", type=int, default=1_000_000, help="0 skips the RSS run")
     parser.add_argument(
-        "--repeats", type=int, default=3, help="rounds over every side; the median counts"
+        "--repeats", type=int, default=5, help="rounds over every side; the median counts"
     )
     parser.add_argument(
         "--child-rss", nargs=3, metavar=("BOOTSTRAP", "TOPIC", "COUNT"), help=argparse.SUPPRESS
