@@ -13,10 +13,12 @@ attempts returned: a failed or speculative attempt's files are deleted with ``_a
 so a retried task never writes its rows twice (this is what Spark's own commit protocol
 does for its writer).
 
-Spark hands the rows over in Arrow batches of at most :func:`batch_rows` rows, sized from the
-largest message, with Spark's own byte limit off: to keep that limit Spark measures the batch
-after every row, which took about a sixth of the writing tasks' time (the list-of-struct
-``headers`` column is slow to measure).
+Spark hands the rows over in Arrow batches of :func:`batch_rows` rows, with Spark's own byte
+limit off: to keep that limit Spark measures the batch after every row, which took about a
+sixth of the writing tasks' time (the list-of-struct ``headers`` column is slow to measure).
+When the largest message is known (driver mode) the row count keeps a batch under
+:data:`BATCH_BYTES`; otherwise (executor mode) a batch has as many rows as the reading tasks'
+own batches, which they held in memory already.
 """
 
 from __future__ import annotations
