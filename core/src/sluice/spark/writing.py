@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,7 +114,7 @@ def write_outcomes(
     return WriteCounts(counts["good"], counts["bad"], value_bytes)
 
 
-@contextmanager
+@contextlib.contextmanager
 def _arrow_batches(spark: Any, rows: int) -> Iterator[None]:
     """Arrow batches of ``rows`` rows and no byte limit in ``spark`` while the block runs."""
     settings = {_ARROW_ROWS: str(rows), _ARROW_BYTES: _NO_BYTE_LIMIT}
