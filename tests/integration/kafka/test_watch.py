@@ -11,8 +11,10 @@ from collections.abc import Callable
 
 import pytest
 from kafka import KafkaProducer
+from kafka.errors import NodeNotReadyError
 
 from sluice.brokers import free_port
+from sluice.kafka import watch as watch_module
 from sluice.kafka.watch import KafkaWatch, kafka_watch, stop_watches
 from sluice.spark.kafka_source import commit_offsets
 from sluice.testing.plugin import Broker
@@ -76,6 +78,7 @@ def test_the_backlog_runs_from_the_committed_offsets_to_the_ends(
 def test_one_watch_and_one_thread_serve_every_watcher_of_a_cluster(
     noida_broker: Broker, unique_name: str
 ) -> None:
+    stop_watches()  # other tests' sensors keep their watches for IDLE_WATCH_SECONDS
     kwargs = {"bootstrap_servers": [noida_broker.bootstrap]}
     topics = [f"{unique_name}-{i}" for i in range(30)]
     for i, topic in enumerate(topics):
@@ -183,3 +186,36 @@ def test_an_unreachable_broker_is_named_and_the_password_is_not(unique_name: str
     text = str(failure.value)
     assert address in text and "Check that the broker is up" in text
     assert password not in text
+
+
+def test_an_admin_client_still_backing_off_after_an_outage_is_replaced(
+    noida_broker: Broker, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an outage kafka-python's admin client refuses requests (NodeNotReadyError) until
+    its reconnect backoff has passed, though the broker is back; the watch then asks a new
+    client. The refusal is made by hand: a real outage leaves a backoff of no set length."""
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
+    produce(noida_broker.bootstrap, unique_name, {0: 3})
+    refused: list[str] = []
+    connect = watch_module._Clients.connect.__func__  # type: ignore[attr-defined]
+
+    def backing_off(by_group: object) -> None:
+        refused.append("admin")
+        raise NodeNotReadyError(1)
+
+    def connect_backing_off(cls: type, kwargs: dict[str, object]) -> object:
+        clients = connect(cls, kwargs)
+        clients.admin.list_group_offsets = backing_off
+        return clients
+
+    monkeypatch.setattr(watch_module._Clients, "connect", classmethod(connect_backing_off))
+    # settings of its own: a new watch, whose thread connects its clients now
+    watch = kafka_watch({"bootstrap_servers": [noida_broker.bootstrap], "client_id": unique_name})
+    watcher = watch.watch(unique_name, "g")
+    try:
+        assert watcher.backlog(fresh=True).message_count == 3
+        assert refused == ["admin"], "the first admin client was asked once, then replaced"
+        commit_offsets({"bootstrap_servers": [noida_broker.bootstrap]}, unique_name, "g", {0: 1})
+        assert watcher.backlog(fresh=True).message_count == 2, "the watch lives on"
+    finally:
+        watcher.close()

@@ -24,6 +24,7 @@ Nothing is committed and no consumer group is joined.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -34,7 +35,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
-from kafka.errors import UnsupportedVersionError
+from kafka.errors import KafkaError, UnsupportedVersionError
 
 from ..batch import BatchSpec, OffsetRange
 from ..secrets import redact_exception
@@ -75,6 +76,7 @@ class _Clients:
     lister: KafkaConsumer
     fetcher: KafkaConsumer
     admin: KafkaAdminClient
+    kwargs: Mapping[str, Any]
 
     @classmethod
     def connect(cls, kwargs: Mapping[str, Any]) -> _Clients:
@@ -82,7 +84,26 @@ class _Clients:
             return KafkaConsumer(**kwargs, group_id=None, enable_auto_commit=False, **extra)
 
         # the exact refresh wants its fetches answered at once
-        return cls(consumer(), consumer(fetch_max_wait_ms=10), KafkaAdminClient(**kwargs))
+        return cls(consumer(), consumer(fetch_max_wait_ms=10), KafkaAdminClient(**kwargs), kwargs)
+
+    def group_offsets(
+        self, by_group: dict[str, list[TopicPartition]]
+    ) -> dict[str, dict[TopicPartition, Any]]:
+        """:func:`_group_offsets`, once more with a new admin client when the first answer is
+        an error worth retrying: after an outage kafka-python's client refuses requests
+        (NodeNotReadyError) until its reconnect backoff has passed, which grows up to
+        ``options.retry_timeout``, even once the broker is back."""
+        try:
+            return _group_offsets(self.admin, by_group)
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+        log.debug("Reading committed offsets failed; trying again with a new admin client")
+        fresh = KafkaAdminClient(**self.kwargs)  # raises while the broker is down
+        with contextlib.suppress(Exception):  # closing a client of a broker that went away
+            self.admin.close()
+        self.admin = fresh
+        return _group_offsets(self.admin, by_group)
 
     def close(self) -> None:
         for client in (self.lister, self.fetcher, self.admin):
@@ -355,7 +376,11 @@ class KafkaWatch:
                     moved.append(topic)
             keys = [key for key in self._groups if key[0] in moved]
         if keys:
-            self._read_committed(clients, keys)
+            try:
+                self._read_committed(clients, keys)
+            except Exception as exc:  # the groups stay stale: their next question reads again
+                self._failed(exc)
+                return
         with self._lock:
             for topic in moved:
                 _notify(topics[topic])
@@ -398,7 +423,7 @@ class KafkaWatch:
         for (topic, group_id), (partitions, _) in wanted.items():
             by_group.setdefault(group_id, []).extend(TopicPartition(topic, p) for p in partitions)
         self.stats["committed_reads"] += 1
-        answers = _group_offsets(clients.admin, by_group)
+        answers = clients.group_offsets(by_group)
         committed_of: dict[_GroupKey, dict[int, int | None]] = {}
         for (topic, group_id), (partitions, _) in wanted.items():
             offsets = answers.get(group_id, {})
