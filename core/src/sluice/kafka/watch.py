@@ -24,7 +24,6 @@ Nothing is committed and no consumer group is joined.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -100,17 +99,20 @@ class _Clients:
                 raise
         log.debug("Reading committed offsets failed; trying again with a new admin client")
         fresh = KafkaAdminClient(**self.kwargs)  # raises while the broker is down
-        with contextlib.suppress(Exception):  # closing a client of a broker that went away
-            self.admin.close()
+        _close(self.admin)
         self.admin = fresh
         return _group_offsets(self.admin, by_group)
 
     def close(self) -> None:
         for client in (self.lister, self.fetcher, self.admin):
-            try:
-                client.close()
-            except Exception:  # closing a client of a broker that is gone
-                log.debug("Closing the watch's client failed", exc_info=True)
+            _close(client)
+
+
+def _close(client: KafkaConsumer | KafkaAdminClient) -> None:
+    try:
+        client.close()
+    except Exception:  # closing a client of a broker that is gone
+        log.debug("Closing the watch's client failed", exc_info=True)
 
 
 @dataclass
