@@ -158,3 +158,26 @@ def test_open_fails_fast_and_clearly_when_nothing_listens(caplog: pytest.LogCapt
     assert "s3cr3t-pw" not in repr(conn)
     # Two attempts of connect_timeout (300 ms) with retry_timeout (100 ms) between them.
     assert 0.6 <= elapsed < 0.7 + 1.5, f"two 300 ms attempts took {elapsed:.2f} s"
+
+
+class Breaking:
+    """A listener that fails on the first message it is given."""
+
+    def on_message(self, topic: str, partition: int, message: Any) -> None:
+        raise ValueError(f"listener broke on offset {message.offset}")
+
+
+def test_a_consumer_thread_that_stopped_on_an_error_says_which(
+    connection: KafkaConnection, unique_name: str
+) -> None:
+    connection.create_queue(unique_name)
+    connection.publish(unique_name, [{"value": "v"}], {})
+    listener = Breaking()
+    connection.subscribe(unique_name, f"{unique_name}-g", {"from_beginning": True}, listener)
+    [subscription] = connection.subscriptions(unique_name, f"{unique_name}-g", listener)
+    try:
+        wait_until(lambda: not subscription.is_alive(), timeout=30, message="the thread stops")
+        with pytest.raises(RuntimeError, match=r"stopped on ValueError\('listener broke on offset"):
+            subscription.call(lambda consumer: None)
+    finally:
+        connection.unsubscribe(unique_name, f"{unique_name}-g", listener)

@@ -19,6 +19,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
 
+from ..secrets import redact_exception
+
 log = logging.getLogger("sluice.kafka")
 
 T = TypeVar("T")
@@ -91,6 +93,7 @@ class Subscription(threading.Thread):
         self._stopping = threading.Event()
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
+        self._failure: str | None = None  # why the thread ended, when it ended on an error
         self.consumer: KafkaConsumer | None = None
         #: Partitions assigned to this consumer now (replaced, never mutated, by its thread).
         self.assigned: frozenset[int] = frozenset()
@@ -107,7 +110,8 @@ class Subscription(threading.Thread):
     def submit(self, work: Callable[[KafkaConsumer], T]) -> Future[T]:
         """Queue ``work(consumer)`` for the consumer's thread; work runs in submission order."""
         if not self.is_alive():
-            raise RuntimeError(f"{self.name} is not running")
+            why = f": it stopped on {self._failure}" if self._failure else ""
+            raise RuntimeError(f"{self.name} is not running{why}")
         future: Future[T] = Future()
         self._work.put((work, future))
         return future
@@ -144,6 +148,9 @@ class Subscription(threading.Thread):
                 self._run_work(consumer)
                 self._poll_once(consumer)
             self._run_work(consumer)  # pending commits before closing
+        except Exception as exc:  # told to the log and to the next caller of submit()
+            self._failure = repr(redact_exception(exc))
+            log.error("%s stopped on %s", self.name, self._failure)
         finally:
             self._fail_pending_work()
             consumer.close(autocommit=False)
