@@ -69,6 +69,6 @@ def test_batches_for_the_writing_tasks_stay_under_the_byte_limit() -> None:
     assert batch_rows(None) == BATCH_ROWS
     assert batch_rows(200) == BATCH_ROWS
     big = batch_rows(1_000_000)
-    assert 1 < big < BATCH_ROWS
-    assert big * 2 * 1_000_000 <= BATCH_BYTES
+    assert big * 2 * 1_000_000 <= BATCH_BYTES, "a batch of them stays under the limit"
+    assert (big + 1) * (2 * 1_000_000 + 1024) > BATCH_BYTES, "and holds as many as fit"
     assert batch_rows(BATCH_BYTES) == 1
