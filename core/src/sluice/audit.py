@@ -162,7 +162,8 @@ def _audit_kafka(
     spec = BatchSpec("kafka", stream.topic, group_id=stream.group)
     kwargs = reader_kwargs(source_config(spec, source))
     partitions = sorted({r.partition for record in records for r in record.ranges})
-    committed, bounds = partition_positions(kwargs, stream.topic, str(stream.group), partitions)
+    positions = partition_positions(kwargs, stream.topic, str(stream.group), partitions)
+    committed, bounds = positions.committed, positions.bounds
     rows = {record.batch_id: _offsets_by_partition(sink, record.batch_id) for record in records}
     for p in partitions:
         epoch = [r for r in records if p in r.reset_partitions]

@@ -149,6 +149,7 @@ class BatchCursor:
             and self.last.kind == "kafka"
             and last_run in (RunState.FAILED, RunState.MISSING)
             and self.outstanding(waiting)
+            and _within(self.last, waiting)
         ):
             spec, retry = self.last, True
         elif self.last is not None and self.last.kind == "mqtt" and last_run is RunState.MISSING:
@@ -207,6 +208,16 @@ def run_state_from_offsets(
     if cursor.emitted_at is not None and now - cursor.emitted_at < rerun_after:
         return RunState.ACTIVE
     return RunState.FAILED
+
+
+def _within(batch: BatchSpec, waiting: BatchSpec | None) -> bool:
+    """Whether every range of ``batch`` ends within its partition's current end (the ends of
+    ``waiting``, a plan up to them). A batch past them was planned on a topic that has since
+    been recreated shorter: emitting it again would fail again, so a new one is planned."""
+    if waiting is None:
+        return False
+    ends = {r.partition: r.end for r in waiting.ranges}
+    return all(r.end <= ends.get(r.partition, r.start) for r in batch.ranges if r.count)
 
 
 def _optional_float(value: Any) -> float | None:

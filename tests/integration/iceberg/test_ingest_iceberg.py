@@ -59,7 +59,7 @@ def test_kafka_batches_in_both_reading_modes_land_in_the_table_named_by_their_sn
     assert sorted(r.offset for r in read_back.select("offset").collect()) == sorted(
         r["offset"] for r in rows
     )
-    # each batch is one snapshot naming it; the last one holds the stream's state
+    # each batch is one snapshot naming it; the table's properties hold the stream's state
     summaries = sluice_summaries(lake)
     assert [s["sluice.batch-id"] for s in summaries] == [first.batch_id, second.batch_id]
     assert all(s["sluice.topic"] == topic.name for s in summaries)
@@ -67,7 +67,8 @@ def test_kafka_batches_in_both_reading_modes_land_in_the_table_named_by_their_sn
     assert summaries[1]["sluice.ranges"] == ",".join(
         f"{r.partition}:{r.start}-{r.end}" for r in second_spec.ranges
     )
-    (state,) = [v for k, v in summaries[1].items() if k.startswith("sluice.stream.")]
+    properties = lake.table().properties
+    (state,) = [v for k, v in properties.items() if k.startswith("sluice.stream.")]
     assert sum(e - s for i in json.loads(state)["written"].values() for s, e in i) == 62
     lines = iceberg.IcebergSink(sink).snapshot_lines()
     assert len(lines) == 2 and first.batch_id in lines[0] and lines[1].endswith("30 rows")
@@ -120,8 +121,9 @@ def test_mqtt_batches_land_once_with_their_ids_digested_and_a_large_state_in_a_f
         last["sluice.message-digest"]
         == hashlib.sha256("\n".join(sorted(sent)).encode()).hexdigest()
     )
-    assert not any(k.startswith("sluice.stream.") for k in last)
-    (state_file,) = [v for k, v in last.items() if k.startswith("sluice.stream-file.")]
+    properties = sqlite_lake.table().properties
+    assert not any(k.startswith("sluice.stream.") for k in properties)
+    (state_file,) = [v for k, v in properties.items() if k.startswith("sluice.stream-file.")]
     assert set(sent) <= set(
         json.loads(Path(state_file.removeprefix("file://")).read_text())["recent_ids"]
     )
@@ -182,12 +184,12 @@ def test_two_ingests_into_one_table_at_once_both_land_after_a_commit_conflict(
     attempts: list[str] = []
     original = iceberg.IcebergSink._commit_batch
 
-    def commit_together(self: Any, record: Any, files: list[str]) -> None:
+    def commit_together(self: Any, record: Any, files: list[str], quarantine: list[str]) -> Any:
         attempts.append(record.batch_id)
         if attempts.count(record.batch_id) == 1:
             self._load(self.target.table)  # both read the same table version...
             barrier.wait()  # ...then commit at once
-        original(self, record, files)
+        return original(self, record, files, quarantine)
 
     monkeypatch.setattr(iceberg.IcebergSink, "_commit_batch", commit_together)
     results: dict[str, Any] = {}
@@ -216,8 +218,7 @@ def test_two_ingests_into_one_table_at_once_both_land_after_a_commit_conflict(
     assert len(attempts) >= 3, f"one commit should have been retried: {attempts}"
     temperatures = sorted(r["temperature"] for r in table_rows(postgres_lake))
     assert temperatures == sorted([i / 10 for i in range(20)] + [(100 + i) / 10 for i in range(20)])
-    summaries = sluice_summaries(postgres_lake)
-    last_states = [k for k in summaries[-1] if k.startswith("sluice.stream")]
-    assert len(last_states) == 2, "the last snapshot carries both streams' states"
+    states = [k for k in postgres_lake.table().properties if k.startswith("sluice.stream")]
+    assert len(states) == 2, "the table's properties hold both streams' states"
     for opened in topics:
         assert audit(sink, opened.source).ok

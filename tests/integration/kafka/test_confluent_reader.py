@@ -12,8 +12,9 @@ import pytest
 from kafka import KafkaProducer
 
 from sluice.batch import OffsetRange
+from sluice.errors import DataLossError
 from sluice.kafka.confluent_ranges import read_range_messages
-from sluice.kafka.ranges import read_range_records
+from sluice.kafka.ranges import LostRange, read_range_records
 from sluice.queues.uri import queue_from_config
 from sluice.spark.kafka_source import READERS, ReaderKwargs, read_ranges, reader_kwargs
 from sluice.testing import BrokerProcess
@@ -41,11 +42,15 @@ def kwargs_for(bootstrap: str, **config: Any) -> ReaderKwargs:
 
 
 def read_offsets(
-    read: RangeReader, bootstrap: str, topic: str, ranges: list[OffsetRange]
+    read: RangeReader,
+    bootstrap: str,
+    topic: str,
+    ranges: list[OffsetRange],
+    lost: LostRange | None = None,
 ) -> dict[int, list[int]]:
     kwargs = kwargs_for(bootstrap)
     read_back: dict[int, list[int]] = {}
-    for partition, records in read(kwargs, topic, ranges, 10):
+    for partition, records in read(kwargs, topic, ranges, 10, lost):
         read_back.setdefault(partition, []).extend(offsets_of(r) for r in records)
     return {partition: offsets for partition, offsets in read_back.items() if offsets}
 
@@ -145,13 +150,13 @@ def test_a_stalled_read_raises_the_same_message_as_kafka_python(
     )
 
 
-def test_a_start_deleted_by_retention_reads_what_is_left_on_both_readers(
+def test_a_start_deleted_by_retention_is_a_data_loss_on_both_readers_never_a_reset(
     noida_broker: Broker, unique_name: str
 ) -> None:
     """noida-db deletes a segment whose records are older than its retention within a second
-    or two (checked here): both readers then start at the log start, as kafka-python's
-    ``auto_offset_reset='earliest'`` does, and a range that retention took entirely reads
-    nothing rather than stalling."""
+    or two (checked here). Neither reader resets past an offset it was asked for (I3): a range
+    whose start is gone raises DataLossError naming the offsets, unless the caller accepts the
+    loss; then the reader reports the range gone and reads what is left, without stalling."""
     from kafka import KafkaConsumer, TopicPartition
 
     create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
@@ -175,13 +180,20 @@ def test_a_start_deleted_by_retention_reads_what_is_left_on_both_readers(
         producer.close()
         probe.close()
 
+    bootstrap = noida_broker.bootstrap
     for read in (read_range_records, read_range_messages):
-        started = time.monotonic()
-        assert read_offsets(read, noida_broker.bootstrap, unique_name, [OffsetRange(0, 2, 8)]) == {}
-        assert read_offsets(read, noida_broker.bootstrap, unique_name, [OffsetRange(0, 3, 13)]) == {
-            0: [10, 11, 12]
-        }
-        assert time.monotonic() - started < 5, "no stall"
+        for wanted, gone in (((2, 8), "2-7"), ((3, 13), "3-9")):
+            with pytest.raises(DataLossError, match=rf"offsets {gone} of partition 0 .* retention"):
+                read_offsets(read, bootstrap, unique_name, [OffsetRange(0, *wanted)])
+        reported: list[OffsetRange] = []  # a stall would raise TimeoutError
+        assert (
+            read_offsets(read, bootstrap, unique_name, [OffsetRange(0, 2, 8)], reported.append)
+            == {}
+        )
+        assert read_offsets(
+            read, bootstrap, unique_name, [OffsetRange(0, 3, 13)], reported.append
+        ) == {0: [10, 11, 12]}
+        assert reported == [OffsetRange(0, 2, 8), OffsetRange(0, 3, 10)]
 
 
 def test_an_ingest_reader_pickles_with_its_choice(kafka_broker: Broker, filled_topic: str) -> None:

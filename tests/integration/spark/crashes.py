@@ -3,50 +3,21 @@ a failpoint or at a moment, and the checks that follow (``sluice audit`` is the 
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any
 
 from sluice.audit import AuditReport, audit
 from sluice.batch import OffsetRange
 from sluice.kafka.ranges import read_range_records
 from sluice.spark.kafka_source import DEFAULT_READER
-from sluice.testing.crash import gateway_environment
+from sluice.testing.crash import run_child
 
-CHILD = Path(__file__).with_name("crash_child.py")
-
-
-def run_child(
-    spark: Any, arguments: dict[str, Any], failpoint: str = "", kill_after: float | None = None
-) -> tuple[int, str]:
-    """Run an ingest with ``arguments`` in a child; return its exit code and stderr. It dies by
-    SIGKILL at ``failpoint``, or ``kill_after`` seconds after it started."""
-    env = {**os.environ, **gateway_environment(spark), "SLUICE_FAILPOINTS": failpoint}
-    child = subprocess.Popen(
-        [sys.executable, str(CHILD), json.dumps(arguments, default=str)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        if kill_after is not None:
-            deadline = time.monotonic() + kill_after
-            while child.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-            if child.poll() is None:
-                os.kill(child.pid, signal.SIGKILL)
-        _, stderr = child.communicate(timeout=180)
-    finally:
-        if child.poll() is None:
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait(30)
-    return child.returncode, stderr
+__all__ = [
+    "assert_exactly_once",
+    "dead_letter_origins",
+    "kafka_audit",
+    "run_child",
+    "with_reader",
+]
 
 
 def with_reader(source: str, reader: str) -> str:

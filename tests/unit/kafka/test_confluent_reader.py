@@ -79,7 +79,8 @@ def test_every_client_setting_translates_to_librdkafka() -> None:
         "socket.timeout.ms": 30000,
         "reconnect.backoff.max.ms": 30000,
         "socket.connection.setup.timeout.ms": 1000,  # librdkafka's least
-        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "error",  # a position out of range is never reset
         "group.id": "sluice-range-reader",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,

@@ -56,6 +56,15 @@ CONNECTION_KEYS: tuple[ConfigKey, ...] = (
         "Milliseconds to wait for a broker request or a flush.",
     ),
     ConfigKey(
+        "options.isolation_level",
+        str,
+        "read_committed",
+        "What consumers, planners and batch readers see of transactions: read_committed "
+        "(committed records only, batches planned up to the last stable offset) or "
+        "read_uncommitted (every record, aborted ones too, up to the high watermark).",
+        choices=("read_committed", "read_uncommitted"),
+    ),
+    ConfigKey(
         "options.acks",
         int,
         -1,
@@ -197,6 +206,14 @@ def security_protocol(config: dict[str, Any]) -> str:
     if credentials(config)[0] and chosen in ("PLAINTEXT", "SSL"):
         chosen = "SASL_" + chosen
     return chosen
+
+
+def consumer_config(config: dict[str, Any]) -> dict[str, Any]:
+    """:func:`client_config` plus what only consumers take (the isolation level)."""
+    return {
+        **client_config(config),
+        "isolation_level": config.get("options.isolation_level") or "read_committed",
+    }
 
 
 def client_config(config: dict[str, Any]) -> dict[str, Any]:

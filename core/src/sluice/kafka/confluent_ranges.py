@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from ..batch import OffsetRange
 from ..queues.config import ConfigError
 from ..secrets import install_log_filter, redact_text
-from .ranges import stalled_message
+from .ranges import LostRange, out_of_range, stalled_message
 
 __all__ = ["CONSUME_BATCH", "librdkafka_config", "read_range_messages"]
 
@@ -80,7 +80,9 @@ _TRANSLATIONS: dict[str, _Translate] = {
     "reconnect_backoff_max_ms": _renamed("reconnect.backoff.max.ms"),
     # librdkafka's smallest connection setup timeout is 1 s
     "bootstrap_timeout_ms": lambda ms: ("socket.connection.setup.timeout.ms", max(1000, ms)),
-    "auto_offset_reset": _renamed("auto.offset.reset"),
+    "isolation_level": lambda level: ("isolation.level", str(level)),
+    # the reader never resets a position (_FIXED); kafka-python's policy does not apply
+    "auto_offset_reset": lambda _: None,
     "fetch_max_bytes": _renamed("fetch.max.bytes"),
     "fetch_min_bytes": _renamed("fetch.min.bytes"),
     "fetch_max_wait_ms": _renamed("fetch.wait.max.ms"),
@@ -91,12 +93,14 @@ _TRANSLATIONS: dict[str, _Translate] = {
     "max_poll_records": lambda _: None,
 }
 
-#: What the reader sets whatever the arguments say: assign only, never commit.
+#: What the reader sets whatever the arguments say: assign only, never commit, never reset a
+#: position that is out of range (``_AUTO_OFFSET_RESET`` comes back as an error instead).
 _FIXED = {
     "group.id": READER_GROUP,
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "enable.partition.eof": False,
+    "auto.offset.reset": "error",
 }
 
 
@@ -120,9 +124,11 @@ def read_range_messages(
     topic: str,
     ranges: Sequence[OffsetRange],
     stall_timeout_s: float,
+    lost: LostRange | None = None,
 ) -> Iterator[tuple[int, list[Message[Any, Any]]]]:
     """(partition, messages) as they are consumed: every message of ``ranges``, none beyond
-    (as :func:`sluice.kafka.ranges.read_range_records`, taking the same arguments).
+    (as :func:`sluice.kafka.ranges.read_range_records`, taking the same arguments, with the
+    same handling of a position that is out of range).
 
     A partition is done when the consumer's position reaches its range's end (transaction
     markers and compacted gaps have no message) or a message at or past the end arrives.
@@ -133,7 +139,6 @@ def read_range_messages(
     if not ends:
         return
     positions = {r.partition: r.start for r in ranges if r.count > 0}
-    to_earliest = kwargs.get("auto_offset_reset") == "earliest"  # kafka-python's default: latest
     errors: list[KafkaError] = []  # the client's own (a refused login, brokers down)
     consumer = _consumer(kwargs, errors.append)
     try:
@@ -146,6 +151,16 @@ def read_range_messages(
             _log_errors(errors)
             errors.clear()
             progressed = False
+            for partition in _out_of_range(messages):
+                if partition in ends:
+                    resume = out_of_range(
+                        kwargs, topic, partition, positions[partition], ends[partition], lost
+                    )
+                    positions[partition] = resume
+                    if resume < ends[partition]:  # a partition in error takes no seek
+                        consumer.incremental_unassign([TopicPartition(topic, partition)])
+                        consumer.incremental_assign([TopicPartition(topic, partition, resume)])
+                    progressed = True
             for partition, run in _runs(messages, topic):
                 end = ends.get(partition)
                 if end is None:
@@ -156,7 +171,7 @@ def read_range_messages(
                     run = [m for m in run if _offset(m) < end]
                 if run:
                     yield partition, run
-            _finish(consumer, topic, ends, positions, to_earliest)
+            _finish(consumer, topic, ends, positions)
             if progressed:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:
@@ -177,19 +192,36 @@ def _consumer(kwargs: Mapping[str, Any], on_error: Callable[[KafkaError], None])
         ) from None
 
 
+def _out_of_range(messages: list[Message[Any, Any]]) -> list[int]:
+    """Partitions whose position librdkafka found out of range (it does not reset it)."""
+    return sorted(
+        {
+            partition
+            for m in messages
+            if (error := m.error()) is not None
+            and error.code() == KafkaError._AUTO_OFFSET_RESET
+            and (partition := m.partition()) is not None
+        }
+    )
+
+
 def _runs(
     messages: list[Message[Any, Any]], topic: str
 ) -> Iterator[tuple[int, list[Message[Any, Any]]]]:
     """``messages`` as runs of one partition each, in the order consumed; an error that is not
-    transient raises."""
-    failed = [m for m in messages if m.error() is not None]
+    transient raises (a position out of range is :func:`_out_of_range`'s)."""
+    failed = [
+        m
+        for m in messages
+        if (error := m.error()) is not None and error.code() != KafkaError._AUTO_OFFSET_RESET
+    ]
     for message in failed:
         error = message.error()
         if error is not None and error.code() not in _TRANSIENT:
             _raise_errors([error], topic, message.partition())
     if failed:
         _log_errors([m.error() for m in failed])
-        messages = [m for m in messages if m.error() is None]
+    messages = [m for m in messages if m.error() is None]
     for partition, run in itertools.groupby(messages, Message.partition):
         assert partition is not None  # a consumed message always has one
         yield partition, list(run)
@@ -218,25 +250,12 @@ def _offset(message: Message[Any, Any]) -> int:
 
 
 def _finish(
-    consumer: Consumer,
-    topic: str,
-    ends: dict[int, int],
-    positions: dict[int, int],
-    to_earliest: bool,
+    consumer: Consumer, topic: str, ends: dict[int, int], positions: dict[int, int]
 ) -> None:
     """Drop from ``ends`` (and pause) every partition whose position reached its end; the
-    consumer's position counts the offsets that have no message, too.
-
-    librdkafka's position does not move when a start that retention deleted is reset (to the
-    log start with ``to_earliest``, else to its end), as kafka-python's does; the watermarks
-    it cached on the way tell where the reset went.
-    """
+    consumer's position counts the offsets that have no message, too."""
     for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
-        position = max(positions[tp.partition], tp.offset)
-        low, high = consumer.get_watermark_offsets(tp, cached=True) or (-1, -1)
-        if position < low:
-            position = low if to_earliest else high
-        positions[tp.partition] = position
+        positions[tp.partition] = max(positions[tp.partition], tp.offset)
     done = [TopicPartition(topic, p) for p, end in ends.items() if positions[p] >= end]
     if done:
         consumer.pause(done)

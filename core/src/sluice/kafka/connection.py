@@ -31,11 +31,12 @@ from .config import (
     CONNECTION_KEYS,
     bootstrap_servers,
     client_config,
+    consumer_config,
     credentials,
     security_protocol,
 )
 from .logs import hide_secret, kafka_log_level
-from .offsets import EndProbe
+from .offsets import EndProbe, tracked_consumer
 from .subscription import KafkaMessageListener, Subscription
 
 __all__ = ["KafkaConnection"]
@@ -80,6 +81,10 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
     def client_config(self) -> dict[str, Any]:
         """kafka-python keyword arguments for a client of this cluster (contains secrets)."""
         return client_config(self._config)
+
+    def consumer_config(self) -> dict[str, Any]:
+        """:meth:`client_config` of a consumer (with the isolation level)."""
+        return consumer_config(self._config)
 
     def __repr__(self) -> str:
         return f"KafkaConnection(servers={self.servers}, open={self.is_open()})"
@@ -213,7 +218,7 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
             else "latest"
         )
         consumer_config = {
-            **self.client_config(),
+            **self.consumer_config(),
             "auto_offset_reset": reset,
             "session_timeout_ms": session_ms,
             "heartbeat_interval_ms": max(100, session_ms // 3),
@@ -304,8 +309,8 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
 
     def _probe_consumer(self) -> KafkaConsumer:
         return self._connect(
-            lambda: KafkaConsumer(
-                **self.client_config(),
+            lambda: tracked_consumer(
+                **self.consumer_config(),
                 enable_auto_commit=False,
                 # No long poll: the probe's fetches are meant to come back at once.
                 fetch_max_wait_ms=10,

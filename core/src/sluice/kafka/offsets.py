@@ -1,11 +1,16 @@
-"""End offsets that are right on every broker we test on.
+"""End offsets that are right on every broker we test on, for either isolation level.
 
-Some brokers (Tansu 0.6) answer ListOffsets(latest) wrongly; the high watermark that every
-fetch response carries is right. So the end of a partition is the larger of the two, taken
-from a fetch answered after the question was asked: the consumer reads the last message of
-each non-empty partition again, so the fetch returns at once with a fresh high watermark on
-every broker (a response to an older fetch is discarded, its offset no longer matching).
-A partition that ListOffsets calls empty is empty on those brokers too.
+The end of a partition is where a batch may be planned up to: the high watermark for a
+consumer that reads uncommitted records, the *last stable offset* (below any open
+transaction) for one that reads committed records (``options.isolation_level``, the default).
+Some brokers (Tansu 0.6) answer ListOffsets wrongly, for both levels; the watermarks that every
+fetch response carries are right. So the end is the larger of ListOffsets and the watermark of
+a fetch answered after the question was asked: the consumer fetches the last record of each
+partition again (the fetch returns at once, with fresh watermarks on every broker; a response
+to an older fetch has another offset, and is not taken).
+
+kafka-python keeps only the high watermark of a fetch response; :func:`tracked_consumer`
+builds consumers that also keep its last stable offset and log start (:class:`Watermarks`).
 
 :class:`EndProbe` keeps one such consumer per topic between calls, so asking again costs two
 small requests and a one-record fetch instead of a new consumer.
@@ -16,7 +21,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
@@ -24,14 +30,86 @@ from kafka.errors import KafkaError
 __all__ = [
     "FETCH_TIMEOUT_S",
     "EndProbe",
+    "Watermarks",
     "end_offsets",
+    "reads_committed",
     "refresh_ends",
     "resume_offset",
     "topic_end_offsets",
+    "tracked_consumer",
 ]
 
 FETCH_TIMEOUT_S = 5.0
+#: How long one poll of :func:`refresh_ends` waits before it looks at what arrived.
+_POLL_SLICE_MS = 50
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    """What the newest successful fetch response of a partition said."""
+
+    fetched_offset: int
+    high_watermark: int
+    last_stable_offset: int  # -1: the broker did not say
+    log_start_offset: int  # -1: the broker did not say
+    sequence: int  # counts the responses of one consumer: which came after a question
+
+
+class _Tracker:
+    """Keeps :class:`Watermarks` of a consumer's fetch responses (kafka-python parses them on
+    the consumer's own thread, in ``Fetcher._parse_fetched_data``, and keeps only the high
+    watermark)."""
+
+    def __init__(self, consumer: KafkaConsumer) -> None:
+        self.latest: dict[TopicPartition, Watermarks] = {}
+        self.sequence = 0
+        fetcher = consumer._fetcher
+        parse = fetcher._parse_fetched_data
+
+        def tracked(completed: Any) -> Any:
+            data = completed.partition_data
+            if data.error_code == 0 and data.high_watermark >= 0:
+                self.sequence += 1
+                self.latest[completed.topic_partition] = Watermarks(
+                    completed.fetched_offset,
+                    data.high_watermark,
+                    getattr(data, "last_stable_offset", -1),
+                    getattr(data, "log_start_offset", -1),
+                    self.sequence,
+                )
+            return parse(completed)
+
+        fetcher._parse_fetched_data = tracked
+
+
+def tracked_consumer(**kwargs: Any) -> KafkaConsumer:
+    """A ``KafkaConsumer(**kwargs)`` that keeps the :class:`Watermarks` of its fetches."""
+    consumer = KafkaConsumer(**kwargs)
+    _tracker(consumer)
+    return consumer
+
+
+def _tracker(consumer: KafkaConsumer) -> _Tracker:
+    tracker: _Tracker | None = getattr(consumer, "_sluice_watermarks", None)
+    if tracker is None:
+        tracker = _Tracker(consumer)
+        consumer._sluice_watermarks = tracker
+    return tracker
+
+
+def reads_committed(consumer: KafkaConsumer) -> bool:
+    return bool(consumer.config.get("isolation_level") == "read_committed")
+
+
+def _fetched_end(consumer: KafkaConsumer, watermarks: Watermarks | None) -> int | None:
+    """The end a fetch response gave: its last stable offset for a consumer that reads
+    committed records (its high watermark if the broker gave none), else its high watermark."""
+    if watermarks is None:
+        return None
+    if reads_committed(consumer) and watermarks.last_stable_offset >= 0:
+        return watermarks.last_stable_offset
+    return watermarks.high_watermark
 
 
 def resume_offset(
@@ -40,11 +118,19 @@ def resume_offset(
     beginnings: Mapping[int, int],
     from_beginning: bool,
     start_ends: Mapping[int, int] | None,
+    end: int | None = None,
 ) -> int:
     """Where a group reads ``partition`` next: its committed offset, else where a new consumer
-    starts (the log start with ``from_beginning``, else the end when watching began)."""
+    starts (the log start with ``from_beginning``, else the end when watching began).
+
+    A committed offset past the partition's ``end`` belongs to a topic that was deleted and
+    recreated (or whose offsets were reset): the group reads from the log start, and the
+    ingest of that batch says what happened (a DataLossError, unless the loss is accepted),
+    instead of the new topic's messages waiting unseen until they pass the old position."""
     start = committed.get(partition)
     if start is not None:
+        if end is not None and start > end:
+            return beginnings.get(partition, 0)
         return start
     if from_beginning:
         return beginnings.get(partition, 0)
@@ -52,36 +138,58 @@ def resume_offset(
 
 
 def end_offsets(consumer: KafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-    """ListOffsets corrected by the high watermark of ``consumer``'s fetches where it has one."""
+    """ListOffsets (at the consumer's isolation level) corrected by the newest fetch response
+    where the consumer has one."""
     ends: dict[TopicPartition, int] = dict(consumer.end_offsets(tps)) if tps else {}
+    tracker: _Tracker | None = getattr(consumer, "_sluice_watermarks", None)
     assigned = consumer.assignment()
     for tp in tps:
-        highwater = consumer.highwater(tp) if tp in assigned else None
-        ends[tp] = max(ends.get(tp) or 0, highwater or 0)
+        if tracker is not None:
+            fetched = _fetched_end(consumer, tracker.latest.get(tp))
+        elif not reads_committed(consumer) and tp in assigned:
+            fetched = consumer.highwater(tp)
+        else:
+            fetched = None
+        ends[tp] = max(ends.get(tp) or 0, fetched or 0)
     return ends
 
 
 def refresh_ends(
     consumer: KafkaConsumer, tps: list[TopicPartition], timeout_s: float = FETCH_TIMEOUT_S
 ) -> dict[TopicPartition, int]:
-    """The end of each of ``tps`` (all assigned to the group-less ``consumer``), fetched now.
+    """The end of each of ``tps`` (all assigned to the group-less ``consumer``), from fetches
+    answered now.
 
-    Leaves the consumer positioned at the ends. A partition whose last message cannot be
-    fetched again (removed by retention, or a transaction marker) is answered from what is
-    known after ``timeout_s``.
+    Leaves the consumer positioned near the ends. A partition whose fetch does not come back
+    within ``timeout_s`` is answered from what is known. A consumer reading uncommitted
+    records skips the fetch where ListOffsets calls the partition empty (it is empty on those
+    brokers too); one reading committed records always fetches (Tansu answers its ListOffsets
+    with 0).
     """
+    tracker = _tracker(consumer)
     known = end_offsets(consumer, tps)
-    fresh = [tp for tp in tps if known[tp] > 0]
-    for tp in fresh:
-        consumer.seek(tp, known[tp] - 1)
+    committed = reads_committed(consumer)
+    asked = tracker.sequence
+    sought = {tp: max(0, known[tp] - 1) for tp in tps if committed or known[tp] > 0}
+    for tp, offset in sought.items():
+        consumer.seek(tp, offset)
+
+    def answered(tp: TopicPartition) -> bool:
+        """A response to a fetch sent after the seek: of the sought offset, or of wherever
+        the consumer went from there (records read, or its reset policy after retention)."""
+        seen = tracker.latest.get(tp)
+        if seen is None or seen.sequence <= asked:
+            return False
+        return seen.fetched_offset == sought[tp] or consumer.position(tp) != sought[tp]
+
+    waiting = [tp for tp in sought if not answered(tp)]
     deadline = time.monotonic() + timeout_s
-    while fresh:
-        remaining_ms = int((deadline - time.monotonic()) * 1000)
-        if remaining_ms <= 0:
-            break
-        consumer.poll(timeout_ms=remaining_ms)  # returns as soon as records came
-        fresh = [tp for tp in fresh if consumer.position(tp) < known[tp]]
-    return {tp: max(known[tp], consumer.highwater(tp) or 0) for tp in tps}
+    while waiting and time.monotonic() < deadline:
+        # short polls: a fetch that returns no record (a transaction marker) ends no poll
+        consumer.poll(timeout_ms=_POLL_SLICE_MS)
+        waiting = [tp for tp in waiting if not answered(tp)]
+    fresh = {tp: _fetched_end(consumer, tracker.latest.get(tp)) for tp in sought}
+    return {tp: max(known[tp], fresh.get(tp) or 0) for tp in tps}
 
 
 def topic_end_offsets(consumer: KafkaConsumer, topic: str) -> dict[int, int]:

@@ -205,17 +205,25 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
             committed, beginnings, ends = self._conn().group_offsets(self.topic, self.group_id)
             for partition, end in ends.items():
                 if partition not in counted:
-                    start = self._resume_offset(partition, committed, beginnings)
+                    start = self._resume_offset(partition, committed, beginnings, end)
                     counted[partition] = max(0, end - start)
         return sum(counted.values())
 
     def _resume_offset(
-        self, partition: int, committed: dict[int, int | None], beginnings: dict[int, int]
+        self,
+        partition: int,
+        committed: dict[int, int | None],
+        beginnings: dict[int, int],
+        end: int | None = None,
     ) -> int:
-        """Where the group reads ``partition`` next: its committed offset, else where a new
-        consumer of this queue starts (the beginning, or the end as of open())."""
+        """Where the group reads ``partition`` next (:func:`~.offsets.resume_offset`)."""
         return resume_offset(
-            partition, committed, beginnings, self._config["from_beginning"], self._start_offsets
+            partition,
+            committed,
+            beginnings,
+            self._config["from_beginning"],
+            self._start_offsets,
+            end,
         )
 
     def _lowest_unread(self, partition: int) -> int | None:
@@ -231,7 +239,7 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
         committed, beginnings, ends = self._conn().group_offsets(self.topic, self.group_id)
         ranges = []
         for partition, end in sorted(ends.items()):
-            start = self._resume_offset(partition, committed, beginnings)
+            start = self._resume_offset(partition, committed, beginnings, end)
             if end > start:
                 ranges.append(OffsetRange(partition, start, end))
         spec = BatchSpec("kafka", self.topic, group_id=self.group_id, ranges=tuple(ranges))

@@ -3,22 +3,37 @@
 Joins no consumer group and commits nothing, so it serves planning tools (``sluice peek``,
 ``sluice dlq replay``) and batch ingestion alike. It runs wherever it is called (the driver,
 a Spark task), taking plain kafka-python keyword arguments.
+
+A reader never resets past an offset it was asked for (invariant I3): a fetch position that
+is out of range (retention deleted it while the batch was read, or the partition was
+recreated shorter) raises :class:`~sluice.errors.DataLossError` naming the partition and the
+offsets, unless the caller passes ``lost``: then the reader tells it which range is gone and
+goes on from the log start. What a reader cannot see is also never invented: offsets without
+a message (transaction markers, aborted transactions, compaction) are simply not returned.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
+from kafka.errors import OffsetOutOfRangeError
 
 from ..batch import OffsetRange
+from ..errors import DataLossError
 
-__all__ = ["read_range_records", "stalled_message"]
+__all__ = ["LostRange", "log_bounds", "out_of_range", "read_range_records", "stalled_message"]
 
 MAX_POLL_RECORDS = 10_000
+#: How often a range reader tries an out-of-range position that is inside the log (a leader
+#: that moved) before it gives up.
+OUT_OF_RANGE_RETRIES = 3
+
+#: Told of a range deleted while it was read; the reader then goes on from the log start.
+LostRange = Callable[[OffsetRange], None]
 
 
 def read_range_records(
@@ -26,19 +41,28 @@ def read_range_records(
     topic: str,
     ranges: Sequence[OffsetRange],
     stall_timeout_s: float,
+    lost: LostRange | None = None,
 ) -> Iterator[tuple[int, list[ConsumerRecord]]]:
     """(partition, records) as they are fetched: every record of ``ranges``, none beyond.
 
     Raises ``TimeoutError`` when nothing arrives for ``stall_timeout_s`` while a range is
-    unfinished (the broker is down, or a range ends past its partition's end).
+    unfinished (the broker is down, or a range ends past its partition's end), and
+    :class:`~sluice.errors.DataLossError` when a range's messages are gone (see the module
+    docstring; ``lost`` accepts a loss instead).
     """
     ends = {TopicPartition(topic, r.partition): r.end for r in ranges if r.count > 0}
     if not ends:
         return
     consumer = KafkaConsumer(
-        **{"max_poll_records": MAX_POLL_RECORDS, **kwargs, "enable_auto_commit": False},
+        **{
+            "max_poll_records": MAX_POLL_RECORDS,
+            **kwargs,
+            "enable_auto_commit": False,
+            "auto_offset_reset": "none",  # out of range: raise, never reset
+        },
         group_id=None,
     )
+    retries: dict[int, int] = {}
     try:
         consumer.assign(list(ends))
         for r in ranges:
@@ -46,7 +70,28 @@ def read_range_records(
                 consumer.seek(TopicPartition(topic, r.partition), r.start)
         last_progress = time.monotonic()
         while ends:
-            polled = consumer.poll(timeout_ms=200)
+            try:
+                polled = consumer.poll(timeout_ms=200)
+            except OffsetOutOfRangeError as exc:
+                for tp, offset in exc.args[0].items():
+                    if tp not in ends:
+                        continue
+                    resume = out_of_range(kwargs, topic, tp.partition, offset, ends[tp], lost)
+                    if resume >= ends[tp]:  # the rest of the range is gone
+                        del ends[tp]
+                        consumer.pause(tp)
+                        continue
+                    retries[tp.partition] = retries.get(tp.partition, 0) + 1
+                    if resume == offset and retries[tp.partition] > OUT_OF_RANGE_RETRIES:
+                        raise RuntimeError(
+                            f"Reading partition {tp.partition} of topic '{topic}' at offset "
+                            f"{offset} failed {OUT_OF_RANGE_RETRIES} times with "
+                            "OFFSET_OUT_OF_RANGE although the offset is in the log. Nothing "
+                            "was committed; run the batch again."
+                        ) from None
+                    consumer.seek(tp, resume)
+                last_progress = time.monotonic()
+                continue
             for tp, records in polled.items():
                 end = ends.get(tp)
                 if end is None or not records:
@@ -64,6 +109,55 @@ def read_range_records(
                 raise TimeoutError(stalled_message(topic, positions, stall_timeout_s))
     finally:
         consumer.close(autocommit=False)
+
+
+def log_bounds(
+    kwargs: Mapping[str, Any], topic: str, partitions: Sequence[int]
+) -> dict[int, tuple[int, int]]:
+    """(log start, log end) of ``partitions``, asked now, through a consumer that never
+    fetches (kafka-python 3.0 loses ListOffsets answers that arrive during a fetch)."""
+    tps = [TopicPartition(topic, p) for p in partitions]
+    consumer = KafkaConsumer(**{**kwargs, "enable_auto_commit": False}, group_id=None)
+    try:
+        starts, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+        return {tp.partition: (starts[tp], ends[tp]) for tp in tps}
+    finally:
+        consumer.close(autocommit=False)
+
+
+def out_of_range(
+    kwargs: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    offset: int,
+    end: int,
+    lost: LostRange | None,
+) -> int:
+    """Where a range reader whose position ``offset`` (reading up to ``end``) is out of range
+    goes on: the log start when retention deleted ``[offset, log start)`` and ``lost`` accepts
+    it, ``offset`` itself when it is inside the log after all (try again). Raises
+    :class:`DataLossError` otherwise. Every range reader calls this."""
+    log_start, log_end = log_bounds(kwargs, topic, [partition])[partition]
+    if offset < log_start:
+        gone = OffsetRange(partition, offset, min(log_start, end))
+        if lost is None:
+            raise DataLossError(
+                f"Data loss: offsets {gone.start}-{gone.end - 1} of partition {partition} of "
+                f"topic '{topic}' were deleted by retention while the batch was read (the log "
+                f"now starts at {log_start}). Nothing was written or committed. To skip the "
+                "missing messages and record the loss in the batch record, ingest with "
+                "fail_on_data_loss=False (CLI: --accept-data-loss)."
+            )
+        lost(gone)
+        return min(log_start, end)
+    if offset >= log_end:
+        raise DataLossError(
+            f"Data loss: partition {partition} of topic '{topic}' now ends at offset {log_end}, "
+            f"below offset {offset} that the batch reads: the topic was deleted and recreated "
+            "(or truncated) while the batch was read. Nothing was written or committed; run "
+            "the batch again to see what is left."
+        )
+    return offset
 
 
 def stalled_message(topic: str, positions: Mapping[int, tuple[int, int]], timeout_s: float) -> str:

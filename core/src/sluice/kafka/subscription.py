@@ -20,6 +20,7 @@ from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
 
 from ..secrets import redact_exception
+from .offsets import tracked_consumer
 
 log = logging.getLogger("sluice.kafka")
 
@@ -133,7 +134,7 @@ class Subscription(threading.Thread):
 
     def run(self) -> None:
         try:
-            consumer = KafkaConsumer(
+            consumer = tracked_consumer(
                 group_id=self.group_id, enable_auto_commit=False, **self._config
             )
             consumer.subscribe([self.topic], listener=_Rebalance(self))

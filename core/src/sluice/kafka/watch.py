@@ -38,9 +38,9 @@ from kafka.errors import KafkaError, UnsupportedVersionError
 
 from ..batch import BatchSpec, OffsetRange
 from ..secrets import redact_exception
-from .config import client_config, credentials
+from .config import consumer_config, credentials
 from .logs import hide_secret
-from .offsets import refresh_ends, resume_offset
+from .offsets import refresh_ends, resume_offset, tracked_consumer
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -80,10 +80,10 @@ class _Clients:
     @classmethod
     def connect(cls, kwargs: Mapping[str, Any]) -> _Clients:
         def consumer(**extra: Any) -> KafkaConsumer:
-            return KafkaConsumer(**kwargs, group_id=None, enable_auto_commit=False, **extra)
+            return tracked_consumer(**kwargs, group_id=None, enable_auto_commit=False, **extra)
 
         # the exact refresh wants its fetches answered at once
-        return cls(consumer(), consumer(fetch_max_wait_ms=10), KafkaAdminClient(**kwargs), kwargs)
+        return cls(consumer(), consumer(fetch_max_wait_ms=10), _admin(kwargs), kwargs)
 
     def group_offsets(
         self, by_group: dict[str, list[TopicPartition]]
@@ -98,7 +98,7 @@ class _Clients:
             if not exc.retriable:
                 raise
         log.debug("Reading committed offsets failed; trying again with a new admin client")
-        fresh = KafkaAdminClient(**self.kwargs)  # raises while the broker is down
+        fresh = _admin(self.kwargs)  # raises while the broker is down
         _close(self.admin)
         self.admin = fresh
         return _group_offsets(self.admin, by_group)
@@ -106,6 +106,11 @@ class _Clients:
     def close(self) -> None:
         for client in (self.lister, self.fetcher, self.admin):
             _close(client)
+
+
+def _admin(kwargs: Mapping[str, Any]) -> KafkaAdminClient:
+    """An admin client of the watch's consumer settings (it takes no isolation level)."""
+    return KafkaAdminClient(**{k: v for k, v in kwargs.items() if k != "isolation_level"})
 
 
 def _close(client: KafkaConsumer | KafkaAdminClient) -> None:
@@ -404,12 +409,10 @@ class KafkaWatch:
         ends = {(tp.topic, tp.partition): end for tp, end in listed.items()}
         if exact:
             fetcher = clients.fetcher
-            held = [tp for tp in tps if ends[(tp.topic, tp.partition)] > 0]
-            if set(held) != fetcher.assignment():
-                fetcher.assign(held)
-            if held:
-                for tp, end in refresh_ends(fetcher, held).items():
-                    ends[(tp.topic, tp.partition)] = max(ends[(tp.topic, tp.partition)], end)
+            if set(tps) != fetcher.assignment():
+                fetcher.assign(tps)
+            for tp, end in refresh_ends(fetcher, tps).items():
+                ends[(tp.topic, tp.partition)] = max(ends[(tp.topic, tp.partition)], end)
         return ends
 
     def _read_committed(self, clients: _Clients, keys: list[_GroupKey]) -> None:
@@ -517,6 +520,7 @@ class KafkaWatch:
                 group.beginnings,
                 group.from_beginning,
                 group.start_ends,
+                end,
             )
             if end > start:
                 ranges.append(OffsetRange(partition, start, end))
@@ -587,7 +591,7 @@ def watch_topic(
 
     values = queue_from_config("kafka", dict(config)).config
     hide_secret(credentials(values)[1])
-    return kafka_watch(client_config(values)).watch(
+    return kafka_watch(consumer_config(values)).watch(
         str(values["topic"]),
         str(values["group_id"]),
         bool(values["from_beginning"]),

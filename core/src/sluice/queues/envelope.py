@@ -10,7 +10,14 @@ from typing import Any
 from pip_services3_commons.convert import DateTimeConverter
 from pip_services3_messaging.queues import MessageEnvelope as _PipEnvelope
 
-__all__ = ["Header", "MessageEnvelope", "as_envelope", "normalize_headers", "to_bytes"]
+__all__ = [
+    "Header",
+    "MessageEnvelope",
+    "as_envelope",
+    "is_envelope_document",
+    "normalize_headers",
+    "to_bytes",
+]
 
 Header = tuple[str, bytes]
 
@@ -94,34 +101,63 @@ class MessageEnvelope(_PipEnvelope):  # type: ignore[misc]
 
     @staticmethod
     def from_json(value: str | bytes | dict[str, Any] | None) -> MessageEnvelope | None:
-        """Parse what :meth:`to_json` produced; None when ``value`` is not such a document."""
+        """Parse what :meth:`to_json` (or pip-services' envelope) produced; None when
+        ``value`` is not such a document.
+
+        An envelope is recognised by its whole shape (:func:`is_envelope_document`), never by
+        one field: a device's raw JSON that happens to carry a ``message_id`` stays raw.
+        """
         if value is None:
             return None
         try:
             doc = value if isinstance(value, dict) else json.loads(value)
         except (ValueError, UnicodeDecodeError):
             return None
-        if not isinstance(doc, dict) or "message_id" not in doc:
+        if not is_envelope_document(doc):
             return None
-        envelope = MessageEnvelope(doc.get("correlation_id"), doc.get("message_type"), None)
+        envelope = MessageEnvelope(doc["correlation_id"], doc["message_type"], None)
         envelope.message_id = str(doc["message_id"])
-        payload = doc.get("message")
+        payload = doc["message"]
         try:
             envelope.message = None if payload is None else base64.b64decode(payload, validate=True)
-        except (ValueError, TypeError):
-            return None
-        envelope.sent_time = DateTimeConverter.to_nullable_datetime(doc.get("sent_time"))
-        try:
             envelope.key = None if doc.get("key") is None else base64.b64decode(doc["key"])
+            headers = doc.get("headers") or {}
+            envelope.headers = [(str(n), base64.b64decode(v)) for n, v in headers.items()]
         except (ValueError, TypeError):
             return None
-        headers = doc.get("headers")
-        if isinstance(headers, dict):
-            try:
-                envelope.headers = [(str(n), base64.b64decode(v)) for n, v in headers.items()]
-            except (ValueError, TypeError):
-                return None
+        envelope.sent_time = DateTimeConverter.to_nullable_datetime(doc["sent_time"])
         return envelope
+
+
+#: The fields every envelope document has (pip-services writes exactly these) ...
+ENVELOPE_DOCUMENT_FIELDS = frozenset(
+    {"message_id", "correlation_id", "message_type", "sent_time", "message"}
+)
+#: ... and the ones Sluice may add.
+ENVELOPE_OPTIONAL_FIELDS = frozenset({"key", "headers"})
+
+
+def is_envelope_document(doc: object) -> bool:
+    """Whether ``doc`` (parsed JSON) has an envelope's whole shape: every field of
+    :data:`ENVELOPE_DOCUMENT_FIELDS`, no field beyond them and
+    :data:`ENVELOPE_OPTIONAL_FIELDS`, and each of the right type (the payload base64 text)."""
+    if not isinstance(doc, dict) or not doc.keys() >= ENVELOPE_DOCUMENT_FIELDS:
+        return False
+    if doc.keys() - ENVELOPE_DOCUMENT_FIELDS - ENVELOPE_OPTIONAL_FIELDS:
+        return False
+    text_or_none = ("correlation_id", "message_type", "sent_time", "message", "key")
+    if any(doc.get(name) is not None and not isinstance(doc[name], str) for name in text_or_none):
+        return False
+    if not isinstance(doc["message_id"], str) or not doc["message_id"]:
+        return False
+    headers = doc.get("headers")
+    if headers is not None and not (
+        isinstance(headers, dict) and all(isinstance(v, str) for v in headers.values())
+    ):
+        return False
+    return doc["sent_time"] is None or (
+        DateTimeConverter.to_nullable_datetime(doc["sent_time"]) is not None
+    )
 
 
 #: What an object needs to be sent: pip-services' MessageEnvelope and look-alikes have these.

@@ -8,23 +8,27 @@ starts::
     SLUICE_FAILPOINTS="publish.after_rename"          # SIGKILL the process there
     SLUICE_FAILPOINTS="commit.before=raise"           # raise FailpointError instead
 
-or in-process with :func:`armed`. The crash matrix (tests/integration/spark/test_crash_matrix.py)
-kills an ingest at each point, reruns it and checks the sink with ``sluice audit``.
+or in-process with :func:`armed`, which also takes a function to call there: how the nemesis
+suite (:mod:`sluice.testing.nemesis`) makes the environment fail at a step (retention moving,
+a topic recreated, a broker restarted, a second run starting). The crash matrix
+(tests/integration/spark/test_crash_matrix.py) kills an ingest at each point, reruns it and
+checks the sink with ``sluice audit``.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["FAILPOINTS", "FailpointError", "armed", "failpoint"]
+__all__ = ["FAILPOINTS", "TASK_FAILPOINTS", "FailpointError", "armed", "failpoint", "is_armed"]
 
 ENVIRONMENT_VARIABLE = "SLUICE_FAILPOINTS"
 
 #: Every failpoint, in the order an ingest passes them.
 FAILPOINTS = (
+    "read.before",  # what is left is planned, nothing read yet
     "read.after_first_chunk",  # messages read, nothing written yet
     "stage.after_write",  # the batch is in staging
     "publish.after_intent",  # the intent to publish is recorded, nothing visible
@@ -37,6 +41,12 @@ FAILPOINTS = (
 )
 
 
+#: Faults inside Spark tasks rather than at a step of the driver: ``task.lost`` makes the
+#: first writing task of the next write job die (``os._exit``) after writing its files and
+#: before reporting them, as an executor lost at that moment would.
+TASK_FAILPOINTS = ("task.lost",)
+
+
 class FailpointError(RuntimeError):
     """Raised by a failpoint armed with ``=raise``."""
 
@@ -45,10 +55,10 @@ def _parse(text: str) -> dict[str, str]:
     points: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, action = item.partition("=")
-        if name not in FAILPOINTS:
+        if name not in FAILPOINTS + TASK_FAILPOINTS:
             raise ValueError(
                 f"{ENVIRONMENT_VARIABLE} names an unknown failpoint {name!r}; "
-                f"known: {', '.join(FAILPOINTS)}"
+                f"known: {', '.join(FAILPOINTS + TASK_FAILPOINTS)}"
             )
         if action not in ("", "kill", "raise"):
             raise ValueError(f"failpoint {name!r}: action must be 'kill' or 'raise'")
@@ -56,23 +66,40 @@ def _parse(text: str) -> dict[str, str]:
     return points
 
 
-_armed: dict[str, str] = _parse(os.environ.get(ENVIRONMENT_VARIABLE, ""))
+Action = str | Callable[[], None]
+
+_armed: dict[str, Action] = dict(_parse(os.environ.get(ENVIRONMENT_VARIABLE, "")))
+
+
+def is_armed(name: str) -> bool:
+    """Whether a test armed ``name`` (for faults that happen elsewhere than here)."""
+    return bool(_armed) and name in _armed
 
 
 def failpoint(name: str) -> None:
-    """Crash here if a test armed ``name``; otherwise do nothing."""
+    """Crash here (or run the function armed here) if a test armed ``name``; otherwise do
+    nothing."""
     if _armed and name in _armed:
-        if _armed[name] == "raise":
+        action = _armed[name]
+        if callable(action):
+            action()
+        elif action == "raise":
             raise FailpointError(f"failpoint {name} was armed")
-        os.kill(os.getpid(), signal.SIGKILL)
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 @contextmanager
-def armed(name: str, action: str = "raise") -> Iterator[None]:
-    """Arm ``name`` in this process for the duration of the block (tests)."""
+def armed(name: str, action: Action = "raise") -> Iterator[None]:
+    """Arm ``name`` in this process for the duration of the block (tests): ``kill``,
+    ``raise``, or a function to call there."""
     global _armed
     previous = _armed
-    _armed = {**previous, **_parse(f"{name}={action}")}
+    if callable(action):
+        _parse(name)  # the name must be known
+        _armed = {**previous, name: action}
+    else:
+        _armed = {**previous, **_parse(f"{name}={action}")}
     try:
         yield
     finally:

@@ -34,16 +34,27 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..batch import BatchSpec, OffsetRange
+from ..errors import DataLossError
+from ..kafka.ranges import log_bounds
 from ..queues.config import ConfigError
 from ..queues.envelope import MessageEnvelope
 from ..queues.uri import config_from_uri, queue_from_config
 from ..secrets import redact_uri
 from .classify import Classification, Rules, parse_schema
 from .failpoints import failpoint
+from .kafka_source import (
+    DEFAULT_CHUNK_BYTES,
+    Positions,
+    ReaderKwargs,
+    fingerprints_at,
+    reader_kwargs,
+    topic_id,
+)
+from .reconcile import reconcile_kafka, reconcile_mqtt
 from .records import RAW_SCHEMA_DDL, largest_message_bytes
-from .remaining import DataLossError, commit_targets, remaining
+from .remaining import commit_targets, live_commits, remaining
 from .result import IngestResult
-from .sinks import BatchRecord, Sink, Staging, StreamKey, open_sink
+from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
 from .writing import WriteCounts, write_outcomes
 
 __all__ = [
@@ -89,6 +100,7 @@ def ingest(
     mode: Mode = "auto",
     dead_letter: bool = False,
     chunk_size: int = 100_000,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     max_value_bytes: int = 1_000_000,
     payload_column: str | None = None,
     fail_on_data_loss: bool = True,
@@ -104,13 +116,16 @@ def ingest(
     DDL or StructType) parses JSON values into columns; records that fail go to the batch's
     quarantine (``<sink>/batch_id=<id>/_quarantine``) with a reason, and with ``dead_letter``
     also to the source's dead-letter topic. ``mode`` says where Kafka messages are read: on the
-    driver in chunks of ``chunk_size``, or on the executors, one task per range of at most
-    ``chunk_size`` messages (``auto``: executors from :data:`AUTO_EXECUTOR_MESSAGES` on).
-    Messages deleted by retention (or a recreated topic) fail the ingest with
-    :class:`~sluice.spark.remaining.DataLossError` unless ``fail_on_data_loss`` is off, which
-    records the loss instead. MQTT: a rise of the broker's count of dropped messages since the
-    session's last ingest is reported (``dropped``, a warning), and fails the ingest with
-    ``fail_on_broker_drops``. Returns counts and ranges, never payloads.
+    driver in chunks of at most ``chunk_size`` messages and about ``chunk_bytes`` bytes, or on
+    the executors, one task per range of at most ``chunk_size`` messages (``auto``: executors
+    from :data:`AUTO_EXECUTOR_MESSAGES` on).
+    Messages deleted by retention (before or while the batch is read) or a recreated topic fail
+    the ingest with :class:`~sluice.errors.DataLossError` unless ``fail_on_data_loss`` is off,
+    which records the loss instead. A second ingest of the same stream while one runs gets
+    :class:`~sluice.spark.sinks.ConcurrentIngestError`. MQTT: a rise of the broker's count of
+    dropped messages since the session's last ingest is reported (``dropped``, a warning),
+    and fails the ingest with ``fail_on_broker_drops``. Returns counts and ranges, never
+    payloads.
     """
     started = time.monotonic()
     if spec is None:
@@ -123,6 +138,8 @@ def ingest(
     _check_choice("value_format", value_format, ValueFormat)
     if chunk_size < 1:
         raise ConfigError(f"chunk_size must be at least 1, not {chunk_size}")
+    if chunk_bytes < 1:
+        raise ConfigError(f"chunk_bytes must be at least 1, not {chunk_bytes}")
     job = _Job(
         spark=spark,
         spec=spec,
@@ -133,6 +150,7 @@ def ingest(
         sink=open_sink(sink),
         dead_letter=dead_letter,
         chunk_size=chunk_size,
+        chunk_bytes=chunk_bytes,
         fail_on_data_loss=fail_on_data_loss,
         fail_on_broker_drops=fail_on_broker_drops,
         report=progress or (lambda event: None),
@@ -200,6 +218,7 @@ class _Job:
     sink: Sink
     dead_letter: bool
     chunk_size: int
+    chunk_bytes: int
     fail_on_data_loss: bool
     fail_on_broker_drops: bool
     report: Callable[[IngestEvent], None]
@@ -261,56 +280,98 @@ class _Job:
             files.append(raw_file)
         return files
 
-    def _write_files(self, files: list[Path], staging: Staging, largest: int) -> None:
+    def _write_files(self, files: list[Path], staging: Staging, largest: int) -> WriteCounts:
         """Sort the raw rows of ``files`` into ``staging`` (one Spark job), then delete them;
         ``largest``: the bytes of their largest message."""
         raw = self.spark.read.schema(RAW_SCHEMA_DDL).parquet(*map(str, files))
-        self._write(raw, staging, largest)
+        counts = self._write(raw, staging, largest)
         for raw_file in files:
             raw_file.unlink()
+        return counts
 
     # ---- Kafka ---------------------------------------------------------------------------
 
     def run_kafka(self, mode: Mode) -> IngestResult:
-        from .dead_letters import send_kafka_dead_letters
-        from .kafka_source import commit_offsets, partition_positions, reader_kwargs
-
-        spec, kwargs = self.spec, reader_kwargs(self.config)
-        group = str(spec.group_id)
+        spec = self.spec
+        kwargs = reader_kwargs(self.config, accept_loss=not self.fail_on_data_loss)
         chosen = mode
         if mode == "auto":
             chosen = "executors" if spec.message_count >= AUTO_EXECUTOR_MESSAGES else "driver"
         result = self._result(chosen, spec.batch_id)
+        with self.sink.exclusive(StreamKey.of(spec)):
+            return self._run_kafka(kwargs, chosen, result)
+
+    def _run_kafka(self, kwargs: ReaderKwargs, mode: str, result: IngestResult) -> IngestResult:
+        from .dead_letters import send_kafka_dead_letters
+        from .kafka_source import commit_offsets, partition_positions
+
+        spec, stream = self.spec, StreamKey.of(self.spec)
+        group = str(spec.group_id)
         self.sink.recover()
         partitions = sorted({r.partition for r in spec.ranges})
-        committed, bounds = partition_positions(kwargs, spec.topic, group, partitions)
+        positions = partition_positions(kwargs, spec.topic, group, partitions)
+        state = self.sink.state(stream)
+        committed = live_commits(positions.committed, state)
         record = self.sink.find(spec.batch_id)
+        if record is None and spec.batch_id in state.recent_batches:
+            # published, but its snapshot is gone (expired): the state still says so
+            record = BatchRecord(
+                spec.batch_id, spec.to_dict(), dead_letter_topic=self._dead_letter_topic()
+            )
         if record is None:
             work = remaining(
-                spec, committed, bounds, self.sink.state(StreamKey.of(spec)), self.fail_on_data_loss
+                spec,
+                committed,
+                positions.bounds,
+                state,
+                self.fail_on_data_loss,
+                self._recreated(kwargs, state, partitions, positions),
             )
-            result.skipped, result.gaps, result.lost = work.skipped, work.gaps, work.lost
+            result.skipped, result.gaps = work.skipped, work.gaps
+            failpoint("read.before")
             staging = self.sink.stage(spec.batch_id)
             try:
+                counts = WriteCounts(0, 0, 0)
                 if work.todo:
                     total = sum(r.count for r in work.todo)
-                    if chosen == "driver":
-                        result.bytes = self._read_on_driver(kwargs, work.todo, staging, total)
-                    else:
-                        result.bytes = self._read_on_executors(kwargs, work.todo, staging, total)
+                    read = self._read_on_driver if mode == "driver" else self._read_on_executors
+                    counts = read(kwargs, work.todo, staging, total)
                 failpoint("stage.after_write")
-                result.written, result.quarantined = self.sink.staged_counts(staging)
+                kept = [p for p in partitions if p not in work.reset_partitions]
+                recreated = self._recreated(kwargs, state, kept)
+                if recreated:
+                    raise DataLossError(
+                        f"Data loss: topic '{spec.topic}' was deleted and recreated while the "
+                        f"batch was read ({', '.join(sorted(set(recreated.values())))}). "
+                        "Nothing was written or committed; run the batch again."
+                    )
+                done = reconcile_kafka(
+                    spec.batch_id,
+                    spec.topic,
+                    work.todo,
+                    counts,
+                    self.sink.staged_counts(staging),
+                    lambda ps: {p: b[0] for p, b in log_bounds(kwargs, spec.topic, ps).items()},
+                    self.fail_on_data_loss,
+                )
+                result.bytes = counts.value_bytes
+                result.written, result.quarantined = done.written, done.quarantined
                 result.read = result.written + result.quarantined
+                result.lost = work.lost + done.lost
                 self.report(IngestEvent("read", result.read + result.skipped, spec.message_count))
                 record = BatchRecord(
                     spec.batch_id,
                     spec.to_dict(),
-                    ranges=work.todo,
+                    ranges=done.ranges,
                     group_start=work.group_start,
-                    lost=work.lost,
+                    lost=result.lost,
                     reset_partitions=work.reset_partitions,
+                    reset_commits=work.reset_commits,
                     counts=_counts(result),
                     dead_letter_topic=self._dead_letter_topic(),
+                    fingerprints=done.fingerprints,
+                    topic_id=positions.topic_id,
+                    planned_on=state.batches,
                 )
                 self.sink.publish(staging, record)
             except BaseException:
@@ -320,8 +381,9 @@ class _Job:
             result.skipped = spec.message_count
         self.report(IngestEvent("written", result.read + result.skipped, spec.message_count))
         result.dead_lettered = send_kafka_dead_letters(self.config, kwargs, self.sink, record)
-        held = self.sink.state(StreamKey.of(spec)).held
-        targets = commit_targets(partitions, committed, held, record.reset_partitions)
+        state = self.sink.state(stream)
+        committed = live_commits(positions.committed, state)
+        targets = commit_targets(partitions, committed, state.held, record.reset_partitions)
         failpoint("commit.before")
         commit_offsets(kwargs, spec.topic, group, targets)
         failpoint("commit.after")
@@ -329,56 +391,103 @@ class _Job:
         self.report(IngestEvent("committed", result.read + result.skipped, spec.message_count))
         return result
 
+    def _recreated(
+        self,
+        kwargs: ReaderKwargs,
+        state: StreamState,
+        partitions: list[int],
+        positions: Positions | None = None,
+    ) -> dict[int, str]:
+        """Partitions of the batch that belong to a topic recreated since the sink last wrote
+        them, with the evidence: another topic id (KIP-516 brokers), or another message at
+        the offset of the last one written (:mod:`.fingerprints`).
+
+        Before the read (``positions`` given) only offsets still in the log are checked.
+        After it (no ``positions``: the check is made again, for a topic recreated while the
+        batch was read), an offset now past the log's end raises
+        :class:`~sluice.errors.DataLossError` from the reader."""
+        topic = self.spec.topic
+        current = positions.topic_id if positions else None
+        if positions is None and state.topic_id:
+            current = topic_id(kwargs, topic)
+        if state.topic_id and current and state.topic_id != current:
+            why = f"its topic id is {current}, the sink's rows came from {state.topic_id}"
+            return dict.fromkeys(partitions, why)
+        check = {
+            p: offset
+            for p, (offset, _) in state.fingerprints.items()
+            if p in partitions
+            and (positions is None or positions.bounds.get(p, (0, 0))[0] <= offset)
+            and (positions is None or offset < positions.bounds.get(p, (0, 0))[1])
+        }
+        if not check:
+            return {}
+        found = fingerprints_at(kwargs, topic, check, self._stall_timeout_s())
+        return {
+            p: f"the message at offset {check[p]} is not the one the sink wrote there"
+            for p, fingerprint in found.items()
+            if fingerprint is not None and fingerprint != state.fingerprints[p][1]
+        }
+
     def _stall_timeout_s(self) -> float:
         return float(self.config["options.request_timeout"]) / 1000
 
     def _read_on_driver(
-        self, kwargs: dict[str, Any], todo: list[OffsetRange], staging: Staging, total: int
-    ) -> int:
+        self, kwargs: ReaderKwargs, todo: list[OffsetRange], staging: Staging, total: int
+    ) -> WriteCounts:
         """Read ``todo`` in chunks into local files, then sort them all in one Spark job: a
         job costs about 0.3 s whatever its size, more than reading overlapped with writing
         saves, and only one chunk is in memory at a time."""
         from .reading import chunks_on_driver
 
         chunks = chunks_on_driver(
-            kwargs, self.spec.topic, todo, self.chunk_size, self._stall_timeout_s()
+            kwargs,
+            self.spec.topic,
+            todo,
+            self.chunk_size,
+            self._stall_timeout_s(),
+            self.chunk_bytes,
         )
         files: list[Path] = []
-        total_bytes = done = largest = 0
+        done = largest = 0
         for number, batch in enumerate(chunks):
             if number == 0:
                 failpoint("read.after_first_chunk")
-            total_bytes += _value_bytes(batch)
             largest = max(largest, largest_message_bytes(batch))
             files += self._hand_over(batch, staging, number)
             done += batch.num_rows
             self.report(IngestEvent("reading", done, total))
-        if files:  # none when the ranges hold only offsets without a message
-            self._write_files(files, staging, largest)
-        return total_bytes
+        if not files:  # none when the ranges hold only offsets without a message
+            return WriteCounts(0, 0, 0)
+        return self._write_files(files, staging, largest)
 
     def _read_on_executors(
-        self, kwargs: dict[str, Any], todo: list[OffsetRange], staging: Staging, total: int
-    ) -> int:
-        from .reading import executors_need_sluice, read_on_executors
+        self, kwargs: ReaderKwargs, todo: list[OffsetRange], staging: Staging, total: int
+    ) -> WriteCounts:
+        from .reading import read_on_executors, task_errors
 
         topic, stall_s = self.spec.topic, self._stall_timeout_s()
         raw = read_on_executors(self.spark, kwargs, topic, todo, self.chunk_size, stall_s)
         failpoint("read.after_first_chunk")
-        with executors_need_sluice():
+        with task_errors():
             counts = self._write(raw, staging)
         self.report(IngestEvent("reading", total, total))
-        return counts.value_bytes
+        return counts
 
     # ---- MQTT ----------------------------------------------------------------------------
 
     def run_mqtt(self) -> IngestResult:
+        with self.sink.exclusive(StreamKey.of(self.spec)):
+            return self._run_mqtt()
+
+    def _run_mqtt(self) -> IngestResult:
         from .mqtt_source import drain, open_session, to_columns
 
         spec = self.spec
         self.sink.recover()
         state = self.sink.state(StreamKey.of(spec))
         observed, dropped = self._broker_drops(state.broker_dropped)
+        failpoint("read.before")
         session = open_session(self.config)
         try:
             self.report(IngestEvent("reading", 0, spec.max_messages))
@@ -387,7 +496,9 @@ class _Job:
             known = state.recent_ids
             # A batch already published (a rerun after a crash) only settles what it holds;
             # messages new to the sink stay unacknowledged, for the session's next batch.
-            published = self.sink.find(spec.batch_id) is not None
+            published = (
+                self.sink.find(spec.batch_id) is not None or spec.batch_id in state.recent_batches
+            )
             fresh: dict[str, MessageEnvelope] = {}
             left = []
             for message in messages:
@@ -411,9 +522,12 @@ class _Job:
                 staging = self.sink.stage(spec.batch_id)
                 try:
                     files = self._hand_over(batch, staging, 0)
-                    self._write_files(files, staging, largest_message_bytes(batch))
+                    counts = self._write_files(files, staging, largest_message_bytes(batch))
                     failpoint("stage.after_write")
-                    result.written, result.quarantined = self.sink.staged_counts(staging)
+                    done = reconcile_mqtt(
+                        spec.batch_id, len(fresh), counts, self.sink.staged_counts(staging)
+                    )
+                    result.written, result.quarantined = done.written, done.quarantined
                     quarantined = self.sink.staged_quarantine_reasons(staging)
                     record = BatchRecord(
                         spec.batch_id,
@@ -423,6 +537,7 @@ class _Job:
                         counts=_counts(result),
                         dead_letter_topic=self._dead_letter_topic(),
                         broker_dropped=observed,
+                        planned_on=state.batches,
                     )
                     self.sink.publish(staging, record)
                 except BaseException:

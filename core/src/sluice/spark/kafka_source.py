@@ -1,16 +1,23 @@
 """Reading exactly a batch's offset ranges from Kafka, and committing them afterwards.
 
 The reader assigns the partitions (it joins no consumer group), seeks each to its range's
-start and reads until its position reaches the range's end: not one message more. It runs on
-the driver, or inside a Spark task (one per range) in executor mode, so it takes plain
-kafka-python keyword arguments that pickle: :class:`ReaderKwargs`, which also name the client
-library that reads (``options.reader``: kafka-python, or the optional confluent-kafka).
+start and reads until its position reaches the range's end: not one message more, and never
+resetting past one it was asked for (a range deleted while it is read is a
+:class:`~sluice.errors.DataLossError`, or skipped when the ingest accepts data loss). It reads
+committed records only by default (``options.isolation_level``), as the planners plan up to
+the last stable offset. It runs on the driver, or inside a Spark task (one per range) in
+executor mode, so it takes plain kafka-python keyword arguments that pickle:
+:class:`ReaderKwargs`, which also name the client library that reads (``options.reader``:
+kafka-python, or the optional confluent-kafka) and whether a loss is accepted.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from kafka import KafkaConsumer, TopicPartition
@@ -18,67 +25,89 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from ..batch import OffsetRange
-from ..kafka.config import DEFAULT_READER, READERS, client_config, credentials
+from ..kafka.config import DEFAULT_READER, READERS, consumer_config, credentials
 from ..kafka.logs import hide_secret
-from ..kafka.offsets import refresh_ends
-from ..kafka.ranges import read_range_records
+from ..kafka.offsets import refresh_ends, tracked_consumer
+from ..kafka.ranges import LostRange, read_range_records
 from ..queues.config import ConfigError
-from .records import RecordColumns
+from .records import RecordColumns, confluent_message_bytes, kafka_record_bytes
 
 __all__ = [
     "DEFAULT_READER",
     "READERS",
+    "Positions",
     "ReaderKwargs",
     "commit_offsets",
     "committed_offsets",
+    "fingerprints_at",
     "partition_positions",
     "read_ranges",
     "reader_kwargs",
+    "topic_id",
 ]
 
-#: A range reader: (kafka-python arguments, topic, ranges, stall timeout) -> (partition, records)
+#: A range reader: (kafka-python arguments, topic, ranges, stall timeout, accepted losses)
+#: -> (partition, records)
 RangeReader = Callable[
-    [Mapping[str, Any], str, Sequence[OffsetRange], float], Iterator[tuple[int, list[Any]]]
+    [Mapping[str, Any], str, Sequence[OffsetRange], float, LostRange | None],
+    Iterator[tuple[int, list[Any]]],
 ]
+#: Bytes of keys and values a chunk read on the driver holds at most (one message may pass).
+DEFAULT_CHUNK_BYTES = 256 << 20
 #: The :class:`RecordColumns` method that appends a range reader's records.
 Extend = Callable[[RecordColumns, Sequence[Any], str, int], None]
 
 
 class ReaderKwargs(dict[str, Any]):
-    """kafka-python keyword arguments of a batch reader, and :attr:`reader`: which range
-    reader reads with them (``options.reader``).
+    """kafka-python keyword arguments of a batch reader, :attr:`reader`: which range reader
+    reads with them (``options.reader``), and :attr:`accept_loss`: whether a range deleted
+    while it is read is skipped (the ingest records it) instead of failing.
 
-    The choice travels with the arguments (to the driver's reading thread, pickled into Spark
-    tasks) and stays out of them: ``KafkaConsumer(**kwargs)`` sees only kafka-python's keys.
+    The choices travel with the arguments (to the driver's reading thread, pickled into Spark
+    tasks) and stay out of them: ``KafkaConsumer(**kwargs)`` sees only kafka-python's keys.
     """
 
-    def __init__(self, kwargs: Mapping[str, Any], reader: str = DEFAULT_READER) -> None:
+    def __init__(
+        self, kwargs: Mapping[str, Any], reader: str = DEFAULT_READER, accept_loss: bool = False
+    ) -> None:
         super().__init__(kwargs)
         self.reader = reader
+        self.accept_loss = accept_loss
 
     def __repr__(self) -> str:  # the values hold the password
-        return f"ReaderKwargs(reader={self.reader!r}, keys={sorted(self)})"
+        return (
+            f"ReaderKwargs(reader={self.reader!r}, accept_loss={self.accept_loss}, "
+            f"keys={sorted(self)})"
+        )
+
+    def __reduce__(self) -> Any:  # pickled into Spark tasks: keep the choices
+        return (ReaderKwargs, (dict(self), self.reader, self.accept_loss))
 
 
-def reader_kwargs(config: Mapping[str, Any]) -> ReaderKwargs:
+def reader_kwargs(config: Mapping[str, Any], accept_loss: bool = False) -> ReaderKwargs:
     """kafka-python arguments for a batch reader of the cluster ``config`` (validated queue
     config values) names, reading with its ``options.reader``; they contain the password, so
-    they never go to a log."""
+    they never go to a log. ``accept_loss``: see :class:`ReaderKwargs`."""
     hide_secret(credentials(dict(config))[1])
     reader = str(config.get("options.reader") or DEFAULT_READER)
     _range_reader(reader)  # a reader that cannot run fails before anything is read
-    kwargs = {
-        **client_config(dict(config)),
-        "enable_auto_commit": False,
-        "auto_offset_reset": "earliest",  # a start deleted by retention: read what is left
-    }
-    return ReaderKwargs(kwargs, reader)
+    kwargs = {**consumer_config(dict(config)), "enable_auto_commit": False}
+    return ReaderKwargs(kwargs, reader, accept_loss)
 
 
-def _range_reader(reader: str) -> tuple[RangeReader, Extend]:
-    """The range reader named by ``options.reader`` and the way its records become columns."""
+class _Reader(NamedTuple):
+    """A range reader, the :class:`RecordColumns` method that appends its records, and the
+    bytes (key and value) of each of its records."""
+
+    read: RangeReader
+    extend: Extend
+    sizes: Callable[[Sequence[Any]], list[int]]
+
+
+def _range_reader(reader: str) -> _Reader:
+    """The range reader named by ``options.reader``."""
     if reader == "kafka-python":
-        return read_range_records, RecordColumns.extend_kafka
+        return _Reader(read_range_records, RecordColumns.extend_kafka, kafka_record_bytes)
     if reader != "confluent":
         raise ConfigError(
             f"config key 'options.reader' must be one of {', '.join(map(repr, READERS))}, "
@@ -94,7 +123,7 @@ def _range_reader(reader: str) -> tuple[RangeReader, Extend]:
             "here: pip install 'sluice-core[confluent]' (on the Spark executors too when they "
             "read), or set options.reader to 'kafka-python'."
         ) from None
-    return read_range_messages, RecordColumns.extend_confluent
+    return _Reader(read_range_messages, RecordColumns.extend_confluent, confluent_message_bytes)
 
 
 def read_ranges(
@@ -103,22 +132,34 @@ def read_ranges(
     ranges: Sequence[OffsetRange],
     chunk_size: int,
     stall_timeout_s: float,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """The messages of ``ranges`` as Arrow batches of at most ``chunk_size`` rows, read by the
-    range reader ``kwargs`` name (:class:`ReaderKwargs`; plain arguments: kafka-python's, see
-    :func:`sluice.kafka.ranges.read_range_records`)."""
-    read, extend = _range_reader(getattr(kwargs, "reader", DEFAULT_READER))
-    columns = RecordColumns()
-    for partition, records in read(kwargs, topic, ranges, stall_timeout_s):
-        while records:
-            room = chunk_size - len(columns)
-            extend(columns, records[:room], topic, partition)
-            records = records[room:]
-            if len(columns) >= chunk_size:
+    """The messages of ``ranges`` as Arrow batches of at most ``chunk_size`` rows and about
+    ``chunk_bytes`` bytes of keys and values (a batch passes it by one message at most), read
+    by the range reader ``kwargs`` name (:class:`ReaderKwargs`; plain arguments:
+    kafka-python's, see :func:`sluice.kafka.ranges.read_range_records`)."""
+    reader = _range_reader(getattr(kwargs, "reader", DEFAULT_READER))
+    lost = _skip if getattr(kwargs, "accept_loss", False) else None
+    columns, size = RecordColumns(), 0
+    for partition, records in reader.read(kwargs, topic, ranges, stall_timeout_s, lost):
+        ends = list(itertools.accumulate(reader.sizes(records)))  # bytes of records[:k + 1]
+        done = 0
+        while done < len(records):
+            allowed = (ends[done - 1] if done else 0) + chunk_bytes - size
+            upto = min(bisect.bisect_left(ends, allowed, done) + 1, len(records))
+            upto = min(upto, done + chunk_size - len(columns))
+            reader.extend(columns, records[done:upto], topic, partition)
+            size += ends[upto - 1] - (ends[done - 1] if done else 0)
+            done = upto
+            if len(columns) >= chunk_size or size >= chunk_bytes:
                 yield columns.to_batch()
-                columns = RecordColumns()
+                columns, size = RecordColumns(), 0
     if len(columns):
         yield columns.to_batch()
+
+
+def _skip(_: OffsetRange) -> None:
+    """An accepted loss: the ingest finds the range missing and records it."""
 
 
 def committed_offsets(
@@ -132,24 +173,65 @@ def committed_offsets(
         consumer.close(autocommit=False)
 
 
+@dataclass(frozen=True)
+class Positions:
+    """Where a group and a topic's partitions stand, read before a batch is read."""
+
+    committed: dict[int, int | None]  # the group's committed offset (None: never committed)
+    bounds: dict[int, tuple[int, int]]  # (log start, end) of each partition that exists
+    topic_id: str | None  # None where the broker has no topic ids (KIP-516)
+
+
 def partition_positions(
     kwargs: Mapping[str, Any], topic: str, group_id: str, partitions: Sequence[int]
-) -> tuple[dict[int, int | None], dict[int, tuple[int, int]]]:
-    """The group's committed offset of each of ``partitions`` (None where it has none), and
-    (log start, log end) of each partition of ``topic`` that exists."""
-    consumer = KafkaConsumer(**kwargs, group_id=group_id)
+) -> Positions:
+    """The group's committed offset of each of ``partitions``, (log start, end) of each of
+    them that exists (the end at the consumer's isolation level: the last stable offset when
+    reading committed records), and the topic's id."""
+    consumer = tracked_consumer(**kwargs, group_id=group_id)
     try:
         committed = {p: consumer.committed(TopicPartition(topic, p)) for p in partitions}
         existing = consumer.partitions_for_topic(topic) or set()
+        found = consumer._client.cluster.topic_id(topic)
+        topic_id = str(found) if found else None
         tps = [TopicPartition(topic, p) for p in partitions if p in existing]
         if not tps:
-            return committed, {}
+            return Positions(committed, {}, topic_id)
         consumer.assign(tps)
         starts = consumer.beginning_offsets(tps)
         ends = refresh_ends(consumer, tps)
-        return committed, {tp.partition: (starts[tp], ends[tp]) for tp in tps}
+        bounds = {tp.partition: (starts[tp], ends[tp]) for tp in tps}
+        return Positions(committed, bounds, topic_id)
     finally:
         consumer.close(autocommit=False)
+
+
+def topic_id(kwargs: Mapping[str, Any], topic: str) -> str | None:
+    """The topic's id now (None where the broker has no topic ids, KIP-516)."""
+    consumer = KafkaConsumer(**kwargs, group_id=None)
+    try:
+        consumer.partitions_for_topic(topic)  # a metadata request naming the topic
+        found = consumer._client.cluster.topic_id(topic)
+        return str(found) if found else None
+    finally:
+        consumer.close(autocommit=False)
+
+
+def fingerprints_at(
+    kwargs: Mapping[str, Any], topic: str, offsets: Mapping[int, int], stall_timeout_s: float
+) -> dict[int, str | None]:
+    """The fingerprint (:mod:`.fingerprints`) of the message at each ``{partition: offset}``;
+    None where that offset holds no message (compacted away, or a transaction marker)."""
+    from .fingerprints import message_fingerprint
+
+    found: dict[int, str | None] = dict.fromkeys(offsets)
+    ranges = [OffsetRange(p, o, o + 1) for p, o in offsets.items()]
+    plain = {**kwargs, "isolation_level": "read_uncommitted"}  # the record, whatever became of it
+    for partition, records in read_range_records(plain, topic, ranges, stall_timeout_s, _skip):
+        for record in records:
+            if record.offset == offsets[partition]:
+                found[partition] = message_fingerprint(record.key, record.value, record.timestamp)
+    return found
 
 
 def commit_offsets(

@@ -32,10 +32,15 @@ def open_session(config: Mapping[str, Any]) -> MqttMessageQueue:
     return queue
 
 
-def drain(queue: MqttMessageQueue, max_messages: int | None) -> list[MessageEnvelope]:
-    """Receive until ``max_messages`` arrived or none came for :data:`IDLE_WAIT_S`."""
+def drain(
+    queue: MqttMessageQueue,
+    max_messages: int | None,
+    first_wait_s: float = FIRST_MESSAGE_WAIT_S,
+) -> list[MessageEnvelope]:
+    """Receive until ``max_messages`` arrived or none came for :data:`IDLE_WAIT_S` (for the
+    first one, ``first_wait_s``)."""
     received: list[MessageEnvelope] = []
-    wait_s = FIRST_MESSAGE_WAIT_S
+    wait_s = first_wait_s
     deadline = time.monotonic() + wait_s
     while max_messages is None or len(received) < max_messages:
         message = queue.receive(None, max(0, int((deadline - time.monotonic()) * 1000)))

@@ -12,6 +12,7 @@ Both read exactly the offsets asked for and nothing else; what to do with the ro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,20 +20,24 @@ from typing import Any
 import pyarrow as pa
 
 from ..batch import OffsetRange
+from ..errors import DataLossError
 from .records import RAW_SCHEMA_DDL
-from .writing import BATCH_ROWS
+from .writing import BATCH_BYTES, BATCH_ROWS
 
 __all__ = [
+    "TASK_BATCH_BYTES",
     "TASK_BATCH_ROWS",
     "chunks_on_driver",
-    "executors_need_sluice",
     "read_on_executors",
     "split_ranges",
+    "task_errors",
 ]
 
 #: Rows per Arrow batch a Spark task hands back in executor mode: as many as the writing
-#: tasks get at once.
+#: tasks get at once; and the bytes of keys and values it holds at most (one message may
+#: pass it).
 TASK_BATCH_ROWS = BATCH_ROWS
+TASK_BATCH_BYTES = BATCH_BYTES
 
 
 def split_ranges(ranges: list[OffsetRange], size: int) -> list[OffsetRange]:
@@ -59,13 +64,19 @@ def _rounds(ranges: list[OffsetRange]) -> list[list[OffsetRange]]:
 
 
 def chunks_on_driver(
-    kwargs: dict[str, Any], topic: str, todo: list[OffsetRange], chunk_size: int, stall_s: float
+    kwargs: dict[str, Any],
+    topic: str,
+    todo: list[OffsetRange],
+    chunk_size: int,
+    stall_s: float,
+    chunk_bytes: int,
 ) -> Iterator[pa.RecordBatch]:
-    """The messages of ``todo`` as record batches of at most ``chunk_size`` rows."""
+    """The messages of ``todo`` as record batches of at most ``chunk_size`` rows and about
+    ``chunk_bytes`` bytes."""
     from .kafka_source import read_ranges
 
     for group in _rounds(todo):
-        yield from read_ranges(kwargs, topic, group, chunk_size, stall_s)
+        yield from read_ranges(kwargs, topic, group, chunk_size, stall_s, chunk_bytes)
 
 
 def read_on_executors(
@@ -94,19 +105,26 @@ def read_on_executors(
         for batch in batches:
             for partition, start, end in zip(*batch.to_pydict().values(), strict=True):
                 piece = [OffsetRange(partition, start, end)]
-                yield from read_ranges(kwargs, topic, piece, TASK_BATCH_ROWS, stall_s)
+                yield from read_ranges(
+                    kwargs, topic, piece, TASK_BATCH_ROWS, stall_s, TASK_BATCH_BYTES
+                )
 
     return ranges.mapInArrow(read_task, RAW_SCHEMA_DDL)
 
 
 @contextmanager
-def executors_need_sluice() -> Iterator[None]:
-    """Say how to fix it when a job of executor-mode reading finds no Sluice on the
-    executors."""
+def task_errors() -> Iterator[None]:
+    """Errors of executor-mode reading tasks as the driver would raise them: a
+    :class:`DataLossError` of a task as itself, and the executors' missing Sluice with how to
+    fix it."""
     try:
         yield
     except Exception as exc:
-        if "No module named 'sluice'" in str(exc):
+        text = str(exc)
+        loss = re.search(r"DataLossError: (Data loss: [^\n]*)", text)
+        if loss:
+            raise DataLossError(loss.group(1)) from None
+        if "No module named 'sluice'" in text:
             raise RuntimeError(
                 "The executors' Python has no Sluice, which executor-mode reading needs "
                 "there: pass ship_sluice=True to spark_session (SparkResource, or "

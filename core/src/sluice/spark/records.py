@@ -21,7 +21,14 @@ import pyarrow.compute as pc
 
 from ..kafka.records import header_message_id
 
-__all__ = ["RAW_SCHEMA", "RAW_SCHEMA_DDL", "RecordColumns", "largest_message_bytes"]
+__all__ = [
+    "RAW_SCHEMA",
+    "RAW_SCHEMA_DDL",
+    "RecordColumns",
+    "confluent_message_bytes",
+    "kafka_record_bytes",
+    "largest_message_bytes",
+]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")  # Spark takes microseconds only
 #: confluent-kafka's timestamp type of a message without one (confluent_kafka is optional).
@@ -61,6 +68,17 @@ def largest_message_bytes(batch: pa.RecordBatch) -> int:
     most_headers = int(pc.max(pc.list_value_length(headers)).as_py() or 0)
     header_bytes = most_headers * (longest(pairs.field("key")) + longest(pairs.field("value")))
     return longest(batch.column("key")) + longest(batch.column("value")) + header_bytes
+
+
+def kafka_record_bytes(records: Sequence[Any]) -> list[int]:
+    """Bytes of key and value of each kafka-python ``ConsumerRecord``."""
+    return [len(r.value or b"") + len(r.key or b"") for r in records]
+
+
+def confluent_message_bytes(messages: Sequence[Any]) -> list[int]:
+    """Bytes of key and value of each confluent-kafka ``Message`` (``len()`` of a message is
+    its value's length)."""
+    return [len(m) + len(m.key() or b"") for m in messages]
 
 
 class RecordColumns:

@@ -15,8 +15,11 @@ plan starts. Per partition of a batch ``[start, end)``:
 - offsets below the partition's log start (deleted by retention) fail the ingest with
   :class:`DataLossError` naming the partition and the range, unless ``fail_on_data_loss`` is
   off: then they are recorded as lost (in the batch record and the result) and skipped;
-- a partition whose end is below the committed offset or the sink's last offset was
-  recreated (or its offsets reset): the same policy; accepted, its old coverage is forgotten.
+- a partition that was recreated (deleted and created again, or its offsets reset) fails the
+  same way, or, accepted, is read again from its log start, its old coverage forgotten. It
+  is recognised by its end being below the group's or the sink's position, or by the caller
+  (``recreated``: a topic id or a fingerprint that does not match, :mod:`.fingerprints`),
+  which catches a new log that has grown past the old position too.
 
 :func:`commit_targets` is the only place that decides what to commit: per partition, as far
 as the sink holds (written or recorded lost) without a gap from the base, never over an offset
@@ -30,14 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..batch import BatchSpec, OffsetRange
+from ..errors import DataLossError
 from .sinks.base import StreamState
 from .sinks.coverage import Coverage
 
-__all__ = ["DataLossError", "Work", "commit_targets", "remaining"]
-
-
-class DataLossError(RuntimeError):
-    """Messages of a batch are gone from the broker (retention, a recreated topic)."""
+__all__ = ["DataLossError", "Work", "commit_targets", "live_commits", "remaining"]
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Work:
     lost: list[dict[str, Any]] = field(default_factory=list)
     group_start: dict[int, int] = field(default_factory=dict)
     reset_partitions: list[int] = field(default_factory=list)
+    reset_commits: dict[int, int] = field(default_factory=dict)  # the old topic's offsets
 
 
 def remaining(
@@ -58,9 +59,11 @@ def remaining(
     bounds: Mapping[int, tuple[int, int]],
     state: StreamState,
     fail_on_data_loss: bool = True,
+    recreated: Mapping[int, str] | None = None,
 ) -> Work:
     """The work left of ``spec`` (see the module docstring). ``bounds`` gives each partition's
-    (log start, log end); ``state`` is the stream's state in the sink."""
+    (log start, log end); ``state`` is the stream's state in the sink; ``recreated`` names
+    partitions known to be recreated, with the evidence."""
     work = Work()
     held = state.held
     for r in spec.ranges:
@@ -79,17 +82,24 @@ def remaining(
             )
         base = committed.get(p)
         ahead = max(base or 0, held.last(p) or 0)
-        if ahead > log_end:
+        evidence = (recreated or {}).get(p)
+        if evidence is None and ahead > log_end:
+            evidence = f"it ends at offset {log_end}, but the group or the sink is at {ahead}"
+        if evidence is not None:
             _lose(
                 work,
                 fail_on_data_loss,
-                f"partition {p} of topic '{spec.topic}' ends at offset {log_end}, but the group "
-                f"or the sink is at offset {ahead}: the topic was recreated or its offsets reset",
-                {"partition": p, "start": log_end, "end": ahead, "reason": "recreated"},
+                f"partition {p} of topic '{spec.topic}' was deleted and recreated (or its "
+                f"offsets reset): {evidence}. The messages of the old topic that were not "
+                "ingested are gone",
+                {"partition": p, "reason": "recreated", "detail": evidence},
             )
             work.reset_partitions.append(p)
+            if base is not None:
+                work.reset_commits[p] = base
             held = Coverage({q: i for q, i in held.intervals.items() if q != p})
-            base = None
+            base = log_start  # the new topic's messages are all there: read them from its start
+            work.group_start[p] = log_start
         if base is None:
             base = held.first(p)
             if base is None:
@@ -124,6 +134,17 @@ def _lose(work: Work, fail: bool, what: str, loss: dict[str, Any]) -> None:
             "fail_on_data_loss=False (CLI: --accept-data-loss)."
         )
     work.lost.append(loss)
+
+
+def live_commits(committed: Mapping[int, int | None], state: StreamState) -> dict[int, int | None]:
+    """The group's committed offsets, None where one is the old topic's offset of a partition
+    the sink has since reset (a run published the new topic's first batch and died before it
+    committed): the sink's coverage is then where the group stands. A coincidence of the new
+    topic's commit with the old value only makes the ingest look for gaps it does not have."""
+    return {
+        p: None if offset is not None and state.stale_commits.get(p) == offset else offset
+        for p, offset in committed.items()
+    }
 
 
 def commit_targets(

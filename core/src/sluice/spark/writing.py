@@ -13,6 +13,12 @@ attempts returned: a failed or speculative attempt's files are deleted with ``_a
 so a retried task never writes its rows twice (this is what Spark's own commit protocol
 does for its writer).
 
+Each task also reports what it wrote, for the ingest to reconcile with what it planned
+(invariant I6): per Kafka partition, the offsets as intervals, the row count (a row written
+twice shows as more rows than offsets) and the fingerprint of the last message
+(:mod:`.fingerprints`). And it makes its files durable (``fsync``, on local file systems)
+before it reports them: offsets are committed only for bytes on stable storage (I9).
+
 Spark hands the rows over in Arrow batches of :func:`batch_rows` rows, with Spark's own byte
 limit off: to keep that limit Spark measures the batch after every row, which took about a
 sixth of the writing tasks' time (the list-of-struct ``headers`` column is slow to measure).
@@ -24,16 +30,29 @@ own batches, which they held in memory already.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+
+from . import fingerprints
+from .durable import sync_directory
+from .failpoints import is_armed
+
+# The writing tasks call fingerprints.message_fingerprint: pickled by value, they need no
+# Sluice on the executors.
+with contextlib.suppress(ImportError):
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(fingerprints)  # type: ignore[no-untyped-call]
 
 __all__ = [
     "ATTEMPTS_DIR",
     "BATCH_BYTES",
     "BATCH_ROWS",
+    "PartitionWrites",
     "WriteCounts",
     "WriteTargets",
     "batch_rows",
@@ -46,7 +65,7 @@ ATTEMPTS_DIR = "_attempts"
 BATCH_ROWS = 10_000
 #: Bytes of such a batch at most when the largest message is known (Spark's default limit).
 BATCH_BYTES = 64 << 20
-_RESULT_DDL = "output STRING, file STRING, rows BIGINT, value_bytes BIGINT"
+_RESULT_DDL = "output STRING, file STRING, rows BIGINT, value_bytes BIGINT, offsets STRING"
 _ARROW_ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
 _ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 _NO_BYTE_LIMIT = str(2**31 - 1)  # the value that turns Spark's measuring off
@@ -72,10 +91,21 @@ class WriteTargets:
 
 
 @dataclass(frozen=True)
+class PartitionWrites:
+    """What a write job wrote of one Kafka partition (good and quarantined rows together)."""
+
+    intervals: list[tuple[int, int]]  # offsets written, as merged [start, end) intervals
+    rows: int
+    last_offset: int
+    last_fingerprint: str
+
+
+@dataclass(frozen=True)
 class WriteCounts:
     good: int
     bad: int
     value_bytes: int  # of every row read, good or bad
+    partitions: dict[int, PartitionWrites] = field(default_factory=dict)  # Kafka rows only
 
 
 def write_outcomes(
@@ -92,26 +122,61 @@ def write_outcomes(
 
     dirs = {"good": targets.data.rstrip("/"), "bad": targets.quarantine.rstrip("/")}
     attempts = {kind: f"{path}/{ATTEMPTS_DIR}" for kind, path in dirs.items()}
-    task = _task_writer(good_columns, bad_columns, attempts)
+    lost = f"{attempts['good']}/.task-lost" if is_armed("task.lost") else None
+    task = _task_writer(good_columns, bad_columns, attempts, fingerprints.message_fingerprint, lost)
     try:
         with _arrow_batches(frame.sparkSession, batch_rows(largest_message)):
             written = frame.mapInArrow(task, _RESULT_DDL).collect()
         counts = {"good": 0, "bad": 0}
         value_bytes = 0
+        reports = []
+        moved = set()
         for row in written:
             value_bytes += row["value_bytes"]
             if row["output"] is None:
+                reports.append(json.loads(row["offsets"] or "{}"))
                 continue
             filesystem, source = fs.FileSystem.from_uri(f"{attempts[row['output']]}/{row['file']}")
             _, target = fs.FileSystem.from_uri(f"{dirs[row['output']]}/{row['file']}")
             filesystem.move(source, target)
+            moved.add(dirs[row["output"]])
             counts[row["output"]] += row["rows"]
+        for directory in moved:
+            sync_directory(directory)
     finally:
         for path in attempts.values():
             filesystem, local = fs.FileSystem.from_uri(path)
             with contextlib.suppress(OSError):  # FileNotFoundError included: nothing written
                 filesystem.delete_dir(local)
-    return WriteCounts(counts["good"], counts["bad"], value_bytes)
+    return WriteCounts(counts["good"], counts["bad"], value_bytes, _merge_reports(reports))
+
+
+def _merge_reports(reports: list[dict[str, Any]]) -> dict[int, PartitionWrites]:
+    """The tasks' per-partition reports, merged."""
+    merged: dict[int, PartitionWrites] = {}
+    for report in reports:
+        for key, part in report.items():
+            p = int(key)
+            intervals = [tuple(i) for i in part["intervals"]]
+            last = (part["last"][0], part["last"][1])
+            if p in merged:
+                before = merged[p]
+                intervals += before.intervals
+                if before.last_offset > last[0]:
+                    last = (before.last_offset, before.last_fingerprint)
+                part = {**part, "rows": part["rows"] + before.rows}
+            merged[p] = PartitionWrites(_union(intervals), part["rows"], *last)
+    return merged
+
+
+def _union(intervals: list[Any]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 @contextlib.contextmanager
@@ -132,13 +197,21 @@ def _arrow_batches(spark: Any, rows: int) -> Iterator[None]:
 
 
 def _task_writer(
-    good_columns: list[str], bad_columns: list[str], attempts: dict[str, str]
+    good_columns: list[str],
+    bad_columns: list[str],
+    attempts: dict[str, str],
+    fingerprint: Callable[[bytes | None, bytes | None, int | None], str],
+    lost: str | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function every task runs. It imports nothing of Sluice (cloudpickle ships it by
-    value), so driver-mode ingests need no Sluice on the executors."""
+    """The function every task runs. It imports nothing of Sluice (cloudpickle ships it, and
+    ``fingerprint``, by value), so driver-mode ingests need no Sluice on the executors.
+    ``lost``: a marker file; the first task to create it dies after writing its files (the
+    ``task.lost`` failpoint)."""
     columns = {"good": good_columns, "bad": bad_columns}
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import json
+        import os
         import uuid
 
         import pyarrow as pa
@@ -148,12 +221,46 @@ def _task_writer(
 
         name = f"part-{uuid.uuid4().hex}.parquet"
         writers: dict[str, Any] = {}
+        paths: dict[str, tuple[Any, str]] = {}
         rows = {"good": 0, "bad": 0}
         value_bytes = 0
+        partitions: dict[int, dict[str, Any]] = {}
+
+        def note_offsets(table: pa.Table) -> None:
+            """Add the table's Kafka offsets (intervals, rows, last message) to partitions."""
+            if "offset" not in table.column_names or "partition" not in table.column_names:
+                return
+            known = pc.is_valid(table["offset"])
+            for p in pc.unique(table["partition"].filter(known)).to_pylist():
+                part = table.filter(pc.and_(known, pc.equal(table["partition"], p)))
+                offsets = part["offset"].combine_chunks()
+                order = pc.sort_indices(offsets)
+                sorted_offsets = pc.take(offsets, order)
+                steps = pc.subtract(sorted_offsets[1:], sorted_offsets[:-1])
+                cuts = pc.indices_nonzero(pc.not_equal(steps, 1)).to_pylist()
+                values = sorted_offsets.to_pylist()
+                starts = [values[0], *(values[c + 1] for c in cuts)]
+                ends = [*(values[c] + 1 for c in cuts), values[-1] + 1]
+                seen = partitions.setdefault(p, {"intervals": [], "rows": 0, "last": [-1, ""]})
+                seen["intervals"] += [[s, e] for s, e in zip(starts, ends, strict=True)]
+                seen["rows"] += part.num_rows
+                if values[-1] > seen["last"][0]:
+                    at = order[-1].as_py()
+                    micros = part["timestamp"].cast(pa.int64())[at].as_py()
+                    seen["last"] = [
+                        values[-1],
+                        fingerprint(
+                            part["key"][at].as_py(),
+                            part["value"][at].as_py(),
+                            None if micros is None else micros // 1000,
+                        ),
+                    ]
+
         try:
             for batch in batches:
                 table = pa.Table.from_batches([batch])
                 value_bytes += pc.sum(pc.binary_length(table["value"])).as_py() or 0
+                note_offsets(table)
                 bad = pc.is_valid(table["reason"])
                 for kind, mask in (("good", pc.invert(bad)), ("bad", bad)):
                     part = table.filter(mask).select(columns[kind])
@@ -162,6 +269,7 @@ def _task_writer(
                     if kind not in writers:
                         filesystem, path = fs.FileSystem.from_uri(attempts[kind])
                         filesystem.create_dir(path, recursive=True)
+                        paths[kind] = (filesystem, f"{path}/{name}")
                         writers[kind] = pq.ParquetWriter(
                             f"{path}/{name}", part.schema, filesystem=filesystem
                         )
@@ -170,13 +278,43 @@ def _task_writer(
         finally:
             for writer in writers.values():
                 writer.close()
-        results = [
-            {"output": kind, "file": name, "rows": rows[kind], "value_bytes": 0} for kind in writers
+        for filesystem, path in paths.values():
+            if isinstance(filesystem, fs.LocalFileSystem):  # object stores: durable when acked
+                handle = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(handle)
+                finally:
+                    os.close(handle)
+        if lost is not None and writers:
+            os.makedirs(os.path.dirname(lost), exist_ok=True)
+            try:
+                os.close(os.open(lost, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                os._exit(1)  # an executor lost after writing, before reporting
+        results: list[dict[str, Any]] = [
+            {"output": kind, "file": name, "rows": rows[kind], "value_bytes": 0, "offsets": None}
+            for kind in writers
         ]
-        results.append({"output": None, "file": None, "rows": 0, "value_bytes": value_bytes})
+        results.append(
+            {
+                "output": None,
+                "file": None,
+                "rows": 0,
+                "value_bytes": value_bytes,
+                "offsets": json.dumps(partitions),
+            }
+        )
         text, number = pa.string(), pa.int64()
         schema = pa.schema(
-            [("output", text), ("file", text), ("rows", number), ("value_bytes", number)]
+            [
+                ("output", text),
+                ("file", text),
+                ("rows", number),
+                ("value_bytes", number),
+                ("offsets", text),
+            ]
         )
         yield pa.RecordBatch.from_pylist(results, schema=schema)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,6 +34,7 @@ __all__ = [
     "Staging",
     "StreamKey",
     "StreamState",
+    "check_publishable",
 ]
 
 #: How many of the most recent MQTT message ids a stream remembers for de-duplication. A
@@ -44,7 +46,8 @@ RECENT_BATCHES = 1_000
 
 
 class ConcurrentIngestError(RuntimeError):
-    """Another ingest published some of the same offsets while this one ran."""
+    """Another ingest of the same stream is running, or published some of the same offsets
+    while this one ran (invariant I7)."""
 
 
 @dataclass(frozen=True)
@@ -72,12 +75,19 @@ class BatchRecord:
     group_start: dict[int, int] = field(default_factory=dict)  # where a new group began
     lost: list[dict[str, Any]] = field(default_factory=list)  # accepted losses, with reasons
     reset_partitions: list[int] = field(default_factory=list)  # recreated partitions
+    # the group's committed offset of a reset partition when it was reset (the old topic's)
+    reset_commits: dict[int, int] = field(default_factory=dict)
     message_ids: list[str] = field(default_factory=list)  # MQTT: ids written (both tables)
     quarantined_ids: dict[str, str] = field(default_factory=dict)  # MQTT: id -> reason
     counts: dict[str, int] = field(default_factory=dict)
     dead_letter_topic: str | None = None
     published_at: float = 0.0  # seconds since the epoch
     broker_dropped: int | None = None  # MQTT: the broker's drop counter at this ingest
+    # Kafka, per partition: offset and fingerprint of the last message written
+    fingerprints: dict[int, tuple[int, str]] = field(default_factory=dict)
+    topic_id: str | None = None  # Kafka: the topic's id, where the broker has them (KIP-516)
+    run: str | None = None  # the run that published it (one of possibly several of the batch)
+    planned_on: int | None = None  # how many batches the stream's state held when it was planned
 
     @property
     def stream(self) -> StreamKey:
@@ -91,12 +101,17 @@ class BatchRecord:
             "group_start": {str(p): s for p, s in self.group_start.items()},
             "lost": self.lost,
             "reset_partitions": self.reset_partitions,
+            "reset_commits": {str(p): o for p, o in self.reset_commits.items()},
             "message_ids": self.message_ids,
             "quarantined_ids": self.quarantined_ids,
             "counts": self.counts,
             "dead_letter_topic": self.dead_letter_topic,
             "published_at": self.published_at,
             "broker_dropped": self.broker_dropped,
+            "fingerprints": {str(p): list(f) for p, f in self.fingerprints.items()},
+            "topic_id": self.topic_id,
+            "run": self.run,
+            "planned_on": self.planned_on,
         }
 
     @classmethod
@@ -108,13 +123,45 @@ class BatchRecord:
             group_start={int(p): int(s) for p, s in (data.get("group_start") or {}).items()},
             lost=list(data.get("lost", [])),
             reset_partitions=[int(p) for p in data.get("reset_partitions", [])],
+            reset_commits={int(p): int(o) for p, o in (data.get("reset_commits") or {}).items()},
             message_ids=list(data.get("message_ids", [])),
             quarantined_ids=dict(data.get("quarantined_ids", {})),
             counts=dict(data.get("counts", {})),
             dead_letter_topic=data.get("dead_letter_topic"),
             published_at=float(data.get("published_at", 0.0)),
             broker_dropped=data.get("broker_dropped"),
+            fingerprints=_fingerprints(data.get("fingerprints")),
+            topic_id=data.get("topic_id"),
+            run=data.get("run"),
+            planned_on=data.get("planned_on"),
         )
+
+
+def check_publishable(state: StreamState, record: BatchRecord) -> None:
+    """Raise :class:`ConcurrentIngestError` (nothing is published then) when another run of
+    the stream published since ``record``'s run planned from ``state`` (invariant I7): the
+    state holds more batches than when it planned, or some of the same offsets or ids."""
+    stream = record.stream
+    reset = set(record.reset_partitions)
+    taken = state.written.overlaps([r for r in record.ranges if r.partition not in reset])
+    moved = record.planned_on is not None and state.batches != record.planned_on
+    if taken or moved or any(i in state.recent_ids for i in record.message_ids):
+        what = ", ".join(_describe(r) for r in taken[:5]) or (
+            "message ids" if not moved else f"{state.batches - (record.planned_on or 0)} batch(es)"
+        )
+        raise ConcurrentIngestError(
+            f"Another ingest of {stream.kind} topic '{stream.topic}' published while batch "
+            f"{record.batch_id} was ingested ({what}). Nothing was published or committed; "
+            "run the batch again to ingest what is left."
+        )
+
+
+def _describe(r: OffsetRange) -> str:
+    return f"partition {r.partition} offsets {r.start}-{r.end - 1}"
+
+
+def _fingerprints(data: Any) -> dict[int, tuple[int, str]]:
+    return {int(p): (int(f[0]), str(f[1])) for p, f in (data or {}).items()}
 
 
 @dataclass
@@ -127,6 +174,10 @@ class StreamState:
     recent_batches: list[str] = field(default_factory=list)
     batches: int = 0
     broker_dropped: int | None = None  # MQTT: the broker's drop counter at the last ingest
+    fingerprints: dict[int, tuple[int, str]] = field(default_factory=dict)  # Kafka: see record
+    topic_id: str | None = None  # Kafka: the id of the topic written, where the broker has ids
+    # Kafka: a reset partition's old committed offset, stale until the group commits anew
+    stale_commits: dict[int, int] = field(default_factory=dict)
 
     @property
     def held(self) -> Coverage:
@@ -140,7 +191,16 @@ class StreamState:
         for partition in record.reset_partitions:
             self.written.forget(partition)
             self.lost.forget(partition)
+            self.fingerprints.pop(partition, None)
+            self.stale_commits.pop(partition, None)
+            if partition in record.reset_commits:
+                self.stale_commits[partition] = record.reset_commits[partition]
         self.written.add_ranges(record.ranges)
+        for partition, (offset, fingerprint) in record.fingerprints.items():
+            if offset >= self.fingerprints.get(partition, (-1, ""))[0]:
+                self.fingerprints[partition] = (offset, fingerprint)
+        if record.topic_id is not None:
+            self.topic_id = record.topic_id
         for loss in record.lost:
             if loss.get("reason") == "retention":  # a recreated partition's old end is no offset
                 self.lost.add(int(loss["partition"]), int(loss["start"]), int(loss["end"]))
@@ -162,6 +222,9 @@ class StreamState:
             "recent_batches": self.recent_batches,
             "batches": self.batches,
             "broker_dropped": self.broker_dropped,
+            "fingerprints": {str(p): list(f) for p, f in sorted(self.fingerprints.items())},
+            "topic_id": self.topic_id,
+            "stale_commits": {str(p): o for p, o in sorted(self.stale_commits.items())},
         }
 
     @classmethod
@@ -173,6 +236,9 @@ class StreamState:
             recent_batches=list(data.get("recent_batches", [])),
             batches=int(data.get("batches", 0)),
             broker_dropped=data.get("broker_dropped"),
+            fingerprints=_fingerprints(data.get("fingerprints")),
+            topic_id=data.get("topic_id"),
+            stale_commits={int(p): int(o) for p, o in (data.get("stale_commits") or {}).items()},
         )
 
 
@@ -200,6 +266,10 @@ class Sink(Protocol):
 
     def check(self) -> None:
         """Raise ``ConfigError`` saying what to fix when the sink cannot be written."""
+
+    def exclusive(self, stream: StreamKey) -> AbstractContextManager[None]:
+        """Hold the stream for one run (invariant I7): a second run of the same stream gets
+        :class:`ConcurrentIngestError` instead of touching the first run's work."""
 
     def recover(self) -> None:
         """Finish or forget what a crashed run left between two steps of a publish."""

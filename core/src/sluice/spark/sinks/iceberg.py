@@ -19,38 +19,47 @@ would work too; ``day(timestamp)`` would not.
 Commit protocol (docs/architecture.md, "The Iceberg sink"):
 
 1. The Spark job writes the batch's Parquet files (:mod:`sluice.spark.writing`) straight under
-   the table's location, ``<location>/data/sluice/<batch>/<run>/``; they become the table's
+   the tables' locations, ``<location>/data/sluice/<batch>/<run>/``; they become the tables'
    data files as they are, nothing is copied.
-2. The quarantined rows' files are committed to the quarantine table first, replacing any
-   rows of the same batch id that an earlier, crashed run committed (one transaction: delete
-   ``batch_id = <id>``, add the files), in a snapshot naming the batch.
-3. ONE commit on the main table adds the good rows' files (``add_files``) in a snapshot whose
-   summary names the batch (``sluice.batch-id``, ``sluice.kind``, ``sluice.topic``,
-   ``sluice.group``, ``sluice.ranges``; MQTT ``sluice.message-count`` and a SHA-256
-   ``sluice.message-digest`` of the sorted ids), holds its record (``sluice.record``) and the
-   state of every stream of the table after this batch (``sluice.stream.<stream>``). This is
-   the commit point (invariant I2): offsets are committed only after it. A state over
-   :data:`INLINE_LIMIT` characters (MQTT's recent ids, a Kafka stream's last 1,000 batch ids)
-   is written to an immutable file beside the table and the summary holds its path
-   (``sluice.stream-file.<stream>``): Iceberg keeps every snapshot's summary in the table's
-   metadata file, so summaries stay small.
-4. On a commit conflict (another writer committed first): reload, check again that no
-   other run published the batch's offsets or ids meanwhile (else
-   :class:`ConcurrentIngestError`, and the batch's quarantine rows are withdrawn), fold the
-   record into the fresh state and commit again. pyiceberg's own retry is off on these
-   tables (``commit.retry.num-retries=0``): it would reuse the stale state.
+2. ONE commit on the main table is the commit point (invariant I2): it adds the good rows'
+   files (``add_files``) in a snapshot whose summary names the batch (``sluice.batch-id``,
+   ``sluice.run``, ``sluice.kind``, ``sluice.topic``, ``sluice.group``, ``sluice.ranges``; MQTT
+   ``sluice.message-count`` and a SHA-256 ``sluice.message-digest`` of the sorted ids) and holds
+   its record (``sluice.record``); and, in the same commit, it sets the stream's state in the
+   table's *properties* (``sluice.stream.<stream>``), where compaction and snapshot expiry
+   cannot reach it, and names the batch in ``sluice.pending`` with its quarantine files.
+   A state over :data:`INLINE_LIMIT` characters (MQTT's recent ids, a Kafka stream's last
+   1,000 batch ids) is written to an immutable file beside the table and the property holds
+   its path (``sluice.stream-file.<stream>``).
+3. Then the quarantined rows' files are committed to the quarantine table, in a snapshot
+   naming the batch, and the batch's record is written beside the table (``batches/``, for the
+   audit once snapshots are expired). A crash before they are done is finished by the next
+   run's :meth:`IcebergSink.recover`, which completes every ``sluice.pending`` batch: the
+   quarantine is never committed for a batch that is not published, and never twice. Iceberg
+   has no commit over two tables (the SQL catalog has none), so the quarantine rows of a
+   published batch may be missing for the moment between the two commits; nothing is ever
+   doubled or lost.
+4. On a commit conflict (another writer committed first): reload, check again that no other
+   run published the batch's offsets or ids meanwhile (else :class:`ConcurrentIngestError`),
+   fold the record into the fresh state and commit again. pyiceberg's own retry is off on
+   these tables (``commit.retry.num-retries=0``): it would reuse the stale state.
+5. A commit whose outcome is unknown (the catalog's answer was lost: a 502/504, a dropped
+   connection, a timeout or SIGTERM between the commit and its answer) deletes nothing: only a
+   commit known not to have happened (refused by the catalog, or never sent) gives up its
+   files (invariant I8). The next run reads the catalog: a batch found there is finished, one
+   that is not is written again, and the files of the unknown attempt are orphans for
+   Iceberg's orphan-file removal.
 
-Reading: ``state()`` reads the newest snapshot of the main branch that Sluice wrote (one
-summary, and at most one state file: invariant I5); ``find()`` walks the main branch's
-snapshots in the table metadata the catalog already loaded, without further I/O;
-``recover()`` has nothing to do, a commit being atomic. ``records()`` and
-``row_coordinates()`` (the audit) read the summaries and scan the tables.
+Reading: ``state()`` reads the table's properties (and at most one state file: invariant I5);
+``find()`` walks the main branch's snapshots in the table metadata the catalog already loaded,
+without further I/O; ``records()`` and ``row_coordinates()`` (the audit) read the summaries,
+the record files and scan the tables.
 
 Beside the table, ``<location's parent>/_sluice/<location's name>/``: stream states too large
-for a summary (``streams/``) and the dead-letter progress (``dead_letters/<batch>.json``),
-written with the table's FileIO. Not under the table's location, where Iceberg's orphan-file
-removal would delete them. Files of a run that crashed before its commit are orphans under
-the table's location; Iceberg's orphan-file removal deletes them.
+for a property (``streams/``), batch records (``batches/``) and the dead-letter progress
+(``dead_letters/<batch>.json``), written with the table's FileIO. Not under the table's
+location, where Iceberg's orphan-file removal would delete them. On local file systems every
+file a commit depends on is synced before the offsets are committed (invariant I9).
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import re
 import shutil
 import tempfile
@@ -65,6 +75,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -75,9 +86,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ...queues.config import ConfigError
+from ..durable import local_target, sync_directory, sync_file
 from ..failpoints import failpoint
 from ..writing import WriteTargets
-from .base import BatchRecord, ConcurrentIngestError, Staging, StreamKey, StreamState
+from .base import (
+    BatchRecord,
+    ConcurrentIngestError,
+    Staging,
+    StreamKey,
+    StreamState,
+    check_publishable,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -94,6 +113,8 @@ __all__ = [
     "IcebergTarget",
     "parse_iceberg_uri",
 ]
+
+log = logging.getLogger(__name__)
 
 SCHEME = "iceberg"
 BATCH_COLUMN = "batch_id"
@@ -199,6 +220,8 @@ def load_iceberg_catalog(name: str) -> Catalog:
 class _Run:
     data: str | None = None  # URIs of the staged files' directories (set by the first write)
     quarantine: str | None = None
+    name: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    committing: bool = False  # the main commit was sent: its outcome may be unknown
     published: bool = False
 
 
@@ -209,8 +232,9 @@ class IcebergStaging(Staging):
     run: _Run = field(default_factory=_Run)
 
 
-def _parquet_files(uri: str | None) -> list[str]:
-    """URIs of the Parquet files directly in the directory ``uri`` (none if it is absent)."""
+def _files(uri: str | None, suffix: str) -> list[str]:
+    """URIs of the files named ``*<suffix>`` directly in the directory ``uri`` (none if it is
+    absent)."""
     if uri is None:
         return []
     from pyarrow import fs
@@ -220,8 +244,12 @@ def _parquet_files(uri: str | None) -> list[str]:
     return sorted(
         uri + info.path[len(base) :]
         for info in infos
-        if info.type == fs.FileType.File and info.path.endswith(".parquet")
+        if info.type == fs.FileType.File and info.path.endswith(suffix)
     )
+
+
+def _parquet_files(uri: str | None) -> list[str]:
+    return _files(uri, ".parquet")
 
 
 def _read_parquet(uris: list[str], columns: list[str] | None = None) -> pa.Table:
@@ -293,6 +321,7 @@ class IcebergSink:
         self.target = parse_iceberg_uri(location)
         self.location = location
         self._catalog: Catalog | None = None
+        self._finished: set[str] = set()  # pending batches finished by this sink object
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
 
     # ---- catalog and tables --------------------------------------------------------------
@@ -392,7 +421,11 @@ class IcebergSink:
         raise RuntimeError(f"the state of {stream} kept changing while it was read")
 
     def _streams(self, table: Table) -> dict[str, str]:
-        """The ``sluice.stream*`` entries of the newest snapshot Sluice wrote."""
+        """The ``sluice.stream*`` entries of the table's properties; a table written by an
+        older Sluice keeps them in the summary of the newest snapshot Sluice wrote."""
+        found = {k: v for k, v in table.properties.items() if k.startswith(f"{PREFIX}stream")}
+        if found:
+            return found
         for _, summary in _sluice_snapshots(table):
             return {k: v for k, v in summary.items() if k.startswith(f"{PREFIX}stream")}
         return {}
@@ -409,11 +442,20 @@ class IcebergSink:
             return StreamState.from_json(json.loads(handle.read()))
 
     def records(self) -> Iterator[BatchRecord]:
+        """Every published batch: from the snapshots, and from the record files of batches
+        whose snapshots were expired."""
         table = self._load(self.target.table)
         if table is None:
             return
-        found = [json.loads(s[f"{PREFIX}record"]) for _, s in _sluice_snapshots(table)]
-        for data in reversed(found):
+        found = {
+            s[f"{PREFIX}batch-id"]: json.loads(s[f"{PREFIX}record"])
+            for _, s in _sluice_snapshots(table)
+        }
+        for path in _files(f"{self._sidecar(table)}/batches", ".json"):
+            with table.io.new_input(path).open() as handle:
+                data = json.loads(handle.read())
+            found.setdefault(data["batch_id"], data)
+        for data in sorted(found.values(), key=lambda d: float(d.get("published_at", 0.0))):
             yield BatchRecord.from_json(data)
 
     def snapshot_lines(self) -> list[str]:
@@ -473,8 +515,39 @@ class IcebergSink:
 
     # ---- writing -------------------------------------------------------------------------
 
+    def exclusive(self, stream: StreamKey) -> AbstractContextManager[None]:
+        """Nothing to hold: the commit is the fence (a second run's commit finds the offsets
+        published and raises :class:`ConcurrentIngestError`), and a run never touches
+        another run's files."""
+        return contextlib.nullcontext()
+
     def recover(self) -> None:
-        """Nothing to do: a batch is published by one atomic catalog commit."""
+        """Finish the batches ``sluice.pending`` names: their quarantine commit and record
+        file (a run that crashed after its commit point)."""
+        table = self._load(self.target.table)
+        if table is None:
+            return
+        for batch_id, entry in _pending(table).items():
+            if batch_id in self._finished:
+                continue
+            self._finish(table, batch_id, list(entry.get("quarantine", [])))
+            self._finished.add(batch_id)
+
+    def _finish(self, table: Table, batch_id: str, quarantine_files: list[str]) -> None:
+        """The steps after a batch's commit point; each is done once, whoever runs it."""
+        _with_retries("quarantine", lambda: self._commit_quarantine(batch_id, quarantine_files))
+        path = self._record_file(table, batch_id)
+        if not table.io.new_input(path).exists():
+            record = self.find(batch_id)
+            if record is not None:
+                with table.io.new_output(path).create(overwrite=True) as handle:
+                    handle.write(json.dumps(record.to_json(), sort_keys=True).encode())
+                sync_file(path)
+                sync_directory(path.rpartition("/")[0])
+
+    def _record_file(self, table: Table, batch_id: str) -> str:
+        name = hashlib.sha256(batch_id.encode()).hexdigest()[:32]
+        return f"{self._sidecar(table)}/batches/{name}.json"
 
     def stage(self, batch_id: str) -> Staging:
         scratch = Path(tempfile.mkdtemp(prefix="sluice-iceberg-"))
@@ -483,7 +556,7 @@ class IcebergSink:
     def targets(self, staging: Staging, good: pa.Schema, bad: pa.Schema) -> WriteTargets:
         run = _run(staging)
         if run.data is None or run.quarantine is None:
-            name = f"{staging.batch_id}/{uuid.uuid4().hex[:12]}"
+            name = f"{staging.batch_id}/{run.name}"
             batch = pa.field(BATCH_COLUMN, pa.string())
             table = self._ensure(self.target.table, good.append(batch))
             quarantine = self._ensure(self.target.quarantine, bad.append(batch))
@@ -503,97 +576,109 @@ class IcebergSink:
         return dict(zip(*table.to_pydict().values(), strict=True))
 
     def discard(self, staging: Staging) -> None:
+        """Delete the run's files, but only if its commit is known not to have happened
+        (invariant I8): after a commit whose answer was lost they may be the table's."""
         shutil.rmtree(staging.scratch, ignore_errors=True)
         run = _run(staging)
         if run.published:
             return
+        if run.committing:
+            log.warning(
+                "The commit of batch %s to %s may or may not have happened (its answer was "
+                "lost); its files are kept. The next ingest of the batch reads the catalog and "
+                "finishes the batch or writes it again; Iceberg's orphan-file removal deletes "
+                "files no commit took.",
+                staging.batch_id,
+                self._name(self.target.table),
+            )
+            return
         from pyarrow import fs
 
-        if run.data is not None:  # never referenced: the main commit did not happen
-            with contextlib.suppress(OSError):
-                filesystem, path = fs.FileSystem.from_uri(run.data)
-                filesystem.delete_dir(path)
+        for directory in (run.data, run.quarantine):
+            if directory is not None:
+                with contextlib.suppress(OSError):
+                    filesystem, path = fs.FileSystem.from_uri(directory)
+                    filesystem.delete_dir(path)
 
     def publish(self, staging: Staging, record: BatchRecord) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
         shutil.rmtree(staging.scratch, ignore_errors=True)
         run = _run(staging)
         record.published_at = time.time()
+        record.run = run.name
         good = [f for f in _parquet_files(run.data) if _rows([f])]
         bad = [f for f in _parquet_files(run.quarantine) if _rows([f])]
-        if bad or self._quarantine_names(record.batch_id):
-            _with_retries("quarantine", lambda: self._commit_quarantine(record.batch_id, bad))
+        for directory in (run.data, run.quarantine):
+            _sync_parents(directory, 3)  # <run>, <batch> and data/sluice are new directories
         failpoint("publish.after_intent")
+        run.committing = True
         try:
-            _with_retries("batch", lambda: self._commit_batch(record, good))
-        except ConcurrentIngestError:
-            if self.find(record.batch_id) is None:
-                self._withdraw_quarantine(record.batch_id)
+            table = _with_retries("batch", lambda: self._commit_batch(record, good, bad))
+        except (ConcurrentIngestError, CommitFailedException):
+            run.committing = False  # refused: it did not happen
             raise
         run.published = True
+        _sync_snapshot(table)
         failpoint("publish.after_rename")
+        self._finish(table, record.batch_id, bad)
+        self._finished.add(record.batch_id)
         failpoint("publish.after_state")
 
-    def _quarantine_names(self, batch_id: str) -> bool:
-        """Whether a snapshot of the quarantine table names ``batch_id``."""
-        table = self._load(self.target.quarantine)
-        if table is None:
-            return False
-        return any(s[f"{PREFIX}batch-id"] == batch_id for _, s in _sluice_snapshots(table))
-
     def _commit_quarantine(self, batch_id: str, files: list[str]) -> None:
+        """Add a published batch's quarantine files, unless a snapshot already did (a conflict
+        with a concurrent finisher reloads and finds it)."""
+        if not files:
+            return
         table = self._load(self.target.quarantine)
         if table is None:
             table = self._ensure(self.target.quarantine, _BASE_SCHEMA)
-        properties = {f"{PREFIX}batch-id": batch_id}
+        if any(s[f"{PREFIX}batch-id"] == batch_id for _, s in _sluice_snapshots(table)):
+            return
         with table.transaction() as transaction:
-            if any(s[f"{PREFIX}batch-id"] == batch_id for _, s in _sluice_snapshots(table)):
-                transaction.delete(_of_batch(batch_id), properties)
-            if files:
-                transaction.add_files(files, properties, check_duplicate_files=False)
+            transaction.add_files(
+                files, {f"{PREFIX}batch-id": batch_id}, check_duplicate_files=False
+            )
+        _sync_snapshot(table)
 
-    def _withdraw_quarantine(self, batch_id: str) -> None:
-        def attempt() -> None:
-            if self._quarantine_names(batch_id):
-                self._commit_quarantine(batch_id, [])
-
-        _with_retries("quarantine", attempt)
-
-    def _commit_batch(self, record: BatchRecord, files: list[str]) -> None:
+    def _commit_batch(self, record: BatchRecord, files: list[str], quarantine: list[str]) -> Table:
         from pyiceberg.exceptions import CommitFailedException
 
         table = self._load(self.target.table) or self._ensure(self.target.table, _BASE_SCHEMA)
         stream = record.stream
-        streams = self._streams(table)
         try:
             state = self._state(table, stream)
         except FileNotFoundError:  # a newer commit replaced it: this table is stale
             raise CommitFailedException("the stream state was replaced") from None
-        reset = set(record.reset_partitions)
-        taken = state.written.overlaps([r for r in record.ranges if r.partition not in reset])
-        if taken or any(i in state.recent_ids for i in record.message_ids):
-            raise ConcurrentIngestError(
-                f"Another ingest of {stream.kind} topic '{stream.topic}' published some of "
-                f"batch {record.batch_id}'s messages while it ran "
-                f"({', '.join(_describe(r) for r in taken[:5]) or 'message ids'}). Nothing "
-                "was published or committed; run the batch again to ingest what is left."
-            )
+        check_publishable(state, record)
         state.fold(record)
-        summary = self._batch_summary(record)
-        summary.update(streams)
         text = json.dumps(state.to_json(), sort_keys=True)
         inline, in_file = f"{PREFIX}stream.{stream.slug}", f"{PREFIX}stream-file.{stream.slug}"
-        previous = summary.pop(in_file, None)
-        summary.pop(inline, None)
+        previous = self._streams(table).get(in_file)
+        pending = {k: v for k, v in _pending(table).items() if k not in self._finished}
+        pending[record.batch_id] = {"quarantine": quarantine}
+        properties = {f"{PREFIX}pending": json.dumps(pending, sort_keys=True)}
+        removed: list[str] = []
         written = None
         if len(text) <= INLINE_LIMIT:
-            summary[inline] = text
+            properties[inline] = text
+            if previous is not None:
+                removed.append(in_file)
         else:
             written = f"{self._sidecar(table)}/streams/{stream.slug}/{uuid.uuid4().hex}.json"
             with table.io.new_output(written).create(overwrite=True) as handle:
                 handle.write(text.encode())
-            summary[in_file] = written
+            sync_file(written)
+            sync_directory(written.rpartition("/")[0])
+            properties[in_file] = written
+            if inline in table.properties:
+                removed.append(inline)
+        summary = self._batch_summary(record)
         try:
             with table.transaction() as transaction:
+                transaction.set_properties(properties)
+                if removed:
+                    transaction.remove_properties(*removed)
                 if files:
                     transaction.add_files(files, summary, check_duplicate_files=False)
                 else:
@@ -607,6 +692,7 @@ class IcebergSink:
             # a newer state replaces it; a concurrent reader reloads on a missing file
             with contextlib.suppress(OSError):
                 table.io.delete(previous)
+        return table
 
     def _batch_summary(self, record: BatchRecord) -> dict[str, str]:
         stream = record.stream
@@ -614,6 +700,7 @@ class IcebergSink:
         stored["message_ids"], stored["quarantined_ids"] = [], {}
         summary = {
             f"{PREFIX}batch-id": record.batch_id,
+            f"{PREFIX}run": record.run or "",
             f"{PREFIX}kind": stream.kind,
             f"{PREFIX}topic": stream.topic,
             f"{PREFIX}group": stream.group or "",
@@ -658,6 +745,37 @@ class IcebergSink:
             handle.write(json.dumps(progress, sort_keys=True).encode())
 
 
+def _pending(table: Table) -> dict[str, dict[str, Any]]:
+    """The batches whose steps after the commit point may be unfinished."""
+    data: dict[str, dict[str, Any]] = json.loads(table.properties.get(f"{PREFIX}pending", "{}"))
+    return data
+
+
+def _sync_parents(directory: str | None, levels: int) -> None:
+    """Sync ``directory`` and its ``levels - 1`` parents (new directory entries; local only)."""
+    for _ in range(levels):
+        if not directory:
+            return
+        sync_directory(directory)
+        directory = directory.rstrip("/").rpartition("/")[0]
+
+
+def _sync_snapshot(table: Table) -> None:
+    """Sync what the table's current snapshot depends on (local warehouses only): its metadata
+    file, manifest list and manifests, and their directories. The data files were synced by
+    the tasks that wrote them."""
+    snapshot = table.current_snapshot()
+    if local_target(table.metadata_location) is None or snapshot is None:
+        return
+    files = [table.metadata_location, snapshot.manifest_list]
+    files += [m.manifest_path for m in snapshot.manifests(table.io)]
+    for path in files:
+        with contextlib.suppress(FileNotFoundError):
+            sync_file(path)
+    for directory in {path.rpartition("/")[0] for path in files}:
+        sync_directory(directory)
+
+
 def _of_batch(batch_id: str) -> BooleanExpression:
     """The filter ``batch_id = <batch_id>``."""
     from pyiceberg.expressions import EqualTo
@@ -669,7 +787,3 @@ def _run(staging: Staging) -> _Run:
     if not isinstance(staging, IcebergStaging):
         raise TypeError(f"not an Iceberg staging area: {staging!r}")
     return staging.run
-
-
-def _describe(r: Any) -> str:
-    return f"partition {r.partition} offsets {r.start}-{r.end - 1}"

@@ -10,13 +10,23 @@
     <sink>/_sluice/streams/<stream>.json            each stream's state (bounded)
     <sink>/_sluice/dead_letters/<id>.json           how far a batch's dead letters got
     <sink>/_sluice/lock                             serialises publishes
+    <sink>/_sluice/runs/<stream>.lock               held by the one run of a stream (I7)
 
 A run builds the whole batch directory (rows, quarantine and record) in staging, and one
 ``rename`` makes it visible and recorded at once (invariant I2): a crash leaves either no
-batch or a whole one. Around the rename, under the lock: an intent is written before it, and
-after it the stream state is updated and the intent removed; :meth:`ParquetSink.recover` folds
-in a batch whose state update a crash interrupted. Spark and pyarrow ignore names starting
-with ``_``, so ``spark.read.parquet(sink)`` reads exactly the published good rows, with
+batch or a whole one. Around the rename, under the lock: pending intents of crashed runs are
+folded in first, then an intent is written before the rename, and after it the stream state is
+updated and the intent removed; :meth:`ParquetSink.recover` folds in a batch whose state
+update a crash interrupted. Every file and directory entry is synced to stable storage before
+the step that depends on it (invariant I9), so the offsets committed after a publish never
+outlive the rows after a power loss.
+
+One run per stream (I7): an ingest holds ``runs/<stream>.lock`` (``flock``, released by the
+kernel when the process dies) from its first step to its commit; a second run of the stream
+gets :class:`ConcurrentIngestError` at once and touches nothing.
+
+Spark and pyarrow ignore names starting with ``_``, so ``spark.read.parquet(sink)`` reads
+exactly the published good rows, with
 ``batch_id`` as a partition column; quarantined rows read with
 ``spark.read.parquet(f"{sink}/batch_id=*/_quarantine")``.
 """
@@ -27,6 +37,7 @@ import fcntl
 import json
 import os
 import shutil
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,9 +50,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...queues.config import ConfigError
+from ..durable import sync_directory, sync_file
 from ..failpoints import failpoint
 from ..writing import WriteTargets
-from .base import BatchRecord, ConcurrentIngestError, Staging, StreamKey, StreamState
+from .base import (
+    BatchRecord,
+    ConcurrentIngestError,
+    Staging,
+    StreamKey,
+    StreamState,
+    check_publishable,
+)
 
 __all__ = ["RECORD_FILE", "ParquetSink", "local_path", "parquet_rows"]
 
@@ -72,10 +91,12 @@ def parquet_rows(directory: Path, recursive: bool = True) -> int:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    """Replace ``path`` atomically."""
+    """Replace ``path`` atomically and durably (the file, then its directory entry)."""
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     temporary.write_text(json.dumps(data, sort_keys=True))
+    sync_file(temporary)
     os.replace(temporary, path)
+    sync_directory(path.parent)
 
 
 def _read_json(path: Path) -> Any:
@@ -143,9 +164,35 @@ class ParquetSink:
 
     # ---- writing -----------------------------------------------------------------------
 
+    @contextmanager
+    def exclusive(self, stream: StreamKey) -> Iterator[None]:
+        path = self._meta / "runs" / f"{stream.slug}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise ConcurrentIngestError(
+                    f"Another ingest of {stream.kind} topic '{stream.topic}' "
+                    f"({'group' if stream.kind == 'kafka' else 'session'} '{stream.group}') is "
+                    f"running on this sink ({holder}). Nothing was done; run the batch again "
+                    "once it has finished (its commit may have ingested these messages)."
+                ) from None
+            try:
+                handle.truncate(0)
+                handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.ctime()}")
+                handle.flush()
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
     def stage(self, batch_id: str) -> Staging:
+        """A fresh staging area. Called under :meth:`exclusive`, so what an earlier run of
+        this batch left in staging belongs to a run that is gone, and is removed."""
         staging = self._meta / "staging"
-        for left in staging.glob(f"{batch_id}-*"):  # by an earlier, crashed run of this batch
+        for left in staging.glob(f"{batch_id}-*"):
             shutil.rmtree(left, ignore_errors=True)
         run = f"{batch_id}-{uuid.uuid4().hex[:8]}"
         directory, scratch = staging / run, staging / f"{run}.scratch"
@@ -180,43 +227,46 @@ class ParquetSink:
         for marker in staging.directory.rglob("_SUCCESS"):
             marker.unlink()
         record.published_at = time.time()
-        (staging.directory / RECORD_FILE).write_text(json.dumps(record.to_json(), sort_keys=True))
+        record_file = staging.directory / RECORD_FILE
+        record_file.write_text(json.dumps(record.to_json(), sort_keys=True))
+        sync_file(record_file)
+        sync_directory(staging.quarantine)
+        sync_directory(staging.directory)
         intents = self._meta / "intents"
         intents.mkdir(parents=True, exist_ok=True)
         intent = intents / f"{record.batch_id}.json"
         with self._locked():
+            self._fold_intents()  # a crashed run's batch counts before the overlap check
             stream = record.stream
             state = self.state(stream)
-            reset = set(record.reset_partitions)
-            taken = state.written.overlaps([r for r in record.ranges if r.partition not in reset])
-            if taken or any(i in state.recent_ids for i in record.message_ids):
+            try:
+                check_publishable(state, record)
+            except ConcurrentIngestError:
                 self.discard(staging)
-                raise ConcurrentIngestError(
-                    f"Another ingest of {stream.kind} topic '{stream.topic}' published some of "
-                    f"batch {record.batch_id}'s messages while it ran "
-                    f"({', '.join(_describe(r) for r in taken[:5]) or 'message ids'}). Nothing "
-                    "was published or committed; run the batch again to ingest what is left."
-                )
+                raise
             _write_json(intent, {"batch_id": record.batch_id})
             failpoint("publish.after_intent")
             os.rename(staging.directory, self.output_dir(record.batch_id))
+            sync_directory(self.root)
+            sync_directory(staging.directory.parent)
             failpoint("publish.after_rename")
             self._fold(stream, state, record)
             failpoint("publish.after_state")
             intent.unlink()
 
     def recover(self) -> None:
-        intents = sorted((self._meta / "intents").glob("*.json"))
-        if not intents:
+        if not any((self._meta / "intents").glob("*.json")):
             return
         with self._locked():
-            for intent in intents:
-                if not intent.exists():
-                    continue
-                record = self.find(json.loads(intent.read_text())["batch_id"])
-                if record is not None:
-                    self._fold(record.stream, self.state(record.stream), record)
-                intent.unlink()
+            self._fold_intents()
+
+    def _fold_intents(self) -> None:
+        """Fold in the batches of intents that crashed runs left (under the lock)."""
+        for intent in sorted((self._meta / "intents").glob("*.json")):
+            record = self.find(json.loads(intent.read_text())["batch_id"])
+            if record is not None:
+                self._fold(record.stream, self.state(record.stream), record)
+            intent.unlink()
 
     def _fold(self, stream: StreamKey, state: StreamState, record: BatchRecord) -> None:
         if state.fold(record):
@@ -248,7 +298,3 @@ class ParquetSink:
 
 
 _COORDINATES = {"partition": pa.int32(), "offset": pa.int64(), "message_id": pa.string()}
-
-
-def _describe(r: Any) -> str:
-    return f"partition {r.partition} offsets {r.start}-{r.end - 1}"

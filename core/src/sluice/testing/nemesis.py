@@ -1,0 +1,857 @@
+"""The nemesis: ingests that run while the environment fails, composed by a seed and checked
+by ``sluice audit`` and the exact multiset of payloads (docs/fault-model.md).
+
+A :class:`Scenario` is a transport (Kafka or MQTT), a sink (Parquet or Iceberg) and a seed.
+:func:`run_scenario` starts brokers of its own (so it may restart, truncate and recreate
+them), then plays rounds. Each round publishes messages with unique ids (some malformed, for
+the quarantine), lets the sensing model decide what to emit (:func:`sluice.sensing.next_emission`
+with a cursor that survives a sensor restart, as the Airflow trigger's does), and ingests the
+emitted batch with one fault injected at one step: a failpoint the fault is armed at
+(:mod:`sluice.spark.failpoints`). Every fault of the transport and sink comes once, in an
+order the seed chooses, then ``extra`` more chosen by the seed. A last phase ingests what is
+left, accepting the losses the faults caused, as an operator would.
+
+The oracle, after the last round:
+
+- ``sluice audit`` of the sink passes (nothing missing below a committed offset, nothing
+  doubled);
+- no payload id is in the sink twice, and every id in it was published;
+- every published id missing from the sink is accounted for: Kafka, an offset the nemesis
+  deleted (retention) that a batch record lists as lost, or a message of a topic that was
+  deleted and recreated before it was read, which a batch record lists as recreated; MQTT, a
+  message the broker itself lost when it restarted without persistence;
+- nothing waits: the group's lag is 0 (Kafka) or the session is empty (MQTT).
+
+Any failure names the seed, which replays the scenario. ``bench/nemesis.py --seeds N`` runs
+many; the test suite runs a fixed set that covers every fault on each transport and sink.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..batch import BatchSpec, plan_batch
+from ..brokers import BrokerProcess, start_mosquitto, start_noida
+from ..cursor import BatchCursor
+from ..sensing import next_emission
+
+__all__ = ["FAULTS", "Fault", "Outcome", "Scenario", "faults_for", "run_scenario"]
+
+log = logging.getLogger(__name__)
+
+Transport = Literal["kafka", "mqtt"]
+SinkKind = Literal["parquet", "iceberg"]
+
+SCHEMA = "id STRING, device STRING, temperature DOUBLE"
+#: Milliseconds a broker request may take in a scenario (a stalled read fails after this).
+REQUEST_TIMEOUT_MS = 8000
+#: The healing phase ingests at most this many batches.
+HEALING_ROUNDS = 12
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A kind of failure of the environment (docs/fault-model.md)."""
+
+    name: str
+    steps: tuple[str, ...]  # failpoints it can be injected at
+    transports: tuple[Transport, ...] = ("kafka", "mqtt")
+    sinks: tuple[SinkKind, ...] = ("parquet", "iceberg")
+    description: str = ""
+
+
+_DRIVER_STEPS = (
+    "read.before",
+    "read.after_first_chunk",
+    "stage.after_write",
+    "publish.after_intent",
+    "publish.after_rename",
+    "publish.after_state",
+    "dead_letters.after_send",
+    "commit.before",
+    "commit.after",
+)
+
+#: Every fault the nemesis injects.
+FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in (
+        Fault("kill", _DRIVER_STEPS, description="the ingest's process SIGKILLed at a step"),
+        Fault(
+            "second-run",
+            ("read.before", "stage.after_write", "publish.after_intent", "commit.before"),
+            description="a second run of the same batch starts while the first is at a step",
+        ),
+        Fault(
+            "overlapping-run",
+            ("read.before", "stage.after_write", "commit.before"),
+            transports=("kafka",),
+            description="a run of a batch planned anew (overlapping) starts meanwhile",
+        ),
+        Fault(
+            "retention",
+            ("read.before", "read.after_first_chunk", "stage.after_write", "commit.before"),
+            transports=("kafka",),
+            description="retention deletes the start of a partition at a step",
+        ),
+        Fault(
+            "recreate",
+            ("read.before", "stage.after_write", "commit.after"),
+            transports=("kafka",),
+            description="the topic is deleted and created again, and new messages arrive",
+        ),
+        Fault(
+            "partitions-added",
+            ("read.before", "commit.after"),
+            transports=("kafka",),
+            description="the topic gets another partition, and messages in it",
+        ),
+        Fault(
+            "broker-restart",
+            ("read.after_first_chunk", "commit.before", "commit.midway"),
+            description="the broker restarts (keeping its data) mid-read or mid-commit",
+        ),
+        Fault(
+            "broker-restart-volatile",
+            ("read.before", "commit.midway"),
+            transports=("mqtt",),
+            description="mosquitto restarts without its persistence: it forgets what it held",
+        ),
+        Fault("catalog-fail", ("read.before",), sinks=("iceberg",), description="refused"),
+        Fault("catalog-conflict", ("read.before",), sinks=("iceberg",), description="conflict"),
+        Fault(
+            "catalog-unknown",
+            ("read.before",),
+            sinks=("iceberg",),
+            description="the commit happens and its answer is lost",
+        ),
+        Fault(
+            "catalog-unknown-before",
+            ("read.before",),
+            sinks=("iceberg",),
+            description="the answer is lost and the commit did not happen",
+        ),
+        Fault("executor-lost", ("read.before",), description="a writing task's executor dies"),
+        Fault(
+            "sensor-restart",
+            ("read.before",),
+            description="the sensor (triggerer, daemon) restarts and resumes from its cursor",
+        ),
+    )
+}
+
+
+def faults_for(transport: Transport, sink: SinkKind) -> list[Fault]:
+    """The faults that apply to a transport and a sink."""
+    return [f for f in FAULTS.values() if transport in f.transports and sink in f.sinks]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    transport: Transport
+    sink: SinkKind
+    seed: int
+    extra: int = 0  # rounds with faults chosen at random, after one of each
+
+    def __str__(self) -> str:
+        return f"{self.transport}/{self.sink} seed {self.seed}"
+
+
+@dataclass
+class Outcome:
+    """What a scenario did and what the oracle found."""
+
+    scenario: Scenario
+    injected: list[str] = field(default_factory=list)  # "fault@step", in order
+    published: int = 0
+    held: int = 0  # distinct ids in the sink
+    doubled: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)  # ids in the sink nobody published
+    missing: list[str] = field(default_factory=list)  # published, not in the sink, unaccounted
+    accounted: int = 0  # published, not in the sink, lost to an injected fault and recorded
+    audit_ok: bool = False
+    audit_lines: list[str] = field(default_factory=list)
+    waiting: int = 0  # left on the broker after the last phase
+    errors: list[str] = field(default_factory=list)  # what the rounds' ingests raised
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.audit_ok
+            and not self.doubled
+            and not self.unknown
+            and not self.missing
+            and not self.waiting
+        )
+
+    def report(self) -> str:
+        verdict = "OK" if self.ok else "FAILED"
+        lines = [
+            f"{verdict}: {self.scenario} (replay: bench/nemesis.py --transport "
+            f"{self.scenario.transport} --sink {self.scenario.sink} --seed {self.scenario.seed})",
+            f"  faults: {', '.join(self.injected)}",
+            f"  published {self.published}, in the sink {self.held}, lost to faults and "
+            f"recorded {self.accounted}, doubled {len(self.doubled)}, missing "
+            f"{len(self.missing)}, unknown {len(self.unknown)}, left waiting {self.waiting}",
+        ]
+        if not self.ok:
+            lines += [f"  doubled: {self.doubled[:10]}", f"  missing: {self.missing[:10]}"]
+            lines += ["  audit:"] + [f"    {line}" for line in self.audit_lines]
+            lines += ["  errors of the rounds:"] + [f"    {e}" for e in self.errors[-10:]]
+        return "\n".join(lines)
+
+
+def run_scenario(spark: Any, scenario: Scenario, workdir: Path) -> Outcome:
+    """Play ``scenario`` on ``spark`` with brokers and a sink under ``workdir`` (see the
+    module docstring); the brokers are stopped at the end."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    world: _World = (_KafkaWorld if scenario.transport == "kafka" else _MqttWorld)(
+        spark, scenario, workdir
+    )
+    try:
+        with world.catalog_environment():
+            world.open()
+            chooser = random.Random(scenario.seed)
+            plan = faults_for(scenario.transport, scenario.sink)
+            chooser.shuffle(plan)
+            plan += [chooser.choice(plan) for _ in range(scenario.extra)]
+            for fault in plan:
+                world.publish(chooser.randint(6, 30), chooser)
+                world.round(fault, chooser.choice(_steps(fault, scenario)), chooser)
+            world.heal()
+            return world.judge()
+    finally:
+        world.close()
+
+
+def _steps(fault: Fault, scenario: Scenario) -> tuple[str, ...]:
+    if scenario.transport == "kafka":
+        return tuple(s for s in fault.steps if s != "commit.midway") or ("commit.before",)
+    return tuple(s for s in fault.steps if not s.startswith("dead_letters"))
+
+
+# ---- the world of a scenario ------------------------------------------------------------
+
+
+def _payload(message_id: str, chooser: random.Random) -> bytes:
+    if chooser.random() < 0.1:
+        return f"not json {message_id}".encode()
+    reading = {"id": message_id, "device": f"d{chooser.randint(0, 4)}", "temperature": 1.5}
+    return json.dumps(reading).encode()
+
+
+_ID_IN_VALUE = re.compile(rb"not json (\S+)")
+
+
+class _World:
+    """Brokers, a topic or session, a sink, and what was published (the truth the oracle
+    compares the sink with)."""
+
+    def __init__(self, spark: Any, scenario: Scenario, workdir: Path) -> None:
+        self.spark = spark
+        self.scenario = scenario
+        self.workdir = workdir
+        self.name = f"nemesis-{scenario.seed}-{scenario.transport}-{scenario.sink}"
+        self.catalog = f"nemesis{scenario.seed}{scenario.transport}"
+        self.sink = (
+            str(workdir / "sink")
+            if scenario.sink == "parquet"
+            else f"iceberg://{self.catalog}/nemesis.readings"
+        )
+        self.outcome = Outcome(scenario)
+        self.published: list[str] = []
+        self.counter = 0
+        self.cursor = BatchCursor()
+        self.saved_cursor = self.cursor.to_json()
+        self.accept_loss = False
+        self.clock = 0.0  # the sensor's clock: one "hour" per round, so leases run out
+        self.broker: BrokerProcess | None = None
+
+    # -- to implement --------------------------------------------------------------------
+
+    def open(self) -> None:
+        raise NotImplementedError
+
+    def publish(self, count: int, chooser: random.Random) -> None:
+        raise NotImplementedError
+
+    def waiting(self) -> BatchSpec | None:
+        """What the sensor sees waiting (Kafka: the whole backlog; MQTT: the next batch)."""
+        raise NotImplementedError
+
+    def source(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def hook(self, fault: Fault, spec: BatchSpec, chooser: random.Random) -> Callable[[], None]:
+        """What the fault does at its step (faults common to both transports here)."""
+        if fault.name == "second-run":
+            return lambda: self._ingest(spec, nested=True)
+        if fault.name == "broker-restart":
+            return self._restart_broker
+        if fault.name.startswith("catalog-"):
+            return lambda: self._plan_catalog_fault(fault.name, chooser)
+        raise NotImplementedError(fault.name)
+
+    def accounted(self, missing: list[str]) -> tuple[list[str], int]:
+        """Split ``missing`` ids into (unaccounted, number accounted for)."""
+        raise NotImplementedError
+
+    def left_waiting(self) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self.broker is not None:
+            self.broker.close()
+
+    # -- the rounds ----------------------------------------------------------------------
+
+    def _new_id(self) -> str:
+        self.counter += 1
+        return f"s{self.scenario.seed}-{self.counter}"
+
+    def round(self, fault: Fault, step: str, chooser: random.Random) -> None:
+        from ..spark.failpoints import armed
+
+        self.outcome.injected.append(f"{fault.name}@{step}")
+        if fault.name == "sensor-restart":
+            self._restart_sensor()
+        self.clock += 3600
+        spec = self._emit()
+        if spec is None:
+            return
+        mode = chooser.choice(["driver", "executors"])
+        if fault.name == "kill":
+            self._kill_at(spec, step, mode)
+            return
+        if fault.name == "executor-lost":
+            with armed("task.lost", "kill"):
+                self._ingest(spec, mode=mode)
+            return
+        if fault.name == "sensor-restart":
+            self._ingest(spec, mode=mode)
+            return
+        with armed(step, _once(self.hook(fault, spec, chooser))):
+            self._ingest(spec, mode=mode)
+
+    def _emit(self) -> BatchSpec | None:
+        """The sensing model's next emission (one batch in flight; a failed one again)."""
+        try:
+            waiting = self.waiting()
+        except Exception as exc:  # a sensor that cannot reach the broker restarts
+            self.outcome.errors.append(f"sensing: {_describe(exc)}")
+            self._restart_sensor()
+            return None
+        cursor, decision = next_emission(self.cursor, waiting, self.clock, rerun_after=60)
+        self.cursor = cursor
+        self.saved_cursor = cursor.to_json()  # the trigger keeps it in its state store
+        return None if isinstance(decision, str) else decision.spec
+
+    def _restart_sensor(self) -> None:
+        from ..kafka.watch import stop_watches
+
+        stop_watches()
+        self.cursor = BatchCursor.from_json(self.saved_cursor)
+
+    def _ingest(self, spec: BatchSpec, mode: str = "driver", nested: bool = False) -> None:
+        from ..spark import ingest
+
+        try:
+            ingest(
+                self.spark,
+                spec,
+                self.sink,
+                source=self.source(),
+                schema=SCHEMA,
+                mode=mode,  # type: ignore[arg-type]
+                fail_on_data_loss=not self.accept_loss,
+            )
+        except Exception as exc:
+            self.outcome.errors.append(f"{'nested ' if nested else ''}ingest: {_describe(exc)}")
+            if type(exc).__name__ == "DataLossError":
+                self.accept_loss = True  # the operator reads the error and accepts the loss
+
+    def _kill_at(self, spec: BatchSpec, step: str, mode: str) -> None:
+        from .crash import run_child
+
+        arguments = {
+            "spec": spec.to_dict(),
+            "sink": self.sink,
+            "source": self.source(),
+            "schema": SCHEMA,
+            "mode": mode,
+            "fail_on_data_loss": not self.accept_loss,
+        }
+        code, stderr = run_child(self.spark, arguments, step)
+        if code not in (-9, 0):
+            self.outcome.errors.append(f"killed ingest exited {code}: {stderr[-300:]}")
+
+    def _restart_broker(self) -> None:
+        assert self.broker is not None
+        self.broker.restart()
+
+    def _plan_catalog_fault(self, name: str, chooser: random.Random) -> None:
+        from .faulty_catalog import plan_fault
+
+        fault = {
+            "catalog-fail": "fail",
+            "catalog-conflict": "conflict",
+            "catalog-unknown": "unknown-after",
+            "catalog-unknown-before": "unknown-before",
+        }[name]
+        plan_fault(fault, chooser.choice(["readings", "readings__quarantine"]))
+
+    @contextlib.contextmanager
+    def catalog_environment(self) -> Iterator[None]:
+        """The Iceberg catalog of the scenario, configured by name (child processes inherit
+        it): a real SQLite catalog whose commits fail on demand."""
+        if self.scenario.sink != "iceberg":
+            yield
+            return
+        prefix = f"PYICEBERG_CATALOG__{self.catalog.upper()}__"
+        values = {
+            f"{prefix}URI": f"sqlite:///{self.workdir / 'catalog.db'}",
+            f"{prefix}WAREHOUSE": (self.workdir / "warehouse").as_uri(),
+            f"{prefix}PY_CATALOG_IMPL": "sluice.testing.faulty_catalog.FaultyCatalog",
+        }
+        before = {k: os.environ.get(k) for k in values}
+        os.environ.update(values)
+        try:
+            yield
+        finally:
+            for key, value in before.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    # -- the end -------------------------------------------------------------------------
+
+    def heal(self) -> None:
+        """Ingest what is left, accepting losses, until nothing waits."""
+        self.accept_loss = True
+        self._restart_sensor()
+        for _ in range(HEALING_ROUNDS):
+            self.clock += 3600
+            spec = self._emit()
+            if spec is None and self.left_waiting() == 0:
+                return
+            if spec is not None:
+                self._ingest(spec)
+
+    def judge(self) -> Outcome:
+        from ..audit import audit
+
+        outcome = self.outcome
+        found = sink_ids(self.sink)
+        published = set(self.published)
+        outcome.published = len(published)
+        outcome.held = len(found)
+        outcome.doubled = sorted(i for i, n in found.items() if n > 1)
+        outcome.unknown = sorted(set(found) - published)
+        missing = sorted(published - set(found))
+        outcome.missing, outcome.accounted = self.accounted(missing)
+        report = audit(self.sink, self.source() if self.scenario.transport == "kafka" else None)
+        outcome.audit_ok = report.ok
+        outcome.audit_lines = report.lines()
+        outcome.waiting = self.left_waiting()
+        return outcome
+
+
+def _once(action: Callable[[], None]) -> Callable[[], None]:
+    """``action`` the first time the failpoint is passed (a rerun inside it passes it too)."""
+    done: list[bool] = []
+
+    def once() -> None:
+        if not done:
+            done.append(True)
+            action()
+
+    return once
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+# ---- Kafka ---------------------------------------------------------------------------------
+
+
+class _KafkaWorld(_World):
+    PARTITIONS = 3
+
+    def __init__(self, spark: Any, scenario: Scenario, workdir: Path) -> None:
+        super().__init__(spark, scenario, workdir)
+        self.topic = self.name
+        self.group = f"{self.name}-group"
+        self.generation = 0
+        self.partitions = self.PARTITIONS
+        self.where: dict[str, tuple[int, int, int]] = {}  # id -> (generation, partition, offset)
+        self.deleted: dict[tuple[int, int], int] = {}  # (generation, partition) -> below
+        self.producer: Any = None
+        self.queue: Any = None
+
+    def open(self) -> None:
+        from ..brokers import create_kafka_topic
+
+        self.broker = start_noida(workdir=self.workdir / "noida")
+        create_kafka_topic(self.broker.bootstrap, self.topic, self.partitions)
+        self._new_producer()
+
+    def _new_producer(self) -> None:
+        from kafka import KafkaProducer
+
+        if self.producer is not None:
+            self.producer.close(5)
+        assert self.broker is not None
+        self.producer = KafkaProducer(bootstrap_servers=self.broker.bootstrap, linger_ms=5)
+
+    def source(self) -> dict[str, Any]:
+        assert self.broker is not None
+        return {
+            "connection.uri": self.broker.bootstrap,
+            "options.request_timeout": REQUEST_TIMEOUT_MS,
+            "options.retry_timeout": 1000,
+        }
+
+    def publish(self, count: int, chooser: random.Random) -> None:
+        sent = []
+        for _ in range(count):
+            message_id = self._new_id()
+            partition = chooser.randrange(self.partitions)
+            future = self.producer.send(
+                self.topic,
+                _payload(message_id, chooser),
+                key=message_id.encode(),
+                partition=partition,
+            )
+            sent.append((message_id, future))
+        self.producer.flush(30)
+        for message_id, future in sent:
+            metadata = future.get(30)
+            self.where[message_id] = (self.generation, metadata.partition, metadata.offset)
+            self.published.append(message_id)
+
+    def _queue(self) -> Any:
+        from ..kafka import KafkaMessageQueue
+
+        if self.queue is None:
+            queue = KafkaMessageQueue(self.topic)
+            queue.configure(
+                {
+                    **self.source(),
+                    "topic": self.topic,
+                    "group_id": self.group,
+                    "from_beginning": True,
+                }
+            )
+            queue.open(None)
+            self.queue = queue
+        return self.queue
+
+    def waiting(self) -> BatchSpec | None:
+        spec = plan_batch(self._queue())
+        return spec
+
+    def _restart_sensor(self) -> None:
+        if self.queue is not None:
+            with contextlib.suppress(Exception):
+                self.queue.close(None)
+            self.queue = None
+        super()._restart_sensor()
+
+    def hook(self, fault: Fault, spec: BatchSpec, chooser: random.Random) -> Callable[[], None]:
+        if fault.name == "overlapping-run":
+            return lambda: self._overlapping_run()
+        if fault.name == "retention":
+            return lambda: self._delete_records(chooser)
+        if fault.name == "recreate":
+            return lambda: self._recreate(chooser)
+        if fault.name == "partitions-added":
+            return lambda: self._add_partition(chooser)
+        return super().hook(fault, spec, chooser)
+
+    def _admin(self) -> Any:
+        from kafka import KafkaAdminClient
+
+        assert self.broker is not None
+        return KafkaAdminClient(bootstrap_servers=self.broker.bootstrap)
+
+    def _overlapping_run(self) -> None:
+        spec = plan_batch(self._queue())
+        if spec is not None:
+            self._ingest(spec, nested=True)
+
+    def _delete_records(self, chooser: random.Random) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        assert self.broker is not None
+        consumer = KafkaConsumer(bootstrap_servers=self.broker.bootstrap)
+        try:
+            tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+            starts, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+        finally:
+            consumer.close()
+        held = [tp for tp in tps if ends[tp] > starts[tp]]
+        if not held:
+            return
+        tp = chooser.choice(held)
+        below = chooser.randint(starts[tp] + 1, ends[tp])
+        admin = self._admin()
+        try:
+            admin.delete_records({tp: below})
+        finally:
+            admin.close()
+        key = (self.generation, tp.partition)
+        self.deleted[key] = max(self.deleted.get(key, 0), below)
+
+    def _recreate(self, chooser: random.Random) -> None:
+        from ..brokers import create_kafka_topic
+        from .waiting import wait_until
+
+        admin = self._admin()
+        try:
+            admin.delete_topics([self.topic])
+            wait_until(lambda: self.topic not in admin.list_topics(), 20, message="deletion")
+        finally:
+            admin.close()
+        assert self.broker is not None
+        create_kafka_topic(self.broker.bootstrap, self.topic, self.partitions)
+        self.generation += 1
+        self._new_producer()
+        self.publish(chooser.randint(3, 12), chooser)
+
+    def _add_partition(self, chooser: random.Random) -> None:
+        from kafka.admin import NewPartitions
+
+        admin = self._admin()
+        try:
+            admin.create_partitions({self.topic: NewPartitions(self.partitions + 1)})
+        finally:
+            admin.close()
+        self.partitions += 1
+        self._new_producer()  # its metadata knows the new partition
+        self.publish(chooser.randint(3, 10), chooser)
+
+    def accounted(self, missing: list[str]) -> tuple[list[str], int]:
+        """A missing id is accounted for when the fault that lost it is one Sluice cannot
+        undo and its loss is recorded or happened before the stream ever read there: a
+        message of a topic deleted before it was read; an offset retention deleted that a
+        batch record lists as lost, or that lies below where the stream began reading that
+        partition of the current topic."""
+        from ..spark.sinks import open_sink
+
+        records = sorted(open_sink(self.sink).records(), key=lambda r: r.published_at)
+        lost_ranges = [
+            (int(loss["partition"]), int(loss["start"]), int(loss["end"]))
+            for record in records
+            for loss in record.lost
+            if loss.get("reason") == "retention"
+        ]
+        began: dict[int, int] = {}  # partition -> first offset read of the current topic
+        for record in records:
+            for partition in record.reset_partitions:
+                began.pop(partition, None)
+            for r in record.ranges:
+                began[r.partition] = min(began.get(r.partition, r.start), r.start)
+        unaccounted = []
+        for message_id in missing:
+            generation, partition, offset = self.where[message_id]
+            if generation < self.generation:
+                continue  # its topic was deleted before it was read
+            deleted = offset < self.deleted.get((generation, partition), 0)
+            recorded = any(p == partition and s <= offset < e for p, s, e in lost_ranges)
+            before = offset < began.get(partition, offset + 1)
+            if deleted and (recorded or before):
+                continue
+            unaccounted.append(message_id)
+        return unaccounted, len(missing) - len(unaccounted)
+
+    def left_waiting(self) -> int:
+        try:
+            spec = plan_batch(self._queue())
+        except Exception:
+            self._restart_sensor()
+            spec = plan_batch(self._queue())
+        return 0 if spec is None else spec.message_count
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.queue is not None:
+                self.queue.close(None)
+        with contextlib.suppress(Exception):
+            if self.producer is not None:
+                self.producer.close(5)
+        from ..kafka.watch import stop_watches
+
+        stop_watches()
+        super().close()
+
+
+# ---- MQTT ----------------------------------------------------------------------------------
+
+
+class _MqttWorld(_World):
+    MAX_MESSAGES = 40
+
+    def __init__(self, spark: Any, scenario: Scenario, workdir: Path) -> None:
+        super().__init__(spark, scenario, workdir)
+        self.topic = f"nemesis/{scenario.seed}/{scenario.sink}"
+        self.client_id = f"{self.name}-ingest"
+        self.sequence = 0
+        self.forgotten: set[str] = set()  # ids a broker without persistence lost
+        self.publisher: Any = None
+
+    def open(self) -> None:
+        self.broker = start_mosquitto(workdir=self.workdir / "mosquitto")
+        self._subscribe_session()
+        self._new_publisher()
+
+    def _queue(self, **config: Any) -> Any:
+        from ..mqtt import MqttMessageQueue
+
+        assert self.broker is not None
+        queue = MqttMessageQueue()
+        queue.configure({"connection.uri": self.broker.url, "options.qos": 1, **config})
+        queue.open(None)
+        return queue
+
+    def _subscribe_session(self) -> None:
+        self._queue(topic=self.topic, client_id=self.client_id).close(None)
+
+    def _new_publisher(self) -> None:
+        if self.publisher is not None:
+            with contextlib.suppress(Exception):
+                self.publisher.close(None)
+        self.publisher = self._queue(topic=self.topic, **{"options.autosubscribe": False})
+
+    def source(self) -> dict[str, Any]:
+        assert self.broker is not None
+        return {"connection.uri": self.broker.url, "options.request_timeout": REQUEST_TIMEOUT_MS}
+
+    def publish(self, count: int, chooser: random.Random) -> None:
+        from ..queues import MessageEnvelope
+
+        for _ in range(count):
+            message_id = self._new_id()
+            envelope = MessageEnvelope(None, "reading", _payload(message_id, chooser))
+            envelope.message_id = message_id
+            self.publisher.send(None, envelope)
+            self.published.append(message_id)
+
+    def waiting(self) -> BatchSpec | None:
+        self.sequence += 1
+        return BatchSpec(
+            "mqtt",
+            self.topic,
+            client_id=self.client_id,
+            max_messages=self.MAX_MESSAGES,
+            sequence=self.sequence,
+        )
+
+    def hook(self, fault: Fault, spec: BatchSpec, chooser: random.Random) -> Callable[[], None]:
+        if fault.name == "broker-restart-volatile":
+            return self._forget_everything
+        return super().hook(fault, spec, chooser)
+
+    def _restart_broker(self) -> None:
+        super()._restart_broker()
+        self._new_publisher()
+
+    def _forget_everything(self) -> None:
+        """mosquitto killed, its persistence file gone: it comes back knowing no session and
+        holding no message. What was published and is not in the sink is lost by the broker
+        (the fault model says so); the session is subscribed again at once."""
+        assert self.broker is not None
+        self.broker.kill()
+        for stored in self.broker.workdir.glob("*.db"):
+            stored.unlink()
+        self.broker.start()
+        self.forgotten |= set(self.published) - set(sink_ids(self.sink))
+        self._subscribe_session()
+        self._new_publisher()
+
+    def accounted(self, missing: list[str]) -> tuple[list[str], int]:
+        unaccounted = [i for i in missing if i not in self.forgotten]
+        return unaccounted, len(missing) - len(unaccounted)
+
+    def left_waiting(self) -> int:
+        from ..spark.mqtt_source import drain
+
+        session = self._queue(topic=self.topic, client_id=self.client_id, autocommit=False)
+        try:
+            return len(drain(session, None, first_wait_s=2.0))
+        finally:
+            session.close(None)
+
+    def heal(self) -> None:
+        """Drain the session until a batch reads nothing."""
+        self.accept_loss = True
+        for _ in range(HEALING_ROUNDS):
+            if self.left_waiting() == 0:
+                return
+            spec = self.waiting()
+            assert spec is not None
+            self._ingest(spec)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.publisher is not None:
+                self.publisher.close(None)
+        super().close()
+
+
+# ---- reading a sink's ids ------------------------------------------------------------------
+
+
+def sink_ids(sink: str) -> Counter[str]:
+    """How many times each payload id is in the sink: good rows by their ``id`` column,
+    quarantined ones by the id inside their value."""
+    from ..spark.sinks import is_iceberg
+
+    good, bad = _iceberg_rows(sink) if is_iceberg(sink) else _parquet_rows(Path(sink))
+    found: Counter[str] = Counter(i for i in good if i is not None)
+    for value in bad:
+        match = _ID_IN_VALUE.search(value or b"")
+        if match:
+            found[match.group(1).decode()] += 1
+    return found
+
+
+def _parquet_rows(root: Path) -> tuple[list[str | None], list[bytes | None]]:
+    import pyarrow.parquet as pq
+
+    good: list[str | None] = []
+    bad: list[bytes | None] = []
+    for directory in sorted(root.glob("batch_id=*")):
+        for file in directory.glob("*.parquet"):
+            good += pq.read_table(file, columns=["id"]).column("id").to_pylist()
+        for file in (directory / "_quarantine").glob("*.parquet"):
+            bad += pq.read_table(file, columns=["value"]).column("value").to_pylist()
+    return good, bad
+
+
+def _iceberg_rows(sink: str) -> tuple[list[str | None], list[bytes | None]]:
+    from ..spark.sinks.iceberg import IcebergSink
+
+    opened = IcebergSink(sink)
+    good: list[str | None] = []
+    bad: list[bytes | None] = []
+    for identifier, column, into in (
+        (opened.target.table, "id", good),
+        (opened.target.quarantine, "value", bad),
+    ):
+        table = opened._load(identifier)
+        if table is not None and table.current_snapshot() is not None:
+            into += table.scan(selected_fields=(column,)).to_arrow().column(column).to_pylist()
+    return good, bad
