@@ -219,7 +219,7 @@ def test_a_bad_queue_uri_is_reported_without_its_password() -> None:
 
 
 def test_a_multi_host_uri_keeps_its_servers_and_credentials() -> None:
-    queue = queue_from_uri("kafka://user:multi-pw@h1:9092,h2:9093/orders")
-    assert queue.config["connection.uri"] == "kafka://user:multi-pw@h1:9092,h2:9093"
+    queue = queue_from_uri("kafka+ssl://user:multi-pw@h1:9092,h2:9093/orders")
+    assert queue.config["connection.uri"] == "kafka+ssl://user:multi-pw@h1:9092,h2:9093"
     assert queue.config["credential.password"] == "multi-pw" and queue.topic == "orders"
     assert "multi-pw" not in repr(redact_config(queue.config))

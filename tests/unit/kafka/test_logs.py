@@ -13,7 +13,13 @@ from sluice.kafka.logs import kafka_log_level
 def test_a_configured_password_is_redacted_from_kafka_python_logs(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    KafkaConnection().configure({"credential.username": "u", "credential.password": "pä55-word"})
+    KafkaConnection().configure(
+        {
+            "connection.protocol": "sasl_ssl",
+            "credential.username": "u",
+            "credential.password": "pä55-word",
+        }
+    )
     parser = logging.getLogger("kafka.protocol.parser")
     with caplog.at_level(logging.DEBUG, logger="kafka.protocol.parser"):
         parser.debug("Sending %s", b"u\x00u\x00p\xc3\xa455-word")
