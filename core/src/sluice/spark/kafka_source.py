@@ -107,6 +107,9 @@ def read_ranges(
     """The messages of ``ranges`` as Arrow batches of at most ``chunk_size`` rows, read by the
     range reader ``kwargs`` name (:class:`ReaderKwargs`; plain arguments: kafka-python's, see
     :func:`sluice.kafka.ranges.read_range_records`)."""
+    # In a Spark task (executor mode) the driver's registration is not in this process: hide
+    # the password from this process's kafka-python and librdkafka logs before anything logs.
+    hide_secret(kwargs.get("sasl_plain_password"))
     read, extend = _range_reader(getattr(kwargs, "reader", DEFAULT_READER))
     columns = RecordColumns()
     for partition, records in read(kwargs, topic, ranges, stall_timeout_s):
