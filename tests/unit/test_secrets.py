@@ -108,6 +108,35 @@ def test_secrets_in_config_finds_key_values_and_uri_passwords() -> None:
     assert found == {"a-pass", "p%2Fq", "p/q"}
 
 
+def test_secrets_in_config_reads_nested_mappings_and_extra_secret_names() -> None:
+    """A pyiceberg catalog's properties may nest (.pyiceberg.yaml), and name secrets with
+    words of their own (``credential``, ``adls.account-key``)."""
+    found = secrets_in_config(
+        {
+            "s3": {"secret-access-key": "s3-secret-1", "endpoint": "http://minio:9000"},
+            "credential": "client:client-secret-2",
+            "adls.account-key": "account-key-3",
+            "type": "rest",
+        },
+        ("credential", "adls.account-key"),
+    )
+    assert found == {"s3-secret-1", "client:client-secret-2", "account-key-3"}
+
+
+def test_a_password_with_an_unencoded_at_sign_is_hidden_in_pieces_too() -> None:
+    """SQLAlchemy ends the password of ``postgresql://u:p4ss@w0rd-9@h/db`` at its first '@'
+    and names the rest as the host in its error ('could not translate host name
+    "w0rd-9@h"'): each piece is a secret."""
+    password = f"{fresh('p4ss')}@{fresh('w0rd')}"
+    uri = f"postgresql+psycopg2://postgres:{password}@127.0.0.1:5432/test"
+    assert password.split("@")[1] in secrets_in_config({"uri": uri})
+    remember_config({"uri": uri})
+    tail = password.split("@")[1]
+    leaked = f'could not translate host name "{tail}@127.0.0.1" to address'
+    assert redact_text(leaked) == 'could not translate host name "***@127.0.0.1" to address'
+    assert redact_text(uri) == "postgresql+psycopg2://postgres:***@127.0.0.1:5432/test"
+
+
 def test_known_secrets_are_masked_in_every_form() -> None:
     password = fresh("pä$s/wörd")
     remember_config({"credential.password": password})
@@ -219,7 +248,7 @@ def test_a_bad_queue_uri_is_reported_without_its_password() -> None:
 
 
 def test_a_multi_host_uri_keeps_its_servers_and_credentials() -> None:
-    queue = queue_from_uri("kafka://user:multi-pw@h1:9092,h2:9093/orders")
-    assert queue.config["connection.uri"] == "kafka://user:multi-pw@h1:9092,h2:9093"
+    queue = queue_from_uri("kafka+ssl://user:multi-pw@h1:9092,h2:9093/orders")
+    assert queue.config["connection.uri"] == "kafka+ssl://user:multi-pw@h1:9092,h2:9093"
     assert queue.config["credential.password"] == "multi-pw" and queue.topic == "orders"
     assert "multi-pw" not in repr(redact_config(queue.config))

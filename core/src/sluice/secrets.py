@@ -27,7 +27,7 @@ import logging
 import re
 import threading
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote
@@ -128,7 +128,12 @@ def secrets_in_text(text: str) -> set[str]:
     written and percent-decoded."""
     found: set[str] = set()
     for match in _URI_PASSWORD.finditer(text):
-        found |= {match.group("password"), unquote(match.group("password"))}
+        password = match.group("password")
+        found |= {password, unquote(password)}
+        # An unencoded '@' (p@ss@host): some parsers (SQLAlchemy) end the password at the
+        # first '@' and quote the rest as the host name in their errors; hide each piece.
+        if "@" in password:
+            found |= {piece for piece in password.split("@") if len(piece) >= MIN_LENGTH}
     for match in _QUERY_SECRET.finditer(text):
         found |= {match.group("value"), unquote(match.group("value").replace("+", " "))}
     return {secret for secret in found if secret}
@@ -151,13 +156,16 @@ def _items(config: Any) -> list[tuple[str, Any]]:
 
 def secrets_in_config(config: Any, secret_names: Iterable[str] = ()) -> set[str]:
     """The secret values of ``config`` (a mapping or ConfigParams): those of secret keys and
-    the passwords of URIs in any string value."""
+    the passwords of URIs in any string value. A nested mapping's keys are read as
+    ``outer.inner`` (``{"s3": {"secret-access-key": ...}}``)."""
     names = set(secret_names)
     found: set[str] = set()
     for key, value in _items(config):
         if value is None or value == "":
             continue
-        if is_secret_key(key, names):
+        if isinstance(value, Mapping):
+            found |= secrets_in_config({f"{key}.{k}": v for k, v in value.items()}, names)
+        elif is_secret_key(key, names):
             found.add(str(value))
         elif isinstance(value, str):
             found |= secrets_in_text(value)

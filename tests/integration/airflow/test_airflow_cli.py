@@ -36,6 +36,7 @@ def test_airflow_connections_test_really_connects(
         free_port(),
         password="hunter2-secret",
         login="user",
+        extra={"connection.protocol": "sasl_plaintext"},
     )
 
     up = airflow("connections", "test", "sluice_up")

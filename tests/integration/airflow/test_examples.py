@@ -71,7 +71,7 @@ def test_kafka_to_parquet_keeps_the_password_secret(
         noida_broker.port,
         login="sluice",
         password=password,
-        extra={"options.session_timeout": 6000},
+        extra={"connection.protocol": "sasl_plaintext", "options.session_timeout": 6000},
     )
     create_kafka_topic(noida_broker.bootstrap, unique_name, 2)
     publish(conn, unique_name, [*READINGS, "not json"])

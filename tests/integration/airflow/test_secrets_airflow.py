@@ -57,6 +57,7 @@ def uri_connection(
         f"kafka://svc:{password}@{host}:{port}",
         0,
         extra={
+            "connection.protocol": "sasl_plaintext",  # noida-db has no TLS
             "options.max_retries": 1,
             "options.connect_timeout": 500,
             "options.request_timeout": 2000,
@@ -136,7 +137,10 @@ def test_spark_submit_never_shows_the_password(
         task.execute({})  # type: ignore[arg-type]
 
     # the entry point in-process (the session's Spark is reused), the source on its command line
-    source = f"kafka://svc:{password}@127.0.0.1:{port}?options.request_timeout=2000"
+    source = (
+        f"kafka://svc:{password}@127.0.0.1:{port}"
+        "?options.request_timeout=2000&connection.protocol=sasl_plaintext"
+    )
     argv = ["--spec", spec.to_json(), "--sink", str(tmp_path / "out2"), "--source", source]
     with pytest.raises(Exception) as direct:
         submit.main(argv)

@@ -27,7 +27,13 @@ def test_submit_mode_ingests_with_the_password_off_the_command_line(
     password: str,
 ) -> None:
     conn = set_connection(
-        "submit", "sluice_kafka", noida_broker.host, noida_broker.port, login="u", password=password
+        "submit",
+        "sluice_kafka",
+        noida_broker.host,
+        noida_broker.port,
+        login="u",
+        password=password,
+        extra={"connection.protocol": "sasl_plaintext"},  # noida-db has no TLS
     )
     create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
     readings = [{"device": "d", "temperature": float(n)} for n in range(3)]

@@ -78,7 +78,12 @@ def test_mqtt_qos1_reaches_a_persistent_session(mqtt: str, unique_name: str) -> 
 
 def test_unreachable_brokers_fail_in_one_line_without_the_password(unique_name: str) -> None:
     port = free_port()  # nothing listens there
-    kafka = run("publish", f"kafka://svc:s3cret@127.0.0.1:{port}/{unique_name}", "--sample", "iot")
+    kafka = run(
+        "publish",
+        f"kafka://svc:s3cret@127.0.0.1:{port}/{unique_name}?connection.protocol=sasl_plaintext",
+        "--sample",
+        "iot",
+    )
     assert_error(kafka, 1, f"Cannot connect to Kafka at 127.0.0.1:{port}", "broker is running")
     assert "host and port in the URI" in kafka.output and "connection." not in kafka.output
     assert "s3cret" not in kafka.output

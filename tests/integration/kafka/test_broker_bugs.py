@@ -96,6 +96,7 @@ def test_noida_sasl_plain_accepts_any_password(noida_broker: BrokerProcess) -> N
     connection.configure(
         {
             "connection.uri": noida_broker.bootstrap,
+            "connection.protocol": "sasl_plaintext",  # noida-db has no TLS
             "credential.username": "anyone",
             "credential.password": "certainly-not-the-password",
             "options.max_retries": 1,

@@ -141,6 +141,7 @@ def test_open_fails_fast_and_clearly_when_nothing_listens(caplog: pytest.LogCapt
         {
             "connection.host": "127.0.0.1",
             "connection.port": port,
+            "connection.protocol": "sasl_plaintext",
             "credential.username": "svc",
             "credential.password": "s3cr3t-pw",
             "options.connect_timeout": 300,

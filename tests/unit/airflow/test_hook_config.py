@@ -78,3 +78,27 @@ def test_wrong_connection_type_says_which_to_use() -> None:
 def test_redact_text_removes_the_connection_passwords() -> None:
     config = config_from_connection(conn(password="pw-123", login="u"))
     assert redact_text("refused pw-123 for u", config) == "refused *** for u"
+
+
+def test_a_login_on_a_plaintext_kafka_connection_is_refused_before_connecting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SASL/PLAIN over plaintext would send the password unencrypted: the hook says how to
+    fix the connection (TLS, or connection.protocol sasl_plaintext in its extra)."""
+    from sluice_airflow.hooks.queue import QueueHook
+
+    plain = {"conn_type": "sluice_kafka", "host": "127.0.0.1", "port": 9, "login": "svc"}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SLUICE_PLAIN", json.dumps({**plain, "password": "pw-hook-plain-3"})
+    )
+    hook = QueueHook("sluice_plain")
+    ok, message = hook.test_connection()
+    assert not ok
+    assert "password unencrypted" in message and "sasl_plaintext" in message
+    assert "pw-hook-plain-3" not in message
+    with pytest.raises(ConfigError, match="password unencrypted"):
+        hook.get_conn()
+    explicit = {**plain, "password": "pw", "extra": {"connection.protocol": "sasl_plaintext"}}
+    monkeypatch.setenv("AIRFLOW_CONN_SLUICE_EXPLICIT", json.dumps(explicit))
+    queue = QueueHook("sluice_explicit").get_conn()
+    assert queue.config["connection.protocol"] == "sasl_plaintext"

@@ -101,10 +101,34 @@ def test_a_wrong_value_fails_at_setup_naming_the_key() -> None:
         resource.setup_for_execution(build_init_resource_context())
 
 
+def test_a_login_on_a_plaintext_bootstrap_fails_at_setup_saying_how_to_fix_it() -> None:
+    """SASL/PLAIN over plaintext would send the password unencrypted: TLS, or the explicit
+    protocol='sasl_plaintext'."""
+    plain = KafkaQueueResource(bootstrap="h:9092", topic="t", username="u", password="pw-dg-41")
+    with pytest.raises(ConfigError, match="password unencrypted") as refused:
+        plain.setup_for_execution(build_init_resource_context())
+    assert "sasl_plaintext" in str(refused.value) and "pw-dg-41" not in str(refused.value)
+    explicit = KafkaQueueResource(
+        bootstrap="h:9092", topic="t", username="u", password="pw", protocol="sasl_plaintext"
+    )
+    explicit.setup_for_execution(build_init_resource_context())
+
+
+def test_an_mqtt_protocol_that_contradicts_the_uri_scheme_is_an_error() -> None:
+    resource = MqttQueueResource(
+        uri="mqtts://b:8883", topic="t", client_id="c", options={"connection.protocol": "mqtt"}
+    )
+    with pytest.raises(ConfigError, match=r"'connection.protocol' is 'mqtt'.*'mqtts://'"):
+        _ = resource.address
+
+
 def test_the_password_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLUICE_UNIT_PASSWORD", "s3cret")
     resource = KafkaQueueResource(
-        bootstrap="h:9092", topic="t", username="u", password=EnvVar("SLUICE_UNIT_PASSWORD")
+        bootstrap="kafka+ssl://h:9093",
+        topic="t",
+        username="u",
+        password=EnvVar("SLUICE_UNIT_PASSWORD"),
     )
     with build_resources({"queue": resource}) as resources:
         configured = resources.queue

@@ -89,8 +89,9 @@ def test_every_client_setting_translates_to_librdkafka() -> None:
 
 
 def test_an_untranslatable_setting_is_named_without_any_value() -> None:
+    credentials = {"credential.username": "u", "credential.password": PASSWORD}
     kwargs = {
-        **client_config(validated(**{"credential.username": "u", "credential.password": PASSWORD})),
+        **client_config(validated(**credentials, **{"connection.protocol": "sasl_ssl"})),
         "api_version": (2, 8),
     }
     with pytest.raises(ConfigError, match="cannot translate the kafka-python setting") as refused:
@@ -127,6 +128,7 @@ def test_the_reader_choice_pickles_and_stays_out_of_kafka_python_arguments() -> 
     kwargs = reader_kwargs(
         validated(
             **{
+                "connection.protocol": "sasl_ssl",
                 "credential.username": "u",
                 "credential.password": PASSWORD,
                 "options.reader": "confluent",

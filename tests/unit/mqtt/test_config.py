@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import paho.mqtt.client as paho
 import pytest
 
 from sluice.mqtt import MqttMessageQueue
-from sluice.mqtt.config import Endpoint, broker_address, credentials, persistent, whole_seconds
+from sluice.mqtt.config import (
+    Endpoint,
+    broker_address,
+    credentials,
+    persistent,
+    protocol_version,
+    whole_seconds,
+)
 from sluice.queues import ConfigError, UnknownConfigKeyWarning
 
 
@@ -31,6 +39,49 @@ def configured(**config: object) -> MqttMessageQueue:
 )
 def test_broker_address(config: dict[str, object], address: tuple[str, int, bool, str]) -> None:
     assert broker_address(configured(**config).config) == Endpoint(*address)
+
+
+@pytest.mark.parametrize(
+    ("uri", "protocol"),
+    [
+        ("mqtts://h:8883", "mqtt"),
+        ("mqtts://u:pw-x@h", "tcp"),
+        ("wss://h", "ws"),
+        ("mqtt://h:1883", "mqtts"),
+        ("ws://h", "ssl"),
+        ("wss://h", "mqtts"),
+    ],
+)
+def test_a_protocol_that_contradicts_the_uri_scheme_is_an_error_naming_both(
+    uri: str, protocol: str
+) -> None:
+    """mqtts:// with connection.protocol mqtt used to connect without TLS."""
+    config = {"connection.uri": uri, "connection.protocol": protocol}
+    with pytest.raises(ConfigError) as conflict:
+        configured(**config)
+    message = str(conflict.value)
+    assert f"'connection.protocol' is '{protocol}'" in message
+    assert f"'connection.uri' is '{uri.partition('://')[0]}://'" in message
+    assert "pw-x" not in message
+    with pytest.raises(ConfigError, match="must agree"):
+        broker_address(config)  # unchecked configs too (a Dagster resource's address)
+
+
+@pytest.mark.parametrize(
+    ("uri", "protocol", "tls"),
+    [
+        ("mqtts://h", "mqtts", True),
+        ("mqtts://h", "ssl", True),
+        ("mqtts://h", "TLS", True),
+        ("mqtt://h", "tcp", False),
+        ("h:1884", "ssl", True),  # no scheme: the protocol decides
+    ],
+)
+def test_a_protocol_that_agrees_with_the_uri_scheme_passes(
+    uri: str, protocol: str, tls: bool
+) -> None:
+    config = configured(**{"connection.uri": uri, "connection.protocol": protocol}).config
+    assert broker_address(config).tls is tls
 
 
 def test_an_unknown_protocol_is_a_config_error() -> None:
@@ -99,6 +150,37 @@ def test_wrong_types_and_values_name_the_key() -> None:
         configured(**{"options.protocol_version": "4"})
     with pytest.raises(ConfigError, match=r"'options.keepalive_timeout' expects int"):
         configured(**{"options.keepalive_timeout": "soon"})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, paho.MQTTv311),
+        ("3.1", paho.MQTTv31),
+        ("3.1.1", paho.MQTTv311),
+        ("5", paho.MQTTv5),
+        ("5.0", paho.MQTTv5),
+        (5, paho.MQTTv5),
+    ],
+)
+def test_protocol_versions(value: object, expected: int) -> None:
+    assert protocol_version({"options.protocol_version": value}) == expected
+    if value is not None:
+        assert protocol_version(configured(**{"options.protocol_version": value}).config) == (
+            expected
+        )
+
+
+@pytest.mark.parametrize("value", ["4", "3", "v5", "mqttv5", "3.1.2"])
+def test_an_unknown_protocol_version_is_an_error_not_a_silent_311(value: str) -> None:
+    """A config that skipped configure() (a resource's, a hand-made dict) used to get 3.1.1."""
+    with pytest.raises(ConfigError) as unknown:
+        protocol_version({"options.protocol_version": value})
+    message = str(unknown.value)
+    assert "'options.protocol_version'" in message and repr(value) in message
+    assert "'3.1', '3.1.1', '5', '5.0'" in message
+    with pytest.raises(ConfigError, match=r"'options.protocol_version' must be one of"):
+        configured(**{"options.protocol_version": value})
 
 
 def test_unknown_keys_warn_with_a_suggestion() -> None:

@@ -185,27 +185,83 @@ def credentials(config: dict[str, Any]) -> tuple[str | None, str | None]:
     return user, password
 
 
-def security_protocol(config: dict[str, Any]) -> str:
-    protocol = config.get("connection.protocol")
-    if not protocol and config.get("connection.uri"):
-        protocol = _split_uri(str(config["connection.uri"]))[0]
-    key = str(protocol).lower() if protocol else None
+def sasl_mechanism(config: dict[str, Any]) -> str:
+    """The SASL mechanism of ``credential.mechanism`` as kafka-python names it (PLAIN when
+    none is given)."""
+    return str(config.get("credential.mechanism") or "plain").upper()
+
+
+def _protocol_key(value: Any, where: str) -> str | None:
+    key = str(value).lower() if value else None
     if key not in _PROTOCOLS:
         # Never fall back to plaintext: a typo would send the credentials unencrypted.
         allowed = ", ".join(sorted(k for k in _PROTOCOLS if k))
-        where = (
-            "config key 'connection.protocol'"
-            if config.get("connection.protocol")
-            else "the scheme of config key 'connection.uri'"
-        )
         raise ConfigError(
-            f"KafkaConnection: {where} has the unknown value {redact_text(str(protocol))!r}. "
+            f"KafkaConnection: {where} has the unknown value {redact_text(str(value))!r}. "
             f"Use one of: {allowed}."
         )
+    return key
+
+
+def security_protocol(config: dict[str, Any]) -> str:
+    """kafka-python's ``security_protocol``: ``connection.protocol``, else the scheme of
+    ``connection.uri`` (``kafka://``, ``kafka+ssl://``), else PLAINTEXT; SASL_ with credentials.
+
+    Credentials never go over a plaintext connection unless the configuration says so:
+
+    - a TLS scheme of ``connection.uri`` (``kafka+ssl://``) is never undone by
+      ``connection.protocol``: tcp or sasl_plaintext there is an error naming both, not a
+      downgrade. (``kafka://`` is the generic scheme of a Kafka URI, so a protocol may still
+      choose TLS for it, as the Airflow connection form suggests: host ``kafka://h:9092``,
+      extra ``connection.protocol`` sasl_ssl.)
+    - a username on a plaintext connection (``kafka://``, no scheme, host and port, tcp) with
+      SASL/PLAIN, which sends the password as it is, is a :class:`ConfigError`: use TLS
+      (``kafka+ssl://``, ``connection.protocol`` sasl_ssl), or choose plaintext explicitly with
+      ``connection.protocol`` sasl_plaintext (a broker on a network you trust);
+    - a SCRAM mechanism (``credential.mechanism`` scram-sha-256 or -512) over plaintext becomes
+      SASL_PLAINTEXT without being asked: SCRAM never sends the password, only a salted,
+      iterated proof of it, so an eavesdropper learns no password (though a weak one can be
+      guessed offline from the exchange, and the messages themselves travel in clear: prefer
+      TLS).
+    """
+    explicit = config.get("connection.protocol")
+    uri = config.get("connection.uri")
+    scheme = _split_uri(str(uri))[0] if uri else None
+    if explicit:
+        key = _protocol_key(explicit, "config key 'connection.protocol'")
+        if scheme:
+            from_scheme = _protocol_key(scheme, "the scheme of config key 'connection.uri'")
+            if _PROTOCOLS[from_scheme].endswith("SSL") and not _PROTOCOLS[key].endswith("SSL"):
+                raise ConfigError(
+                    f"KafkaConnection: config key 'connection.protocol' is {key!r} "
+                    f"({_PROTOCOLS[key]}) but the scheme of config key 'connection.uri' is "
+                    f"'{scheme}://' ({_PROTOCOLS[from_scheme]}): the URI asks for TLS, the "
+                    "protocol for none. Make them agree (kafka+ssl:// with ssl or sasl_ssl), "
+                    "or leave out connection.protocol."
+                )
+    else:
+        key = _protocol_key(scheme, "the scheme of config key 'connection.uri'")
     chosen = _PROTOCOLS[key]
-    if credentials(config)[0] and chosen in ("PLAINTEXT", "SSL"):
-        chosen = "SASL_" + chosen
-    return chosen
+    if not credentials(config)[0] or chosen.startswith("SASL_"):
+        return chosen
+    if chosen == "SSL":
+        return "SASL_SSL"
+    if sasl_mechanism(config).startswith("SCRAM-"):
+        return "SASL_PLAINTEXT"
+    if explicit:
+        where = f"config key 'connection.protocol' is {key!r}"
+    elif scheme:
+        where = f"the scheme of config key 'connection.uri' is '{scheme}://'"
+    else:
+        where = "no protocol is configured (the default is plaintext)"
+    raise ConfigError(
+        f"KafkaConnection: credentials are configured but {where}: SASL/PLAIN would send the "
+        "password unencrypted. Use TLS: a kafka+ssl:// URI, or config key "
+        "'connection.protocol' sasl_ssl (with options.ssl_cafile for a private CA). Or, for a "
+        "broker that listens only in plaintext on a network you trust, choose it explicitly: "
+        "config key 'connection.protocol' sasl_plaintext. (A SCRAM 'credential.mechanism' "
+        "never sends the password and is allowed over plaintext.)"
+    )
 
 
 def consumer_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -228,7 +284,7 @@ def client_config(config: dict[str, Any]) -> dict[str, Any]:
     if config.get("client_id"):
         kwargs["client_id"] = config["client_id"]
     if kwargs["security_protocol"].startswith("SASL_"):
-        kwargs["sasl_mechanism"] = str(config.get("credential.mechanism") or "plain").upper()
+        kwargs["sasl_mechanism"] = sasl_mechanism(config)
         kwargs["sasl_plain_username"], kwargs["sasl_plain_password"] = credentials(config)
     if kwargs["security_protocol"].endswith("SSL"):
         kwargs["ssl_check_hostname"] = config["options.ssl_check_hostname"]

@@ -19,12 +19,14 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import OffsetAndMetadata
+from pip_services3_commons.config import ConfigParams
 from pip_services3_commons.refer import Descriptor
 
 from ..batch import BatchSpec, OffsetRange
@@ -32,7 +34,7 @@ from ..queues.base import LISTEN_INTERVAL_KEY
 from ..queues.broker import BrokerQueue
 from ..queues.capabilities import MessagingCapabilities
 from ..queues.envelope import MessageEnvelope
-from .config import CONNECTION_KEYS, QUEUE_KEYS
+from .config import CONNECTION_KEYS, QUEUE_KEYS, security_protocol
 from .connection import KafkaConnection
 from .ledger import Ledger
 from .offsets import end_offsets, resume_offset
@@ -61,6 +63,11 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
         self._start_offsets: dict[int, int] | None = None  # where to start without a commit
 
     # ---- configuration and references ----------------------------------------------------
+
+    def configure(self, config: ConfigParams | Mapping[str, Any]) -> None:
+        super().configure(config)
+        # A wrong connection.protocol, or a password over plaintext, fails here, not at open.
+        security_protocol(self._config)
 
     @property
     def group_id(self) -> str:

@@ -13,6 +13,14 @@ from paho.mqtt.enums import MQTTProtocolVersion
 
 from ..queues.config import ConfigError, ConfigKey
 
+#: options.protocol_version's accepted spellings and paho's protocol constants.
+PROTOCOL_VERSIONS: dict[str, MQTTProtocolVersion] = {
+    "3.1": paho.MQTTv31,
+    "3.1.1": paho.MQTTv311,
+    "5": paho.MQTTv5,
+    "5.0": paho.MQTTv5,
+}
+
 #: Keys of MqttConnection; a queue that owns its connection accepts them too.
 CONNECTION_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey(
@@ -26,7 +34,7 @@ CONNECTION_KEYS: tuple[ConfigKey, ...] = (
         str,
         "3.1.1",
         "MQTT protocol: '3.1.1' or '5' ('3.1' for old brokers).",
-        choices=("3.1", "3.1.1", "5", "5.0"),
+        choices=tuple(PROTOCOL_VERSIONS),
     ),
     ConfigKey(
         "options.clean_session",
@@ -134,21 +142,47 @@ class Endpoint(NamedTuple):
     transport: str  # paho's "tcp" or "websockets"
 
 
+def _known_protocol(protocol: str, where: str) -> str:
+    if protocol not in _PROTOCOLS:
+        raise ConfigError(
+            f"{where} '{protocol}' is not an MQTT protocol; "
+            f"use one of {', '.join(sorted(_PROTOCOLS))}."
+        )
+    return protocol
+
+
+def _describe(protocol: str) -> str:
+    tls, transport = _PROTOCOLS[protocol]
+    return f"{'TLS' if tls else 'no TLS'}, {'WebSocket' if transport == 'websockets' else 'TCP'}"
+
+
 def broker_address(config: dict[str, Any]) -> Endpoint:
-    """The broker's endpoint from connection.uri or connection.host/port/protocol."""
+    """The broker's endpoint from connection.uri or connection.host/port/protocol.
+
+    An explicit ``connection.protocol`` and the scheme of ``connection.uri`` must agree (TLS
+    and transport): ``mqtts://`` with ``connection.protocol`` mqtt is a :class:`ConfigError`,
+    never a silent downgrade to plaintext; ``mqtts://`` with ssl or tls passes.
+    """
     uri = config.get("connection.uri")
     protocol = str(config.get("connection.protocol") or "").lower()
+    if protocol:
+        _known_protocol(protocol, "connection.protocol")
     if uri:
         parts = urlsplit(uri if "://" in uri else f"mqtt://{uri}")
-        protocol = protocol or parts.scheme.lower()
+        if "://" in uri:
+            scheme = _known_protocol(parts.scheme.lower(), "The scheme of connection.uri")
+            if protocol and _PROTOCOLS[protocol] != _PROTOCOLS[scheme]:
+                raise ConfigError(
+                    f"config key 'connection.protocol' is '{protocol}' ({_describe(protocol)}) "
+                    f"but the scheme of config key 'connection.uri' is '{scheme}://' "
+                    f"({_describe(scheme)}): they must agree. Leave out connection.protocol, "
+                    "or make the two match (e.g. mqtts:// with ssl or mqtts, mqtt:// with tcp "
+                    "or mqtt)."
+                )
+            protocol = protocol or scheme
         host, port = parts.hostname, parts.port
     else:
         host, port = config.get("connection.host"), config.get("connection.port")
-    if protocol and protocol not in _PROTOCOLS:
-        raise ConfigError(
-            f"connection.protocol '{protocol}' is not an MQTT protocol; "
-            f"use one of {', '.join(sorted(_PROTOCOLS))}."
-        )
     tls, transport = _PROTOCOLS[protocol or "mqtt"]
     tls = tls or bool(config.get("options.ssl_cafile"))
     return Endpoint(
@@ -168,9 +202,19 @@ def credentials(config: dict[str, Any]) -> tuple[str | None, str | None]:
 
 
 def protocol_version(config: dict[str, Any]) -> MQTTProtocolVersion:
-    """paho's protocol constant for options.protocol_version."""
-    version = str(config.get("options.protocol_version") or "3.1.1")
-    return {"3.1": paho.MQTTv31, "5": paho.MQTTv5, "5.0": paho.MQTTv5}.get(version, paho.MQTTv311)
+    """paho's protocol constant for options.protocol_version (3.1.1 when it is not set).
+
+    An unknown version is a :class:`ConfigError` (a queue's ``configure`` refuses it already;
+    this guards configs that did not go through it), never a silent 3.1.1.
+    """
+    value = config.get("options.protocol_version")
+    version = "3.1.1" if value is None or value == "" else str(value)
+    if version not in PROTOCOL_VERSIONS:
+        raise ConfigError(
+            f"config key 'options.protocol_version' must be one of "
+            f"{', '.join(map(repr, PROTOCOL_VERSIONS))}, got {version!r}."
+        )
+    return PROTOCOL_VERSIONS[version]
 
 
 def persistent(config: dict[str, Any]) -> bool:

@@ -138,6 +138,9 @@ def read_ranges(
     ``chunk_bytes`` bytes of keys and values (a batch passes it by one message at most), read
     by the range reader ``kwargs`` name (:class:`ReaderKwargs`; plain arguments:
     kafka-python's, see :func:`sluice.kafka.ranges.read_range_records`)."""
+    # In a Spark task (executor mode) the driver's registration is not in this process: hide
+    # the password from this process's kafka-python and librdkafka logs before anything logs.
+    hide_secret(kwargs.get("sasl_plain_password"))
     reader = _range_reader(getattr(kwargs, "reader", DEFAULT_READER))
     lost = _skip if getattr(kwargs, "accept_loss", False) else None
     columns, size = RecordColumns(), 0

@@ -256,7 +256,9 @@ class KafkaQueueResource(QueueResource):
     client_id: str | None = Field(default=None, description="Kafka client id (optional).")
     protocol: str | None = Field(
         default=None,
-        description="connection.protocol: tcp (default), ssl, sasl_plaintext or sasl_ssl.",
+        description="connection.protocol: tcp (default), ssl, sasl_plaintext or sasl_ssl. With "
+        "a username on a plaintext bootstrap, say sasl_plaintext (else refused: SASL/PLAIN "
+        "sends the password unencrypted); prefer sasl_ssl.",
     )
     mechanism: str | None = Field(
         default=None, description="SASL mechanism: plain, scram-sha-256 or scram-sha-512."

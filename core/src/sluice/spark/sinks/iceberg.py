@@ -71,7 +71,6 @@ import logging
 import re
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -97,6 +96,7 @@ from .base import (
     StreamState,
     check_publishable,
 )
+from .catalogs import catalog_error, load_iceberg_catalog
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -183,37 +183,6 @@ def _identifier(text: str, uri: str) -> tuple[str, ...]:
     if len(names) < 2 or not all(re.fullmatch(r"[A-Za-z0-9_\-]+", n) for n in names):
         raise ConfigError(f"sink {uri!r}: {text!r} is not NAMESPACE.TABLE. {_HINT}")
     return names
-
-
-_catalogs: dict[str, Catalog] = {}
-_catalogs_lock = threading.Lock()
-
-
-def load_iceberg_catalog(name: str) -> Catalog:
-    """The pyiceberg catalog ``name``, its configuration read now (not at import)."""
-    from pyiceberg.catalog import load_catalog
-    from pyiceberg.utils.config import Config
-
-    properties = Config().get_catalog_config(name)
-    if not properties:
-        env = f"PYICEBERG_CATALOG__{name.upper()}__"
-        raise ConfigError(
-            f"The Iceberg catalog '{name}' is not configured: add it to .pyiceberg.yaml (in "
-            f"$PYICEBERG_HOME, your home or the current directory) or set {env}URI and "
-            f"{env}WAREHOUSE (and {env}TYPE), e.g. {env}URI=sqlite:///lake/catalog.db and "
-            f"{env}WAREHOUSE=file:///lake/warehouse."
-        )
-    key = f"{name}\0{json.dumps(properties, sort_keys=True, default=str)}"
-    with _catalogs_lock:
-        if key not in _catalogs:
-            try:
-                _catalogs[key] = load_catalog(name, **properties)  # type: ignore[arg-type]
-            except Exception as exc:
-                raise ConfigError(
-                    f"The Iceberg catalog '{name}' could not be opened ({exc}): check its "
-                    "configuration (uri, warehouse, credentials)."
-                ) from None
-        return _catalogs[key]
 
 
 @dataclass
@@ -343,9 +312,11 @@ class IcebergSink:
         except ConfigError:
             raise
         except Exception as exc:
-            raise ConfigError(
-                f"The Iceberg catalog '{self.target.catalog}' cannot be used ({exc}): check "
-                "its configuration and that you may create namespaces and tables in it."
+            raise catalog_error(
+                self.target.catalog,
+                "cannot be used",
+                exc,
+                "check its configuration and that you may create namespaces and tables in it.",
             ) from None
 
     def _load(self, identifier: tuple[str, ...]) -> Table | None:
