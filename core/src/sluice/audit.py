@@ -7,7 +7,10 @@ partition's log start and end:
 - ``written`` / ``quarantined``: distinct offsets in the data files;
 - ``doubled``: offsets found more than once (in one batch or several);
 - ``missing``: offsets below the committed offset, from where the group began, in no batch
-  and not recorded as lost: the group committed over messages the sink does not have;
+  and not recorded as lost: the group committed over messages the sink does not have. An
+  offset a batch record claims without a row (an ingest reconciled it as having no message: a
+  transaction marker, an aborted or compacted record) is asked of the broker: a message found
+  there is missing too;
 - ``lost``: ranges recorded as lost by an ingest that accepted data loss.
 
 MQTT streams have no offsets: it counts message ids, and ids found more than once.
@@ -187,6 +190,8 @@ def _audit_kafka(
         base = min(starts) if starts else min([log_start, *offsets]) if offsets else log_start
         held = Coverage.of_offsets(p, offsets).union(lost)
         top = committed.get(p)
+        holes = held.missing(p, base, top) if top is not None and top > base else []
+        claimed = Coverage.of(r for record in current for r in record.ranges if r.partition == p)
         stream.partitions.append(
             PartitionAudit(
                 partition=p,
@@ -196,10 +201,35 @@ def _audit_kafka(
                 written=len(good),
                 quarantined=len(quarantined),
                 doubled=sum(1 for n in offsets.values() if n > 1),
-                missing=held.missing(p, base, top) if top is not None and top > base else [],
+                missing=_missing(kwargs, stream.topic, holes, claimed, log_start),
                 lost=[OffsetRange(p, s, e) for s, e in lost.intervals.get(p, [])],
             )
         )
+
+
+def _missing(
+    kwargs: Any, topic: str, holes: list[OffsetRange], claimed: Any, log_start: int
+) -> list[OffsetRange]:
+    """The parts of ``holes`` (offsets of one partition below the committed offset without a
+    row or a recorded loss) that hold a message: those no batch claims, and those a batch
+    claims as having none but where the broker still has one. Claimed offsets below the log
+    start cannot be asked any more: their ingest reconciled them when it could."""
+    from .kafka.ranges import read_range_records
+    from .spark.sinks.coverage import Coverage
+
+    if not holes:
+        return []
+    partition = holes[0].partition
+    missing = Coverage()
+    for hole in holes:
+        missing.add_ranges(claimed.missing(partition, hole.start, hole.end))
+        for part in claimed.overlaps([hole]):
+            if part.end <= log_start:
+                continue
+            piece = OffsetRange(partition, max(part.start, log_start), part.end)
+            for _, records in read_range_records(kwargs, topic, [piece], 30, lambda _: None):
+                missing = missing.union(Coverage.of_offsets(partition, (r.offset for r in records)))
+    return [OffsetRange(partition, s, e) for s, e in missing.intervals.get(partition, [])]
 
 
 def _offsets_by_partition(sink: Any, batch_id: str) -> dict[bool, dict[int, list[int]]]:

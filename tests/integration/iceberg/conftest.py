@@ -61,6 +61,23 @@ def sqlite_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lak
 
 
 @pytest.fixture
+def faulty_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lake]:
+    """A SQLite catalog whose commits fail when a test plans it
+    (:mod:`sluice.testing.faulty_catalog`)."""
+    from sluice.testing.faulty_catalog import FaultyCatalog
+
+    name = f"faulty{uuid.uuid4().hex[:8]}"
+    uri, warehouse = f"sqlite:///{tmp_path / 'catalog.db'}", (tmp_path / "warehouse").as_uri()
+    prefix = f"PYICEBERG_CATALOG__{name.upper()}__"
+    monkeypatch.setenv(f"{prefix}URI", uri)
+    monkeypatch.setenv(f"{prefix}WAREHOUSE", warehouse)
+    monkeypatch.setenv(f"{prefix}PY_CATALOG_IMPL", "sluice.testing.faulty_catalog.FaultyCatalog")
+    yield Lake(
+        name, f"ns_{uuid.uuid4().hex[:8]}", FaultyCatalog(name, uri=uri, warehouse=warehouse)
+    )
+
+
+@pytest.fixture
 def postgres_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lake]:
     import sqlalchemy
 

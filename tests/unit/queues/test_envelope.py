@@ -58,3 +58,25 @@ def test_key_and_headers_are_normalised_to_bytes() -> None:
     assert envelope.headers == [("h", b"v"), ("b", b"\x00")]
     assert envelope.header("b") == b"\x00"
     assert envelope.header("missing") is None
+
+
+def test_raw_json_that_carries_a_message_id_field_is_no_envelope() -> None:
+    """The fault-model finding: any JSON object with a ``message_id`` was taken for an
+    envelope with no payload, so a device's readings were lost as empty payloads."""
+    reading = {"message_id": 3, "device": "d", "temperature": 21.5}
+    assert MessageEnvelope.from_json(json.dumps(reading)) is None
+    shaped = {"message_id": "3", "correlation_id": None, "message_type": None}
+    assert MessageEnvelope.from_json(json.dumps(shaped)) is None, "sent_time, message missing"
+    whole = MessageEnvelope("c", "t", b"x").to_json()
+    for extra in ({"device": "d"}, {"message": 42}, {"sent_time": "not a time"}):
+        assert MessageEnvelope.from_json(json.dumps({**whole, **extra})) is None, extra
+
+
+def test_envelopes_of_sluice_and_of_pip_services_are_recognised_by_their_shape() -> None:
+    pip = PipEnvelope("c", "t", "text")
+    parsed = MessageEnvelope.from_json(json.dumps(pip.to_json()))
+    assert parsed is not None and parsed.message == b"text" and parsed.message_id == pip.message_id
+    ours = MessageEnvelope("c", "t", b"\x00bytes", key=b"k", headers={"h": b"v"})
+    parsed = MessageEnvelope.from_json(json.dumps(ours.to_json()))
+    assert parsed is not None and (parsed.message, parsed.key) == (b"\x00bytes", b"k")
+    assert parsed.headers == [("h", b"v")]

@@ -36,7 +36,7 @@ from .config import (
     security_protocol,
 )
 from .logs import hide_secret, kafka_log_level
-from .offsets import EndProbe, tracked_consumer
+from .offsets import EndProbe, track
 from .subscription import KafkaMessageListener, Subscription
 
 __all__ = ["KafkaConnection"]
@@ -309,13 +309,15 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
 
     def _probe_consumer(self) -> KafkaConsumer:
         return self._connect(
-            lambda: tracked_consumer(
-                **self.consumer_config(),
-                enable_auto_commit=False,
-                # No long poll: the probe's fetches are meant to come back at once.
-                fetch_max_wait_ms=10,
-                # Partitions added to the topic show up within seconds, not minutes.
-                metadata_max_age_ms=5000,
+            lambda: track(
+                KafkaConsumer(
+                    **self.consumer_config(),
+                    enable_auto_commit=False,
+                    # No long poll: the probe's fetches are meant to come back at once.
+                    fetch_max_wait_ms=10,
+                    # Partitions added to the topic show up within seconds, not minutes.
+                    metadata_max_age_ms=5000,
+                )
             )
         )
 

@@ -36,6 +36,7 @@ __all__ = [
     "refresh_ends",
     "resume_offset",
     "topic_end_offsets",
+    "track",
     "tracked_consumer",
 ]
 
@@ -85,7 +86,11 @@ class _Tracker:
 
 def tracked_consumer(**kwargs: Any) -> KafkaConsumer:
     """A ``KafkaConsumer(**kwargs)`` that keeps the :class:`Watermarks` of its fetches."""
-    consumer = KafkaConsumer(**kwargs)
+    return track(KafkaConsumer(**kwargs))
+
+
+def track(consumer: KafkaConsumer) -> KafkaConsumer:
+    """``consumer``, keeping the :class:`Watermarks` of its fetches from now on."""
     _tracker(consumer)
     return consumer
 
@@ -137,10 +142,23 @@ def resume_offset(
     return (start_ends or {}).get(partition, 0)
 
 
+def _listed_ends(consumer: KafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """ListOffsets, asked again (three times at most) when kafka-python 3.0 loses a partition
+    of the answer that arrived while a fetch of the same consumer was in flight (KeyError)."""
+    for attempt in range(3):
+        try:
+            return dict(consumer.end_offsets(tps)) if tps else {}
+        except KeyError:
+            if attempt == 2:
+                raise
+            time.sleep(0.05)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def end_offsets(consumer: KafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
     """ListOffsets (at the consumer's isolation level) corrected by the newest fetch response
     where the consumer has one."""
-    ends: dict[TopicPartition, int] = dict(consumer.end_offsets(tps)) if tps else {}
+    ends = _listed_ends(consumer, tps)
     tracker: _Tracker | None = getattr(consumer, "_sluice_watermarks", None)
     assigned = consumer.assignment()
     for tp in tps:

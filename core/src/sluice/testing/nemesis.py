@@ -737,7 +737,7 @@ class _MqttWorld(_World):
 
     def source(self) -> dict[str, Any]:
         assert self.broker is not None
-        return {"connection.uri": self.broker.url, "options.request_timeout": REQUEST_TIMEOUT_MS}
+        return {"connection.uri": self.broker.url}
 
     def publish(self, count: int, chooser: random.Random) -> None:
         from ..queues import MessageEnvelope

@@ -1,0 +1,313 @@
+"""The environment fails too (docs/fault-model.md): each scenario of the fault-model issue
+that used to lose or double messages silently, on a real broker and a real Spark.
+
+- retention that moves while a batch is read;
+- a topic deleted and recreated, its new log longer than the old position (noida-db has no
+  topic ids: the fingerprint finds it; Tansu has them);
+- raw MQTT JSON that has a ``message_id`` field;
+- two runs of one stream at once;
+- transactions: committed records only, on both readers, planned up to the last stable offset;
+- chunks bounded by bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+
+from sluice.audit import audit
+from sluice.batch import BatchSpec, OffsetRange, plan_batch
+from sluice.errors import DataLossError
+from sluice.mqtt import MqttMessageQueue
+from sluice.spark import ingest
+from sluice.spark.failpoints import armed
+from sluice.spark.ingest import source_config
+from sluice.spark.kafka_source import READERS, committed_offsets, read_ranges, reader_kwargs
+from sluice.spark.sinks import ConcurrentIngestError
+from sluice.testing.plugin import Broker
+from sluice.testing.topics import create_kafka_topic
+
+from .conftest import SCHEMA, KafkaTopic, dataset_rows, open_topic, reading
+from .crashes import with_reader
+
+
+def delete_below(topic: KafkaTopic, offset: int, partition: int = 0) -> None:
+    """Retention: the broker deletes the partition's records below ``offset``."""
+    admin = KafkaAdminClient(bootstrap_servers=topic.broker.bootstrap)
+    try:
+        admin.delete_records({TopicPartition(topic.name, partition): offset})
+    finally:
+        admin.close()
+
+
+@pytest.fixture
+def one_partition(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
+    opened = open_topic(noida_broker, unique_name, partitions=1)
+    opened.send([reading(i) for i in range(200)])
+    yield opened
+    opened.queue.close(None)
+    opened.producer.close()
+
+
+def whole(topic: KafkaTopic, start: int = 0, end: int = 200) -> BatchSpec:
+    return BatchSpec(
+        "kafka", topic.name, group_id=f"{topic.name}-group", ranges=(OffsetRange(0, start, end),)
+    )
+
+
+def group_offset(topic: KafkaTopic) -> int | None:
+    kwargs = {"bootstrap_servers": topic.broker.bootstrap}
+    return committed_offsets(kwargs, topic.name, f"{topic.name}-group", [0])[0]
+
+
+@pytest.mark.parametrize("mode", ["driver", "executors"])
+@pytest.mark.parametrize("reader", READERS)
+def test_retention_moving_during_the_read_is_a_data_loss_never_a_silent_reset(
+    spark: Any, one_partition: KafkaTopic, reader: str, mode: str, tmp_path: Path
+) -> None:
+    """The finding: the log start was 0 when the batch was planned; retention deleted [0, 50)
+    before the reader fetched it; the reader reset to the new log start and the ingest wrote
+    150, recorded no loss and committed 200, even with fail_on_data_loss=True."""
+    topic = one_partition
+    options = {"source": with_reader(topic.source, reader), "schema": SCHEMA, "mode": mode}
+
+    with (
+        armed("read.before", lambda: delete_below(topic, 50)),
+        pytest.raises(
+            DataLossError,
+            match=r"offsets 0-49 of partition 0 .* deleted by retention while the batch was read",
+        ),
+    ):
+        ingest(spark, whole(topic), tmp_path, **options)
+    assert dataset_rows(tmp_path) == []
+    assert group_offset(topic) is None, "nothing was committed"
+
+    # accepted: retention moves again while the accepted run reads
+    with armed("read.before", lambda: delete_below(topic, 80)):
+        result = ingest(spark, whole(topic), tmp_path, fail_on_data_loss=False, **options)
+
+    assert result.lost == [
+        {"partition": 0, "start": 0, "end": 50, "reason": "retention"},
+        {"partition": 0, "start": 50, "end": 80, "reason": "retention"},
+    ]
+    assert result.written == 120 and result.commits == {0: 200}
+    assert sorted(r["offset"] for r in dataset_rows(tmp_path)) == list(range(80, 200))
+    report = audit(tmp_path, topic.source)
+    partition = report.streams[0].partitions[0]
+    assert report.ok and partition.lost == [OffsetRange(0, 0, 80)], "\n".join(report.lines())
+
+
+@pytest.mark.parametrize("broker", ["noida_broker", "tansu_broker"])
+def test_a_recreated_topic_longer_than_the_old_position_is_recognised(
+    spark: Any, broker: str, request: pytest.FixtureRequest, unique_name: str, tmp_path: Path
+) -> None:
+    """The finding: 30 messages ingested and committed; the topic deleted and created again,
+    40 new messages; the next batch [30, 40) wrote 10 of them and never read offsets 0-29 of
+    the new topic, and the audit passed. noida-db has no topic ids (the fingerprint of the
+    last message written finds it), Tansu has them."""
+    kafka: Broker = request.getfixturevalue(broker)
+    topic = open_topic(kafka, unique_name, partitions=1)
+    try:
+        topic.send([reading(i) for i in range(30)])
+        ingest(spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA)
+        admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+        try:
+            admin.delete_topics([unique_name])
+        finally:
+            admin.close()
+        create_kafka_topic(kafka.bootstrap, unique_name, 1)
+        topic.producer.close()  # its sequence numbers belong to the old topic
+        topic.producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)
+        topic.send([reading(100 + i) for i in range(40)])
+        spec = whole(topic, 30, 40)
+        evidence = "topic id" if broker == "tansu_broker" else "offset 29 is not the one"
+
+        with pytest.raises(DataLossError, match=rf"recreated .*{evidence}"):
+            ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA)
+        result = ingest(
+            spark, spec, tmp_path, source=topic.source, schema=SCHEMA, fail_on_data_loss=False
+        )
+        waiting = plan_batch(topic.queue)
+    finally:
+        topic.queue.close(None)
+        topic.producer.close()
+
+    assert result.written == 40, "the new topic is read from its log start"
+    assert [loss["reason"] for loss in result.lost] == ["recreated"]
+    temperatures = sorted(r["temperature"] for r in dataset_rows(tmp_path))
+    assert temperatures == sorted([i / 10 for i in range(30)] + [(100 + i) / 10 for i in range(40)])
+    assert result.commits == {0: 40} and waiting is None
+    assert audit(tmp_path, topic.source).ok
+
+
+def test_raw_mqtt_json_with_a_message_id_field_keeps_every_payload(
+    spark: Any, mosquitto_broker: Broker, unique_name: str, tmp_path: Path
+) -> None:
+    """The finding: devices publish {"message_id": n, ...} with five distinct counters; the
+    ingest took each as a Sluice envelope without a payload: written 0, quarantined 5,
+    duplicates 15."""
+    session = MqttMessageQueue()
+    session.configure(
+        {
+            "connection.uri": mosquitto_broker.url,
+            "topic": unique_name,
+            "client_id": f"{unique_name}-ingest",
+            "options.qos": 1,
+        }
+    )
+    session.open(None)
+    session.close(None)
+    device = MqttMessageQueue()
+    device.configure(
+        {
+            "connection.uri": mosquitto_broker.url,
+            "topic": unique_name,
+            "options.qos": 1,
+            "options.serialize_envelope": False,
+            "options.autosubscribe": False,
+        }
+    )
+    device.open(None)
+    try:
+        for i in range(20):
+            payload = {"message_id": i % 5, "device": f"dev-{i}", "temperature": i / 10}
+            device.send_as_object(None, "reading", payload)
+    finally:
+        device.close(None)
+    spec = BatchSpec("mqtt", unique_name, client_id=f"{unique_name}-ingest", max_messages=100)
+
+    result = ingest(spark, spec, tmp_path, source=mosquitto_broker.url, schema=SCHEMA)
+
+    assert (result.written, result.quarantined, result.duplicates) == (20, 0, 0)
+    assert sorted(r["device"] for r in dataset_rows(tmp_path)) == sorted(
+        f"dev-{i}" for i in range(20)
+    )
+
+
+def blocked_at(point: str) -> tuple[Callable[[], None], threading.Event, threading.Event]:
+    """A failpoint action that holds the thread that armed it (the first run) at ``point``
+    until released; other threads pass."""
+    owner, reached, release = threading.current_thread(), threading.Event(), threading.Event()
+
+    def hold() -> None:
+        if threading.current_thread() is owner:
+            return
+        reached.set()
+        assert release.wait(60), "the test never released the first run"
+
+    return hold, reached, release
+
+
+def test_a_second_run_of_a_stream_is_refused_and_never_touches_the_first_runs_work(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    """The finding: ParquetSink.stage() deleted every staging/<batch_id>-*, the live run's
+    included, and a run killed between the rename and the fold let an overlapping batch publish
+    the same offsets again. Now one run per stream holds it; a second one, of the same batch
+    or an overlapping one, gets ConcurrentIngestError at once and touches nothing."""
+    topic.send([reading(i) for i in range(40)])
+    first_spec = topic.plan()
+    options = {"source": topic.source, "schema": SCHEMA}
+    hold, reached, release = blocked_at("stage.after_write")
+    errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            ingest(spark, first_spec, tmp_path, **options)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with armed("stage.after_write", hold):
+        runner = threading.Thread(target=first)
+        runner.start()
+        try:
+            assert reached.wait(120), f"the first run never staged its batch: {errors}"
+            staged = sorted((tmp_path / "_sluice" / "staging").rglob("*.parquet"))
+            assert staged, "the first run's batch is in staging"
+            topic.send([reading(40 + i) for i in range(5)])
+            for spec in (first_spec, topic.plan()):  # the same batch, and an overlapping one
+                with pytest.raises(ConcurrentIngestError, match="is running on this sink"):
+                    ingest(spark, spec, tmp_path, **options)
+            assert sorted((tmp_path / "_sluice" / "staging").rglob("*.parquet")) == staged
+        finally:
+            release.set()
+            runner.join(120)
+    assert not errors, errors
+
+    ingest(spark, topic.plan(), tmp_path, **options)
+    temperatures = sorted(r["temperature"] for r in dataset_rows(tmp_path))
+    assert temperatures == [i / 10 for i in range(45)]
+    assert audit(tmp_path, topic.source).ok and plan_batch(topic.queue) is None
+
+
+def transactional_topic(broker: Broker, name: str) -> KafkaProducer:
+    """Offsets 0-9 committed, then 10 aborted (flushed: in the log), 10 committed, and a
+    transaction of 5 left open (close the producer returned when done): read_committed sees
+    20 records, up to the open one."""
+    create_kafka_topic(broker.bootstrap, name, 1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=name)
+    producer.init_transactions()
+    for kind, count in (("committed", 10), ("aborted", 10), ("committed", 10), ("open", 5)):
+        producer.begin_transaction()
+        for i in range(count):
+            producer.send(name, json.dumps({"device": kind, "temperature": i}).encode())
+        producer.flush(10)
+        if kind == "committed":
+            producer.commit_transaction()
+        elif kind == "aborted":
+            producer.abort_transaction()
+    return producer
+
+
+@pytest.mark.parametrize(
+    ("reader", "mode"), [(r, "driver") for r in READERS] + [(READERS[0], "executors")]
+)
+def test_transactions_are_read_committed_on_both_readers_up_to_the_last_stable_offset(
+    spark: Any, noida_broker: Broker, unique_name: str, reader: str, mode: str, tmp_path: Path
+) -> None:
+    """The finding: kafka-python read aborted records, the confluent reader did not but
+    stalled on the open transaction: one BatchSpec gave different rows by options.reader."""
+    transactions = transactional_topic(noida_broker, unique_name)
+    source = with_reader(f"kafka://{noida_broker.bootstrap}", reader)
+    planner = open_topic(noida_broker, unique_name, partitions=1)
+    try:
+        spec = planner.plan()
+        end = spec.ranges[0].end
+        result = ingest(spark, spec, tmp_path, source=source, schema=SCHEMA, mode=mode)
+        waiting = plan_batch(planner.queue)
+        report = audit(tmp_path, source)
+    finally:
+        planner.queue.close(None)
+        planner.producer.close()
+        transactions.close(1)
+
+    rows = dataset_rows(tmp_path)
+    assert sorted(r["device"] for r in rows) == ["committed"] * 20, "no aborted record"
+    assert end < 38 and result.commits == {0: end}, "planned up to the open transaction"
+    assert waiting is None, "the open transaction's records are not planned"
+    assert report.ok, "\n".join(report.lines())
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_reading_chunks_are_bounded_by_bytes_as_well_as_rows(
+    topic: KafkaTopic, reader: str
+) -> None:
+    """The finding: chunks were bounded by rows only (100,000 messages of 1 MB: 100 GB)."""
+    value = b"x" * 10_000
+    topic.send([value] * 50, partition=0)
+    spec = BatchSpec("kafka", topic.name, group_id="g")
+    kwargs = reader_kwargs(source_config(spec, with_reader(topic.source, reader)))
+    batches = list(
+        read_ranges(kwargs, topic.name, [OffsetRange(0, 0, 50)], 1000, 10, chunk_bytes=35_000)
+    )
+
+    sizes = [sum(len(v) for v in b.column("value").to_pylist()) for b in batches]
+    assert sum(b.num_rows for b in batches) == 50
+    assert all(size <= 35_000 + len(value) for size in sizes), sizes
+    assert len(batches) >= 50 * len(value) // (35_000 + len(value)), sizes
