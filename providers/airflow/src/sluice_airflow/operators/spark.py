@@ -212,11 +212,10 @@ class SparkIngestOperator(BaseOperator):
         self, kind: str, planning: Mapping[str, Any], found: str
     ) -> dict[str, Any]:
         """Skip the task (or, with ``if_nothing_waiting="succeed"``, return an empty summary)."""
-        owner = (
-            f"session {planning.get('client_id')}"
-            if kind == "mqtt"
-            else (f"group {planning.get('group_id')}")
-        )
+        if kind == "mqtt":
+            owner = f"session {planning.get('client_id')}"
+        else:
+            owner = f"group {planning.get('group_id')}"
         line = f"Nothing waiting on {self.topic} for {owner} ({found}): nothing to ingest"
         if self.if_nothing_waiting == "skip":
             self.log.info("%s, the task is skipped", line)
