@@ -7,11 +7,14 @@
 - ``kafka_events``: an asset, the Parquet dataset of the Kafka topic; ``kafka_events_sensor``
   materializes it once per batch of waiting messages.
 - ``mqtt_readings``: a job that ingests the MQTT session's messages; ``mqtt_readings_sensor``
-  runs it once per batch.
+  runs it once per batch, or ``mqtt_readings_schedule`` once per cron tick
+  (``SLUICE_EXAMPLE_INGEST_CRON``, hourly by default) for whatever waits then (a tick with
+  nothing waiting is skipped). One job, two ways to start it: turn on one of them.
 
-The sensors start stopped: turn them on in the UI (Automation) or with
-``dagster sensor start --start-all -f dags_examples/dagster_defs.py``. A run needs the batch
-its sensor puts in the run config, so materializing by hand without one fails.
+The sensors and the schedule start stopped: turn them on in the UI (Automation) or with
+``dagster sensor start --start-all -f dags_examples/dagster_defs.py`` (``dagster schedule
+start mqtt_readings_schedule -f ...``). A run needs the batch its sensor or schedule puts in
+the run config, so materializing by hand without one fails.
 
 Settings come from ``SLUICE_EXAMPLE_*`` environment variables (brokers, topics, sink, sensor
 interval, logins): README.md, "Quickstart: Dagster", lists them with their defaults.
@@ -32,6 +35,7 @@ from sluice_dagster import (
     SparkResource,
     make_ingest_asset,
     make_ingest_job,
+    make_ingest_schedule,
     make_queue_sensor,
 )
 
@@ -54,6 +58,7 @@ def _login(prefix: str) -> dict[str, Any]:
 
 SINK = Path(_env("SLUICE_EXAMPLE_SINK", "sluice-lake")).absolute()
 INTERVAL = int(_env("SLUICE_EXAMPLE_SENSOR_INTERVAL", "30"))
+CRON = _env("SLUICE_EXAMPLE_INGEST_CRON", "0 * * * *")
 SCHEMA = "device STRING, temperature DOUBLE, humidity DOUBLE, ts TIMESTAMP"  # IoT readings
 
 kafka_events = make_ingest_asset(
@@ -92,6 +97,15 @@ defs = Definitions(
             minimum_interval_seconds=INTERVAL,
         ),
     ],
+    schedules=[
+        make_ingest_schedule(
+            "mqtt_readings_schedule",
+            "mqtt_queue",
+            CRON,
+            job=mqtt_readings,
+            max_messages=10_000,
+        ),
+    ],
     resources={
         "kafka_queue": KafkaQueueResource(
             bootstrap=_env("SLUICE_EXAMPLE_KAFKA_BOOTSTRAP", "localhost:9092"),
@@ -102,7 +116,7 @@ defs = Definitions(
         "mqtt_queue": MqttQueueResource(
             uri=_env("SLUICE_EXAMPLE_MQTT_URL", "mqtt://localhost:1883"),
             topic=_env("SLUICE_EXAMPLE_MQTT_TOPIC", "sensors/#"),
-            client_id="sluice-example",
+            client_id=_env("SLUICE_EXAMPLE_MQTT_CLIENT_ID", "sluice-example"),
             **_login("SLUICE_EXAMPLE_MQTT"),
         ),
         "spark": SparkResource(conf={"spark.ui.enabled": "false"}),

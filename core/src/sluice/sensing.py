@@ -9,6 +9,8 @@ What every sensor of Sluice shares (Airflow's sensor and trigger, Dagster's sens
   once at least ``min_messages`` wait. Kafka counts the group's backlog at the broker; MQTT
   cannot see a backlog, so it counts what the session delivered to the sensing queue
   (at most the broker's in-flight window: 20 on a default mosquitto).
+- :func:`plan_now`: one look from a connection's config (a sensing queue opened, planned
+  on, closed), for a sensor's poke and for a scheduled ingest that plans its own batch.
 - :func:`next_emission`: what a sensor that fires again and again (an Airflow
   ``AssetWatcher``, a Dagster sensor) emits next, from its :class:`~sluice.cursor.BatchCursor`.
 
@@ -69,11 +71,13 @@ from .batch import BatchSpec, plan_batch
 from .cursor import BatchCursor, BatchRequest, RunState, run_state_from_offsets
 from .queues.base import MessageQueue
 from .queues.config import ConfigError
+from .queues.uri import queue_from_config
 
 __all__ = [
     "DEFAULT_RERUN_AFTER",
     "count_waiting",
     "next_emission",
+    "plan_now",
     "plan_waiting",
     "sensing_config",
     "wait_for_batch",
@@ -142,6 +146,32 @@ def wait_for_batch(
         if spec is not None or time.monotonic() >= deadline:
             return spec
         time.sleep(min(check_every, max(0.0, deadline - time.monotonic())))
+
+
+def plan_now(
+    kind: str,
+    config: Mapping[str, Any],
+    min_messages: int = 1,
+    max_messages: int | None = None,
+    wait_seconds: float = 0.0,
+) -> tuple[BatchSpec | None, int]:
+    """The batch waiting now on the queue of ``kind`` that ``config`` names, and how many
+    messages wait (for a log line when too few do).
+
+    Opens a queue with :func:`sensing_config`, plans with :func:`wait_for_batch` (MQTT: waits
+    up to ``wait_seconds`` for the session's queued messages) and closes it: nothing is
+    committed or acknowledged, so an MQTT session's messages go to the ingest's connection.
+    Kafka plans from the group's committed offsets, so planning again after a failed ingest
+    gives its messages again, never a range that starts after an unwritten message.
+    """
+    queue = queue_from_config(kind, sensing_config(kind, config))
+    queue.open(None)
+    try:
+        spec = wait_for_batch(queue, min_messages, max_messages, wait_seconds)
+        count = count_waiting(queue) if spec is None else spec.message_count
+    finally:
+        queue.close(None)  # MQTT: unacknowledged messages stay in the session
+    return spec, count
 
 
 def waiting_status(count: int, min_messages: int, topic: str) -> str:

@@ -16,7 +16,13 @@ from sluice.brokers import BrokerProcess
 from sluice.testing import wait_until
 from tests.airflow_env import DAGS_FOLDER, airflow_command
 
-EXAMPLES = {"kafka_event_driven", "kafka_to_parquet", "mqtt_to_parquet"}
+EXAMPLES = {
+    "kafka_event_driven",
+    "kafka_to_parquet",
+    "mqtt_to_parquet",
+    "kafka_scheduled",
+    "mqtt_scheduled",
+}
 
 
 def plain_environment(home: Path) -> dict[str, str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from dagster import DagsterInstance, RunRequest
+from dagster import DagsterInstance, RunRequest, instance_for_test
 
 from sluice.kafka import KafkaConnection
 from sluice.mqtt import MqttMessageQueue
@@ -20,6 +20,14 @@ from sluice.queues import MessageEnvelope
 def instance() -> Iterator[DagsterInstance]:
     """A Dagster instance of the test's own (in memory): the sensor looks its runs up in it."""
     with DagsterInstance.ephemeral() as inst:
+        yield inst
+
+
+@pytest.fixture
+def persistent_instance() -> Iterator[DagsterInstance]:
+    """A Dagster instance on disk, of the test's own: a schedule's context takes no in-memory
+    instance (it looks the schedule's runs up in it)."""
+    with instance_for_test() as inst:
         yield inst
 
 

@@ -1,6 +1,7 @@
-"""The queue sensor, the ingest job and the ingest asset on a real Kafka-protocol broker
-(noida-db) and the session's local Spark: one run per batch, exactly once, retried after a
-failure with the same batch."""
+"""The queue sensor, the ingest schedule, the ingest job and the ingest asset on a real
+Kafka-protocol broker (noida-db) and the session's local Spark: one run per batch, exactly
+once; the sensor retries a failed run's batch unchanged, the schedule's next tick takes it
+with what arrived since."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from dagster import (
     materialize,
 )
 
+from sluice.audit import audit
 from sluice.batch import BatchSpec, OffsetRange
+from sluice.spark.failpoints import armed
 from sluice.testing import BrokerProcess
 from sluice.testing.topics import create_kafka_topic
 from sluice_dagster import (
@@ -25,9 +28,10 @@ from sluice_dagster import (
     SparkResource,
     make_ingest_asset,
     make_ingest_job,
+    make_ingest_schedule,
     make_queue_sensor,
 )
-from sluice_dagster.testing import SensorTicker
+from sluice_dagster.testing import ScheduleTicker, SensorTicker
 
 from .conftest import publish_kafka, sink_ids, spec_of
 
@@ -232,3 +236,84 @@ def test_dagster_pysparks_own_resource_can_run_the_ingest(
     assert result.success
     assert sink_ids(sink) == [0, 1, 2]
     assert output_metadata(result, "orders_ingest")["committed"] is True
+
+
+def test_each_schedule_tick_requests_what_waits_and_a_failed_runs_messages_go_with_the_next(
+    noida_broker: BrokerProcess,
+    unique_name: str,
+    spark: Any,
+    persistent_instance: DagsterInstance,
+    tmp_path: Path,
+) -> None:
+    instance = persistent_instance
+    sink, job, sensor, queue = orders_job(noida_broker, unique_name, tmp_path, 2)
+    schedule = make_ingest_schedule("orders_hourly", "queue", "0 * * * *", job=job)
+    assert (schedule.job_name, schedule.cron_schedule) == ("orders", "0 * * * *")
+    resources = {"queue": queue, "spark": SparkResource()}
+    source = f"kafka://{noida_broker.bootstrap}"
+    ticker = ScheduleTicker(schedule, {"queue": queue}, instance)
+
+    def run(request: Any, failpoint: str | None = None) -> ExecuteInProcessResult:
+        def execute() -> ExecuteInProcessResult:
+            return job.execute_in_process(
+                run_config=request.run_config,
+                tags=request.tags,
+                instance=instance,
+                resources=resources,
+                raise_on_error=False,
+            )
+
+        if failpoint is None:
+            return execute()
+        with armed(failpoint):
+            return execute()
+
+    assert f"kafka topic '{unique_name}' at {noida_broker.bootstrap}: no messages waiting" in (
+        ticker.skip()
+    )
+
+    publish_kafka(noida_broker.bootstrap, unique_name, range(0, 3), partition=0)
+    publish_kafka(noida_broker.bootstrap, unique_name, range(3, 5), partition=1)
+    request = ticker.request()
+    spec = BatchSpec.from_dict(spec_of(request, "orders_ingest"))
+    assert spec.ranges == (OffsetRange(0, 0, 3), OffsetRange(1, 0, 2))
+    assert request.run_key == request.tags["sluice/batch_id"] == spec.batch_id
+    assert request.tags["sluice/schedule"] == "orders_hourly"
+    # One function builds the run requests of both: the sensor asks for the same run.
+    by_sensor = SensorTicker(sensor, {"queue": queue}, instance).request()
+    assert (by_sensor.run_key, by_sensor.run_config) == (request.run_key, request.run_config)
+
+    # While a run of the schedule is queued or running, a tick asks for nothing.
+    queued = instance.create_run_for_job(job, run_config=request.run_config, tags=request.tags)
+    assert "still being ingested" in ticker.skip()
+    instance.delete_run(queued.run_id)
+
+    # The run fails after publishing the batch, before committing the group's offsets.
+    assert not run(request, "commit.before").success
+    publish_kafka(noida_broker.bootstrap, unique_name, range(5, 7), partition=1)
+    following = ticker.request()
+    assert BatchSpec.from_dict(spec_of(following, "orders_ingest")).ranges == (
+        OffsetRange(0, 0, 3),
+        OffsetRange(1, 0, 4),
+    ), "the next tick takes the failed run's messages and the new ones"
+    assert following.run_key == following.tags["sluice/batch_id"]
+    result = run(following)
+    assert result.success
+    metadata = output_metadata(result, "orders_ingest")
+    assert (metadata["written"], metadata["skipped"], metadata["lag"]) == (2, 5, 0)
+    assert sink_ids(sink) == list(range(7))
+    assert "no messages waiting" in ticker.skip()
+
+    # A batch planned again unchanged (its run failed, nothing arrived since) gets a new key.
+    publish_kafka(noida_broker.bootstrap, unique_name, range(7, 8), partition=0)
+    last = ticker.request()
+    assert not run(last, "commit.before").success
+    again = ticker.request()
+    assert again.tags["sluice/batch_id"] == last.tags["sluice/batch_id"]
+    assert (again.run_key, again.tags["sluice/attempt"]) == (f"{last.run_key}.1", "1")
+    assert run(again).success
+    assert sink_ids(sink) == list(range(8))
+    report = audit(sink, source)
+    assert report.ok, "\n".join(report.lines())
+    partitions = report.streams[0].partitions
+    assert [(p.written, p.committed, p.log_end) for p in partitions] == [(4, 4, 4), (4, 4, 4)]

@@ -8,6 +8,8 @@ DAGs folder ``dags_examples/airflow``; the DAGs read their topics, groups and si
   set to check it never leaks);
 - ``sluice_mqtt_default``: a mosquitto that only admits the user with the right password.
 
+The scheduled examples (``scheduled_to_parquet.py``) run every 10 s once unpaused.
+
 Spark runs in the task processes on ``local[1]``.
 """
 
@@ -159,6 +161,10 @@ def example_system(
             "SLUICE_EXAMPLE_KAFKA_GROUP": f"sluice-system-{run}-sensor",
             "SLUICE_EXAMPLE_KAFKA_EVENT_GROUP": f"sluice-system-{run}-events",
             "SLUICE_EXAMPLE_MQTT_CLIENT_ID": f"sluice-system-{run}",
+            # The scheduled examples: a run every 10 s, their own group and session.
+            "SLUICE_EXAMPLE_INGEST_SCHEDULE": "10",
+            "SLUICE_EXAMPLE_KAFKA_SCHEDULED_GROUP": f"sluice-system-{run}-scheduled",
+            "SLUICE_EXAMPLE_MQTT_SCHEDULED_CLIENT_ID": f"sluice-system-{run}-scheduled",
             "SLUICE_SPARK_MASTER": "local[1]",
             # Each ingest task starts a JVM for a few dozen records: quick start over peak speed.
             "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",

@@ -7,17 +7,25 @@ The tests follow one story, each stage a module fixture so a test can also run a
 2. ``first_batch``: readings are published, the triggerer is SIGKILLed mid-wait, more are
    published while it is down, it is started again; every reading lands exactly once.
 3. ``second_batch``: more readings while everything runs; still exactly once, cumulatively.
+4. ``scheduled``: the scheduled DAG ``kafka_scheduled`` (a run every 10 s, no sensor) is
+   unpaused while its dataset's path is a file: its runs fail; readings are published and the
+   path freed; the next run ingests all of them, the one after finds nothing and is skipped;
+   a last batch is timed until it lands: through the sensor and the watcher (the scheduled
+   DAG paused), then through the scheduled DAG's next run.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from sluice.audit import audit
 from sluice.testing import wait_until
 
 from .conftest import ExampleSystem
@@ -26,6 +34,7 @@ from .deployment import AirflowDeployment, DeploymentError
 SENSOR_DAGS = ("kafka_to_parquet", "mqtt_to_parquet")
 EVENT_DAG = "kafka_event_driven"
 KAFKA_DAGS = ("kafka_to_parquet", EVENT_DAG)
+SCHEDULED_DAG = "kafka_scheduled"
 SENSOR = "wait_for_messages"
 TRIGGER_CLASS = "sluice_airflow.triggers.queue.QueueMessageTrigger"
 
@@ -165,6 +174,104 @@ def second_batch(first_batch: ExampleSystem) -> ExampleSystem:
     return system
 
 
+def _ingests(d: AirflowDeployment, dag_id: str, state: str) -> list[dict[str, Any]]:
+    """The DAG's ``ingest`` task instances in ``state``, oldest first."""
+    rows = d.sql(
+        "SELECT run_id, start_date, end_date FROM task_instance WHERE dag_id = %s "
+        "AND task_id = 'ingest' AND state = %s ORDER BY start_date",
+        (dag_id, state),
+    )
+    return [
+        {"dag_id": dag_id, "dag_run_id": run_id, "task_id": "ingest", "start": start, "end": end}
+        for run_id, start, end in rows
+    ]
+
+
+@dataclass
+class ScheduledStory:
+    """What the scheduled DAG did (stage 4), for the tests to look at."""
+
+    system: ExampleSystem
+    failed: dict[str, Any]  # the first run that could not write
+    published_when_freed: int  # Kafka readings on the topic when the dataset's path was freed
+    recovered: dict[str, Any]  # the first run that succeeded, and its summary
+    skipped: dict[str, Any]  # a run after it, with nothing waiting
+    landed_after: dict[str, float]  # seconds until readings landed, per DAG (see the fixture)
+
+
+def _seconds_until_landed(
+    system: ExampleSystem, dag_ids: Iterable[str], devices: list[str], started: float
+) -> dict[str, float]:
+    """Seconds from ``started`` until each DAG's dataset holds ``devices``."""
+    landed: dict[str, float] = {}
+    waiting = set(dag_ids)
+
+    def all_landed() -> bool:
+        system.deployment.check_alive()
+        for dag_id in sorted(waiting - set(landed)):
+            if set(devices) <= set(_column(system.dataset(dag_id), "device")):
+                landed[dag_id] = round(time.monotonic() - started, 1)
+        return set(landed) == waiting
+
+    wait_until(all_landed, 240, interval=0.5, message=f"{len(devices)} readings in {waiting}")
+    return landed
+
+
+def _idle(d: AirflowDeployment, dag_id: str) -> bool:
+    return not [r for r in d.dag_runs(dag_id) if r["state"] in ("queued", "running")]
+
+
+@pytest.fixture(scope="module")
+def scheduled(second_batch: ExampleSystem) -> ScheduledStory:
+    """The scheduled DAG's runs: failed (the dataset's path is a file), recovered, skipped."""
+    system, d = second_batch, second_batch.deployment
+    sink = system.sink / SCHEDULED_DAG
+    sink.write_text("a file where the dataset's directory goes: no run can write there")
+    d.wait_for_dags([SCHEDULED_DAG])
+    d.unpause(SCHEDULED_DAG)
+    try:
+        failed = wait_until(
+            lambda: d.check_alive() or _ingests(d, SCHEDULED_DAG, "failed"),
+            180,
+            interval=1.0,
+            message=f"a failed run of {SCHEDULED_DAG}",
+        )[0]
+        system.publish_kafka(5)  # the next run takes these with what the failed ones left
+        published = len(system.published_kafka)
+        sink.unlink()
+        recovered = wait_until(
+            lambda: d.check_alive() or _ingests(d, SCHEDULED_DAG, "success"),
+            180,
+            interval=1.0,
+            message=f"a successful run of {SCHEDULED_DAG}",
+        )[0]
+        recovered["summary"] = d.xcom(SCHEDULED_DAG, recovered["dag_run_id"], "ingest")
+        skipped = wait_until(
+            lambda: [
+                ti for ti in _ingests(d, SCHEDULED_DAG, "skipped") if ti["start"] > recovered["end"]
+            ],
+            120,
+            interval=1.0,
+            message=f"a skipped run of {SCHEDULED_DAG} after the recovery",
+        )[0]
+        # How long readings take to land: with the sensor and the watcher (the scheduled DAG
+        # paused), then in the scheduled DAG's next run on its own (unpausing it starts the
+        # run of its latest interval at once: what a tick does).
+        d.pause(SCHEDULED_DAG)
+        wait_until(lambda: _idle(d, SCHEDULED_DAG), 120, 1.0, f"{SCHEDULED_DAG} idle")
+        _wait_until_settled(system)
+        started = time.monotonic()
+        devices = system.publish_kafka(4)
+        landed = _seconds_until_landed(system, KAFKA_DAGS, devices, started)
+        started = time.monotonic()
+        d.unpause(SCHEDULED_DAG)
+        landed |= _seconds_until_landed(system, [SCHEDULED_DAG], devices, started)
+    finally:
+        d.pause(SCHEDULED_DAG)  # no run every 10 s for the rest of the session
+    print(f"seconds until the readings were in the dataset: {landed}")
+    return ScheduledStory(system, failed, published, recovered, skipped, landed)
+
+
 # -- the tests -------------------------------------------------------------------------------
 
 
@@ -277,3 +384,41 @@ def test_passwords_appear_nowhere(second_batch: ExampleSystem) -> None:
     # The XCom of an ingest is its summary: counts and ranges, no payloads or secrets.
     summaries = d.sql("SELECT value::text FROM xcom WHERE task_id = 'ingest'")
     assert summaries
+
+
+def test_a_scheduled_run_that_finds_nothing_is_skipped_and_says_why(
+    scheduled: ScheduledStory,
+) -> None:
+    d, system = scheduled.system.deployment, scheduled.system
+    log = d.task_log(scheduled.skipped, lines=200)
+    group = d.environment()["SLUICE_EXAMPLE_KAFKA_SCHEDULED_GROUP"]
+    assert f"Nothing waiting on {system.kafka_topic} for group {group} (0 messages)" in log
+    assert "the task is skipped" in log
+    run = d.api("GET", f"/api/v2/dags/{SCHEDULED_DAG}/dagRuns/{scheduled.skipped['dag_run_id']}")
+    assert run["state"] == "success", "a skipped ingest is a successful run"
+
+
+def test_a_failed_scheduled_run_leaves_its_messages_to_the_next_once(
+    scheduled: ScheduledStory,
+) -> None:
+    d, system = scheduled.system.deployment, scheduled.system
+    assert str(system.sink / SCHEDULED_DAG) in d.task_log(scheduled.failed, lines=200)
+    failed_runs = _ingests(d, SCHEDULED_DAG, "failed")
+    assert all(ti["start"] < scheduled.recovered["start"] for ti in failed_runs)
+    # The first run after the failures planned from the committed offsets: everything the
+    # failed runs left, with the readings published since, in one batch.
+    summary = scheduled.recovered["summary"]
+    assert (summary["read"], summary["written"]) == (scheduled.published_when_freed,) * 2
+    assert summary["committed"] is True
+    # Across every scheduled run: each reading once, the group committed to the end.
+    report = audit(system.sink / SCHEDULED_DAG, f"kafka://{system.kafka.bootstrap}")
+    assert report.ok, "\n".join(report.lines())
+    partitions = report.streams[0].partitions
+    ends = system.kafka_end_offsets()
+    assert {p.partition: (p.written, p.committed) for p in partitions} == {
+        p: (end, end) for p, end in ends.items()
+    }
+    assert sum(ends.values()) == len(system.published_kafka)
+    devices = _column(system.dataset(SCHEDULED_DAG), "device")
+    assert _exactly_once(devices) == {} and set(devices) == set(system.published_kafka)
+    assert set(scheduled.landed_after) == {*KAFKA_DAGS, SCHEDULED_DAG}

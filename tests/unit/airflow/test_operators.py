@@ -115,6 +115,30 @@ def test_no_batch_at_all_says_where_one_comes_from() -> None:
         task.execute({})  # type: ignore[arg-type]
 
 
+def test_a_task_that_plans_its_batch_needs_a_topic_and_only_it_takes_one() -> None:
+    waiting = SparkIngestOperator(
+        task_id="ingest", sink="/x", batch="waiting", topic="orders", max_messages=10
+    )
+    assert "topic" in waiting.template_fields
+    assert (waiting.if_nothing_waiting, waiting.max_messages) == ("skip", 10)
+    with pytest.raises(ValueError, match="give topic="):
+        SparkIngestOperator(task_id="ingest", sink="/x", batch="waiting")
+    with pytest.raises(ValueError, match='for batch="waiting"'):
+        SparkIngestOperator(task_id="ingest", sink="/x", topic="orders")
+    with pytest.raises(ValueError, match='for batch="waiting"'):
+        SparkIngestOperator(task_id="ingest", sink="/x", batch=SPEC, max_messages=5)
+    with pytest.raises(ValueError, match="at least 1"):
+        SparkIngestOperator(task_id="i", sink="/x", batch="waiting", topic="t", max_messages=0)
+    with pytest.raises(ValueError, match="'skip' or 'succeed'"):
+        SparkIngestOperator(
+            task_id="i",
+            sink="/x",
+            batch="waiting",
+            topic="t",
+            if_nothing_waiting="fail",  # type: ignore[arg-type]
+        )
+
+
 def test_submit_arguments_carry_no_credentials() -> None:
     options = {
         "schema": "a INT",

@@ -10,7 +10,14 @@ import pytest
 from dagster import Definitions
 
 from sluice.batch import BatchSpec
-from sluice_dagster import make_ingest_asset, make_ingest_job, make_queue_sensor
+from sluice_dagster import (
+    KafkaQueueResource,
+    SparkResource,
+    make_ingest_asset,
+    make_ingest_job,
+    make_ingest_schedule,
+    make_queue_sensor,
+)
 from sluice_dagster.ops import IngestSettings
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "dags_examples" / "dagster_defs.py"
@@ -20,6 +27,7 @@ def load_example(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ModuleType:
     monkeypatch.setenv("SLUICE_EXAMPLE_SINK", str(tmp_path / "lake"))
     monkeypatch.setenv("SLUICE_EXAMPLE_KAFKA_TOPIC", "orders")
     monkeypatch.setenv("SLUICE_EXAMPLE_SENSOR_INTERVAL", "5")
+    monkeypatch.setenv("SLUICE_EXAMPLE_INGEST_CRON", "*/5 * * * *")
     spec = importlib.util.spec_from_file_location("dagster_defs_example", EXAMPLE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -34,6 +42,9 @@ def test_the_example_definitions_load(monkeypatch: pytest.MonkeyPatch, tmp_path:
     kafka_sensor = repo.get_sensor_def("kafka_events_sensor")
     assert kafka_sensor.minimum_interval_seconds == 5
     assert repo.get_sensor_def("mqtt_readings_sensor").job_name == "mqtt_readings"
+    schedule = repo.get_schedule_def("mqtt_readings_schedule")
+    assert (schedule.job_name, schedule.cron_schedule) == ("mqtt_readings", "*/5 * * * *")
+    assert defs.resources["mqtt_queue"].client_id == "sluice-example"
     resource = defs.resources["kafka_queue"]
     assert resource.topic == "orders"
     assert resource.group_id == "sluice-example"
@@ -49,6 +60,27 @@ def test_the_sensor_finds_the_ingest_op_of_its_resource() -> None:
     assert sensor.job_name == "orders"
     asset = make_ingest_asset("events", "queue", "/lake/events", key_prefix=["raw"])
     assert make_queue_sensor("a", "queue", asset_selection=[asset]).asset_selection is not None
+
+
+def test_the_schedule_finds_the_ingest_op_of_its_resource_as_the_sensor_does() -> None:
+    job = make_ingest_job("orders", "queue", "/lake/orders")
+    schedule = make_ingest_schedule("nightly", "queue", "0 2 * * *", job=job)
+    assert (schedule.job_name, schedule.cron_schedule) == ("orders", "0 2 * * *")
+    asset = make_ingest_asset("events", "queue", "/lake/events")
+    hourly = make_ingest_schedule("hourly", "queue", "@hourly", asset_selection=[asset])
+    resources = {
+        "queue": KafkaQueueResource(bootstrap="b:9092", topic="t"),
+        "spark": SparkResource(),
+    }
+    Definitions.validate_loadable(
+        Definitions(assets=[asset], schedules=[hourly], jobs=[job], resources=resources)
+    )
+    with pytest.raises(ValueError, match="either job or asset_selection"):
+        make_ingest_schedule("s", "queue", "@hourly")
+    with pytest.raises(ValueError, match=r"make_ingest_schedule\('s'\).*ingest_op="):
+        make_ingest_schedule("s", "other_queue", "@hourly", job=job)
+    with pytest.raises(ValueError, match="min_messages"):
+        make_ingest_schedule("s", "queue", "@hourly", job=job, min_messages=0)
 
 
 def test_misuse_is_an_error_that_says_what_to_do() -> None:

@@ -14,11 +14,18 @@ A DAG of your own would write these values in, or read its own variables.
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["READING_SCHEMA", "ExampleSettings", "example_setting", "example_settings"]
+__all__ = [
+    "READING_SCHEMA",
+    "ExampleSettings",
+    "example_ingest_schedule",
+    "example_setting",
+    "example_settings",
+]
 
 #: JSON readings such as {"device": "sensor-1", "temperature": 21.5, "ts": "2026-01-01T12:00:00Z"}
 READING_SCHEMA = "device STRING, temperature DOUBLE, ts TIMESTAMP"
@@ -65,3 +72,15 @@ def example_settings(dag_id: str, queue: Literal["kafka", "mqtt"]) -> ExampleSet
         max_messages=int(example_setting("MAX_MESSAGES", "100000")),
         schedule=None if schedule.lower() == "none" else schedule,
     )
+
+
+def example_ingest_schedule() -> str | datetime.timedelta | None:
+    """The schedule of the scheduled-ingestion examples: ``SLUICE_EXAMPLE_INGEST_SCHEDULE``
+    [@hourly], a preset or cron expression (``0 2 * * *``), a whole number of seconds
+    (``30``: every 30 s, a ``timedelta``), or ``none`` (triggered by hand only)."""
+    value = example_setting("INGEST_SCHEDULE", "@hourly").strip()
+    if value.lower() == "none":
+        return None
+    if value.isdigit():
+        return datetime.timedelta(seconds=int(value))
+    return value

@@ -1,5 +1,5 @@
-"""Sluice for Dagster: queue resources, a queue sensor with run keys, a Spark ingest job and
-asset.
+"""Sluice for Dagster: queue resources, a queue sensor with run keys, an ingest schedule, a
+Spark ingest job and asset.
 
 ::
 
@@ -14,6 +14,11 @@ asset.
         resources={"kafka": KafkaQueueResource(bootstrap="broker:9092", topic="events"),
                    "spark": SparkResource()},
     )
+
+Or, instead of the sensor, a run every hour for what has arrived (skipped when nothing has)::
+
+    schedules=[make_ingest_schedule("events_hourly", "kafka", "0 * * * *",
+                                    asset_selection=[events])]
 """
 
 from .assets import make_ingest_asset
@@ -26,6 +31,7 @@ from .resources import (
     QueueUnavailableError,
     SparkResource,
 )
+from .schedules import make_ingest_schedule
 from .sensors import make_queue_sensor
 
 __all__ = [
@@ -39,5 +45,6 @@ __all__ = [
     "make_ingest_asset",
     "make_ingest_job",
     "make_ingest_op",
+    "make_ingest_schedule",
     "make_queue_sensor",
 ]

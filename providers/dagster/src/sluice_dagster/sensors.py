@@ -32,17 +32,14 @@ committed offsets.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from dagster import (
-    AssetKey,
-    AssetsDefinition,
     DagsterInvariantViolationError,
     DagsterRunStatus,
     DefaultSensorStatus,
     JobDefinition,
-    RunRequest,
     RunsFilter,
     SensorDefinition,
     SensorEvaluationContext,
@@ -51,24 +48,31 @@ from dagster import (
     sensor,
 )
 
-from sluice.cursor import BatchCursor, BatchRequest, RunState
+from sluice.cursor import BatchCursor, RunState
 
-from .ops import INGEST_TAG, ingest_run_config
-from .resources import KafkaQueueResource, QueueResource, QueueUnavailableError
+from .requests import (
+    BATCH_TAG,
+    RUN_KEY_TAG,
+    AssetTargets,
+    asset_keys,
+    batch_run_request,
+    check_targets,
+    ingest_op_name,
+    plan_waiting,
+    queue_resource,
+    where,
+)
+from .resources import QueueUnavailableError
 
 __all__ = ["BATCH_TAG", "RUN_KEY_TAG", "SENSOR_TAG", "make_queue_sensor"]
 
 SENSOR_TAG = "sluice/sensor"
-RUN_KEY_TAG = "sluice/run_key"
-BATCH_TAG = "sluice/batch_id"
 
 _FINISHED = {
     DagsterRunStatus.SUCCESS: RunState.SUCCEEDED,
     DagsterRunStatus.FAILURE: RunState.FAILED,
     DagsterRunStatus.CANCELED: RunState.FAILED,
 }
-
-AssetTargets = Sequence[AssetsDefinition | AssetKey | str]
 
 
 def make_queue_sensor(
@@ -94,19 +98,14 @@ def make_queue_sensor(
     least ``min_messages`` and at most ``max_messages`` messages (Kafka; for MQTT the most a
     run drains).
     """
-    if (job is None) == (asset_selection is None):
-        raise ValueError(f"make_queue_sensor('{name}'): give either job or asset_selection.")
-    if min_messages < 1 or (max_messages is not None and max_messages < min_messages):
-        raise ValueError(
-            f"make_queue_sensor('{name}'): need 1 <= min_messages <= max_messages, "
-            f"got min_messages={min_messages}, max_messages={max_messages}."
-        )
-    op_name = ingest_op or _ingest_op_name(name, resource_key, job, asset_selection)
+    factory = f"make_queue_sensor('{name}')"
+    check_targets(factory, job, asset_selection, min_messages, max_messages)
+    op_name = ingest_op or ingest_op_name(factory, resource_key, job, asset_selection)
 
     @sensor(
         name=name,
         job=job,
-        asset_selection=_selection(asset_selection),
+        asset_selection=asset_keys(asset_selection),
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
         required_resource_keys={resource_key},
@@ -115,72 +114,29 @@ def make_queue_sensor(
     )
     def _sensor(context: SensorEvaluationContext, **_: Any) -> SensorResult | SkipReason:
         # the daemon passes resources only through the context; a direct call also as kwargs
-        resource = getattr(context.resources, resource_key)
-        if not isinstance(resource, QueueResource):
-            raise TypeError(
-                f"Sensor '{name}': resource '{resource_key}' is a {type(resource).__name__}, "
-                "not a Sluice queue resource (KafkaQueueResource or MqttQueueResource)."
-            )
+        resource = queue_resource(context.resources, resource_key, f"Sensor '{name}'")
         cursor = BatchCursor.from_json(context.cursor)
         state = _last_run_state(context, name, cursor)
-        where = f"{resource.KIND} topic '{resource.topic}' at {resource.address}"
+        queue = where(resource)
         if state is RunState.ACTIVE:
-            return SkipReason(f"{where}: batch {cursor.last_run_key} is still being ingested.")
+            return SkipReason(f"{queue}: batch {cursor.last_run_key} is still being ingested.")
         try:
-            if isinstance(resource, KafkaQueueResource):
-                waiting = resource.plan_batch()  # all of it: the cursor cuts it to size
-            else:
-                waiting = resource.plan_batch(max_messages, min_messages)
+            waiting = plan_waiting(resource, max_messages, min_messages)
         except QueueUnavailableError as exc:
             return SkipReason(str(exc))
         decision = cursor.next_request(waiting, state, max_messages, min_messages)
         if isinstance(decision, str):
-            return SkipReason(f"{where}: {decision}.")
+            return SkipReason(f"{queue}: {decision}.")
         context.log.info(
-            f"{where}: requesting {'again ' if decision.retry else ''}batch "
+            f"{queue}: requesting {'again ' if decision.retry else ''}batch "
             f"{decision.spec.batch_id} (run key {decision.run_key})"
         )
         return SensorResult(
-            run_requests=[_run_request(name, op_name, decision, tags)],
+            run_requests=[batch_run_request(SENSOR_TAG, name, op_name, decision, tags)],
             cursor=cursor.advance(decision).to_json(),
         )
 
     return _sensor
-
-
-def _selection(assets: AssetTargets | None) -> list[AssetKey] | None:
-    if assets is None:
-        return None
-    keys: list[AssetKey] = []
-    for target in assets:
-        if isinstance(target, AssetsDefinition):
-            keys.extend(target.keys)
-        else:
-            keys.append(
-                target if isinstance(target, AssetKey) else AssetKey.from_user_string(target)
-            )
-    return keys
-
-
-def _run_request(
-    sensor_name: str, op_name: str, request: BatchRequest, tags: Mapping[str, str] | None
-) -> RunRequest:
-    spec = request.spec
-    run_tags = {
-        **(tags or {}),
-        SENSOR_TAG: sensor_name,
-        RUN_KEY_TAG: request.run_key,
-        BATCH_TAG: spec.batch_id,
-        "sluice/topic": spec.topic,
-        "sluice/attempt": str(request.attempt),
-    }
-    if spec.kind == "kafka":
-        run_tags["sluice/messages"] = str(spec.message_count)
-    return RunRequest(
-        run_key=request.run_key,
-        run_config=ingest_run_config(spec, op_name),
-        tags=run_tags,
-    )
 
 
 def _last_run_state(
@@ -199,35 +155,3 @@ def _last_run_state(
     if not runs:
         return RunState.MISSING
     return _FINISHED.get(runs[0].status, RunState.ACTIVE)
-
-
-def _ingest_op_name(
-    sensor_name: str,
-    resource_key: str,
-    job: JobDefinition | None,
-    assets: AssetTargets | None,
-) -> str:
-    """The node that takes the batch: the ingest op reading ``resource_key``."""
-    found: list[str] = []
-    if isinstance(job, JobDefinition):
-        found = [
-            node.name
-            for node in job.graph.nodes
-            if node.definition.tags.get(INGEST_TAG) == resource_key
-        ]
-    elif assets is not None:
-        for target in assets:
-            if isinstance(target, AssetsDefinition):
-                if target.op.tags.get(INGEST_TAG) == resource_key:
-                    found.append(target.op.name)
-            elif len(assets) == 1:
-                key = target if isinstance(target, AssetKey) else AssetKey.from_user_string(target)
-                found.append(key.to_python_identifier())
-    if len(found) != 1:
-        what = "ops" if job is not None else "assets"
-        raise ValueError(
-            f"make_queue_sensor('{sensor_name}'): found {len(found)} ingest {what} reading "
-            f"resource '{resource_key}' ({', '.join(found) or 'none'}); name the one that takes "
-            "the batch with ingest_op=..."
-        )
-    return found[0]

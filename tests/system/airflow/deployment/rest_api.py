@@ -71,6 +71,9 @@ class RestApi:
     def unpause(self, dag_id: str) -> None:
         self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
+    def pause(self, dag_id: str) -> None:
+        self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": True})
+
     def trigger_dag(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
         body = {"logical_date": None, "conf": dict(conf or {})}
         return str(self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)["dag_run_id"])

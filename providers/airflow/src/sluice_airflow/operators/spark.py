@@ -4,6 +4,15 @@ The batch comes from ``batch`` (by default the XCom of a ``wait_for_messages`` s
 from the run's triggering asset events (an ``AssetWatcher`` on a
 :class:`~sluice_airflow.triggers.queue.QueueMessageTrigger`; a run may gather several
 events, each one batch), else from ``dag_run.conf["batch"]`` (a run triggered by hand).
+
+``batch="waiting"`` plans the batch in the task itself, for a DAG on any schedule (cron, a
+timetable, ``@hourly``): what waits on ``topic`` when the task runs, from the group's committed
+offsets (:func:`sluice.sensing.plan_now`, committing nothing), at most ``max_messages``. So a
+retry, a rerun of an old run or a catchup run ingests what waits *then*, never a stale range:
+after a failed run the next one takes its messages too. With nothing waiting the task is
+skipped (``if_nothing_waiting="succeed"``: it succeeds with an empty summary). MQTT cannot see
+a backlog: the task looks into the persistent session first (as the sensor does) and skips
+when nothing arrives there, or when the ingest's drain comes back empty.
 :func:`sluice.spark.ingest` reads exactly that batch, writes it, then commits or acknowledges.
 The XCom value is the ingest summary (counts and ranges, never payloads). The connection's
 password goes to Spark in-process, or to ``spark-submit`` in a file only the current user can
@@ -23,18 +32,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowSkipException
 
 from sluice.batch import BatchSpec
 from sluice.connection_fields import check_no_secrets
 from sluice.secrets import is_secret_key, redact_config, redact_text, redacted_errors
+from sluice.sensing import plan_now
 
 from ..hooks.queue import QueueHook
 from ..rendered import parse_rendered
+from ..sensors.queue import MQTT_POKE_WAIT
 from ..triggers.queue import describe_batch
 
-__all__ = ["DEFAULT_BATCH", "SparkIngestOperator", "batches_from_context"]
+__all__ = ["DEFAULT_BATCH", "WAITING", "SparkIngestOperator", "batches_from_context"]
 
 DEFAULT_BATCH = "{{ ti.xcom_pull(task_ids='wait_for_messages') }}"
+#: ``batch=WAITING``: the task plans its batch from what waits when it runs.
+WAITING = "waiting"
 
 _NOTHING = (None, "", "None", "null")
 
@@ -79,7 +93,17 @@ class SparkIngestOperator(BaseOperator):
     :param sink: the dataset directory (templated); output goes to ``<sink>/batch_id=<id>/``.
         Or an Apache Iceberg table, ``iceberg://CATALOG/NAMESPACE.TABLE``.
     :param batch: the BatchSpec, its dict or JSON (templated; default: the XCom of task
-        ``wait_for_messages``); empty: take the batches from the triggering asset events.
+        ``wait_for_messages``); empty: take the batches from the triggering asset events;
+        ``"waiting"``: plan the batch that waits on ``topic`` when the task runs (a DAG on a
+        schedule, no sensor; see the module docstring).
+    :param topic: with ``batch="waiting"``: the Kafka topic or MQTT topic filter (templated);
+        the consumer group (``group_id``) or MQTT session (``client_id``) comes from
+        ``config`` or the connection's extra.
+    :param max_messages: with ``batch="waiting"``: the most messages one run ingests (None:
+        all that wait; MQTT: the most the run drains from the session).
+    :param if_nothing_waiting: with ``batch="waiting"``: ``"skip"`` (default) skips the task
+        when nothing waits; ``"succeed"`` ends it successfully, returning an empty summary
+        (the same keys, ``batch_id`` None, counts 0).
     :param schema: Spark DDL (templated) or StructType parsing the JSON payload.
     :param value_format: "json" or "raw".
     :param mode: where Kafka messages are read: "driver", "executors" or "auto".
@@ -97,7 +121,7 @@ class SparkIngestOperator(BaseOperator):
     :return: ``IngestResult.to_dict()``; a list of them when the run gathered several batches.
     """
 
-    template_fields: Sequence[str] = ("batch", "sink", "schema")
+    template_fields: Sequence[str] = ("batch", "sink", "schema", "topic")
     ui_color = "#f5cba7"
 
     def __init__(
@@ -117,10 +141,14 @@ class SparkIngestOperator(BaseOperator):
         spark_submit: str | None = None,
         config: dict[str, Any] | None = None,
         ingest_kwargs: dict[str, Any] | None = None,
+        topic: str | None = None,
+        max_messages: int | None = None,
+        if_nothing_waiting: Literal["skip", "succeed"] = "skip",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         check_no_secrets(config, f"SparkIngestOperator({self.task_id})")
+        _check_waiting_options(self.task_id, batch, topic, max_messages, if_nothing_waiting)
         if submit and (spark_master or "").startswith("sc://"):
             raise ValueError(
                 f"SparkIngestOperator({self.task_id}): spark-submit does not take a Spark "
@@ -141,8 +169,13 @@ class SparkIngestOperator(BaseOperator):
         self.spark_submit = spark_submit
         self.config = dict(config or {})
         self.ingest_kwargs = dict(ingest_kwargs or {})
+        self.topic = topic
+        self.max_messages = max_messages
+        self.if_nothing_waiting = if_nothing_waiting
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
+        if self.batch == WAITING:
+            return self._ingest_waiting(context)
         specs = batches_from_context(self.batch, context)
         if not specs:
             raise ValueError(
@@ -156,6 +189,39 @@ class SparkIngestOperator(BaseOperator):
         with redacted_errors(source):
             results = [self._ingest_one(spec, source, context) for spec in specs]
         return results[0] if len(results) == 1 else results
+
+    def _ingest_waiting(self, context: Context) -> dict[str, Any]:
+        """``batch="waiting"``: plan what waits now, ingest it, or skip (module docstring)."""
+        hook = QueueHook(self.conn_id)
+        kind = hook.kind
+        planning = hook.config(self.topic, **self.config)
+        source = hook.config(**self.config)
+        self.log.info("Source: %s", redact_config(source))
+        with redacted_errors(source):
+            wait = MQTT_POKE_WAIT if kind == "mqtt" else 0.0
+            spec, count = plan_now(kind, planning, 1, self.max_messages, wait)
+            if spec is None:
+                return self._nothing_waiting(kind, planning, f"{count} messages")
+            self.log.info("Planned from what waits now: %s", describe_batch(spec))
+            result = self._ingest_one(spec, source, context)
+        if kind == "mqtt" and not (result.get("read") or result.get("skipped")):
+            return self._nothing_waiting(kind, planning, "the ingest's drain found no message")
+        return result
+
+    def _nothing_waiting(
+        self, kind: str, planning: Mapping[str, Any], found: str
+    ) -> dict[str, Any]:
+        """Skip the task (or, with ``if_nothing_waiting="succeed"``, return an empty summary)."""
+        if kind == "mqtt":
+            owner = f"session {planning.get('client_id')}"
+        else:
+            owner = f"group {planning.get('group_id')}"
+        line = f"Nothing waiting on {self.topic} for {owner} ({found}): nothing to ingest"
+        if self.if_nothing_waiting == "skip":
+            self.log.info("%s, the task is skipped", line)
+            raise AirflowSkipException(f"{line}.")
+        self.log.info("%s, the task succeeds with an empty summary", line)
+        return empty_summary(kind, str(self.topic), self.sink, self.mode)
 
     def _ingest_one(
         self, spec: BatchSpec, source: dict[str, Any], context: Context
@@ -264,6 +330,44 @@ class SparkIngestOperator(BaseOperator):
             if i and shown[i - 1] == "--conf" and eq and is_secret_key(key):
                 shown[i] = f"{key}=***"
         return redact_text(" ".join(shown))
+
+
+def _check_waiting_options(
+    task_id: str,
+    batch: Any,
+    topic: str | None,
+    max_messages: int | None,
+    if_nothing_waiting: str,
+) -> None:
+    """ValueError when the options of ``batch="waiting"`` are missing or given without it."""
+    where = f"SparkIngestOperator({task_id})"
+    if if_nothing_waiting not in ("skip", "succeed"):
+        raise ValueError(
+            f"{where}: if_nothing_waiting must be 'skip' or 'succeed', not {if_nothing_waiting!r}."
+        )
+    if batch == WAITING:
+        if not topic:
+            raise ValueError(
+                f'{where}: batch="waiting" plans what waits on a topic: give topic=... '
+                "(and the group_id or client_id in config or the connection's extra)."
+            )
+        if max_messages is not None and max_messages < 1:
+            raise ValueError(f"{where}: max_messages must be at least 1, not {max_messages}.")
+    elif topic is not None or max_messages is not None:
+        raise ValueError(
+            f'{where}: topic and max_messages are for batch="waiting" (the task plans its '
+            "batch); a given batch already names its topic and messages."
+        )
+
+
+def empty_summary(kind: str, topic: str, sink: str, mode: str) -> dict[str, Any]:
+    """The ingest summary of a run that found nothing: ``IngestResult.to_dict()``'s keys,
+    ``batch_id`` None, every count 0, nothing committed."""
+    from sluice.spark.result import IngestResult
+
+    summary = IngestResult("", kind, topic, str(sink), mode).to_dict()
+    summary["batch_id"] = None
+    return summary
 
 
 #: Options of :func:`sluice.spark.ingest` whose flag in the submit script is not their name.

@@ -24,8 +24,7 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from sluice.batch import BatchSpec
 from sluice.connection_fields import check_no_secrets
 from sluice.kafka.watch import DEFAULT_INTERVAL
-from sluice.queues import queue_from_config
-from sluice.sensing import count_waiting, sensing_config, wait_for_batch, waiting_status
+from sluice.sensing import plan_now, waiting_status
 
 from ..hooks.queue import QueueHook
 from ..triggers.queue import QueueMessageTrigger, describe_batch
@@ -100,20 +99,16 @@ class QueueMessageSensor(BaseSensorOperator):
     def poke(self, context: Context) -> PokeReturnValue:
         hook = QueueHook(self.conn_id)
         kind = hook.kind
-        queue = queue_from_config(
-            kind, sensing_config(kind, hook.config(self.topic, **self.config))
+        wait = min(MQTT_POKE_WAIT, self.poke_interval) if kind == "mqtt" else 0.0
+        spec, count = plan_now(
+            kind,
+            hook.config(self.topic, **self.config),
+            self.min_messages,
+            self.max_messages,
+            wait,
         )
-        queue.open(None)
-        try:
-            wait = min(MQTT_POKE_WAIT, self.poke_interval) if kind == "mqtt" else 0.0
-            spec = wait_for_batch(queue, self.min_messages, self.max_messages, wait)
-            if spec is None:
-                self.log.info(
-                    "%s", waiting_status(count_waiting(queue), self.min_messages, self.topic)
-                )
-        finally:
-            queue.close(None)  # MQTT: unacknowledged messages stay in the session
         if spec is None:
+            self.log.info("%s", waiting_status(count, self.min_messages, self.topic))
             return PokeReturnValue(is_done=False)
         self.log.info("Waiting: %s", describe_batch(spec))
         return PokeReturnValue(is_done=True, xcom_value=spec.to_dict())
