@@ -10,6 +10,8 @@ times:
   (d) the same work written by hand with today's Airflow Kafka provider: KafkaConsumerHook
       (confluent-kafka), json.loads into typed columns, bad records set aside with a reason,
       pyarrow Parquet, a commit per poll;
+  (e), (f) as (b) and (c) with the confluent reader, and (g) as (e) without any fsync (what
+      durability before the commit, invariant I9, costs: e/g);
 and prints messages/s and the ratios. Then it ingests a batch of --big messages in driver mode in
 a child process and prints that process's peak RSS (Python driver, and the Spark JVM beside it).
 The SparkSession is started before anything is timed. Every side then runs one untimed round
@@ -214,6 +216,20 @@ def message_columns(messages: list[Any]) -> dict[str, list[Any]]:
     }
 
 
+def without_fsync(side: Any) -> Any:
+    """``side`` with sluice.spark.durable off (no fsync anywhere, tasks included)."""
+    from sluice.spark import durable
+
+    def run(out: Path) -> float:
+        durable.ENABLED = False
+        try:
+            return float(side(out))
+        finally:
+            durable.ENABLED = True
+
+    return run
+
+
 def sluice_ingest(
     spark: Any,
     bootstrap: str,
@@ -334,6 +350,11 @@ def main() -> None:
                 spark, broker.bootstrap, topic, n, "executors", out, "confluent"
             ),
             "d": lambda out: airflow_provider(broker.bootstrap, topic, n, out),
+            "g": without_fsync(
+                lambda out: sluice_ingest(
+                    spark, broker.bootstrap, topic, n, "driver", out, "confluent"
+                )
+            ),
         }
         first: dict[str, float] = {}
         runs: dict[str, list[float]] = {key: [] for key in sides}
@@ -361,13 +382,14 @@ def main() -> None:
             "d": "by hand: Airflow Kafka hook + json + pyarrow",
             "e": "sluice ingest, driver mode, confluent reader",
             "f": "sluice ingest, executor mode, confluent reader",
+            "g": "as (e), without fsync (no durability)",
         }
         print()
         print(
             f"{n:,} messages of ~{len(reading(0))} bytes, {PARTITIONS} partitions, "
             f"{os.cpu_count()} cores"
         )
-        for key in "abcdef":
+        for key in "abcdefg":
             each = " ".join(f"{t:.2f}" for t in runs[key])
             print(
                 f"  ({key}) {labels[key]:<46} {rate[key]:>8,.0f} msg/s  (median of {each} s; "
@@ -383,6 +405,7 @@ def main() -> None:
             ("executors, kafka-python / Airflow hook", "c", "d", ""),
             ("driver, confluent / bare loop", "e", "a", "stretch goal >= 0.9"),
             ("executors, confluent / bare loop", "f", "a", ""),
+            ("fsync's cost: with / without (e/g)", "g", "e", "time ratio"),
         ]
         for label, side, base, goal in ratios:
             print(f"  {label + f' ({side}/{base})':<46} {rate[side] / rate[base]:.2f}   {goal}")

@@ -48,6 +48,7 @@ def main() -> int:
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     say("starting Spark (local[2])")
     spark = spark_session("local[2]", "sluice-nemesis", {"spark.ui.enabled": "false"})
+    spark.sparkContext.setLogLevel("OFF")  # the faults make Spark log stack traces
     started = time.monotonic()
     faults: Counter[str] = Counter()
     totals: Counter[str] = Counter()

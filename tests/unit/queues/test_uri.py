@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.queues import MemoryMessageQueue, queue_from_uri, uri_to_config
-from sluice.queues.uri import Transport, register_transport, transports
+from sluice.queues import ConfigError, MemoryMessageQueue, queue_from_uri, uri_to_config
+from sluice.queues.uri import Transport, queue_from_config, register_transport, transports
 
 
 def test_kafka_uri_maps_onto_the_config_keys() -> None:
@@ -68,3 +68,25 @@ def test_transports_are_not_imported_until_used() -> None:
 def test_registry_lists_the_builtin_schemes() -> None:
     assert {"memory", "kafka", "mqtt", "mqtts", "kafka+ssl"} <= set(transports())
     assert isinstance(transports()["kafka"], Transport)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "mqtts://broker/readings?connection.protocol=mqtt",
+        "kafka+ssl://broker:9093/orders?connection.protocol=tcp",
+        "kafka+ssl://broker:9093/orders?connection.protocol=sasl_plaintext",
+    ],
+)
+def test_a_tls_scheme_is_never_undone_by_a_protocol_in_the_query(uri: str) -> None:
+    """A single-host URI loses its scheme on the way to config keys; the downgrade used to
+    pass silently there."""
+    with pytest.raises(ConfigError, match=r"asks for TLS, but connection.protocol is"):
+        queue_from_uri(uri)
+
+
+def test_a_tls_scheme_is_never_undone_by_a_protocol_in_the_config() -> None:
+    with pytest.raises(ConfigError, match="asks for TLS"):
+        queue_from_config("kafka+ssl", {"topic": "t", "connection.protocol": "plaintext"})
+    kept = queue_from_uri("kafka+ssl://broker:9093/orders?connection.protocol=sasl_ssl")
+    assert kept.config["connection.protocol"] == "sasl_ssl"

@@ -76,6 +76,33 @@ def test_publishing_offsets_another_run_published_is_refused(tmp_path: Path) -> 
     assert sink.find("b2") is None
 
 
+def test_an_overlapping_batch_is_refused_even_when_a_crashed_run_left_its_state_unfolded(
+    tmp_path: Path,
+) -> None:
+    """The finding: publish checked overlaps against the stream state without folding the
+    intents of crashed runs first, so a run killed between the rename and the fold let an
+    overlapping batch publish the same offsets again."""
+    sink = ParquetSink(tmp_path)
+    with armed("publish.after_rename"), pytest.raises(FailpointError):
+        sink.publish(staged(sink, "b1", good=3), record("b1", 0, 4))
+    overlapping = staged(sink, "b2", good=3)  # a run that started before the crash
+    with pytest.raises(ConcurrentIngestError, match="partition 0 offsets 2-3"):
+        sink.publish(overlapping, record("b2", 2, 6))
+    assert sink.find("b2") is None and sink.find("b1") is not None
+
+
+def test_a_record_planned_on_an_older_state_is_refused(tmp_path: Path) -> None:
+    """I7: another run of the stream published after this one planned (even offsets that do
+    not overlap): nothing is published."""
+    sink = ParquetSink(tmp_path)
+    sink.publish(staged(sink, "b1", good=3), record("b1", 0, 4))
+    later = record("b2", 10, 14)
+    later.planned_on = 0  # planned before b1 was published
+    with pytest.raises(ConcurrentIngestError, match="1 batch"):
+        sink.publish(staged(sink, "b2", good=3), later)
+    assert sink.find("b2") is None
+
+
 def test_stream_state_stays_small_however_many_batches() -> None:
     state = StreamState()
     for n in range(5_000):

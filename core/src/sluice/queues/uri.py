@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..secrets import redact_uri
 from .base import MessageQueue
+from .config import ConfigError
 
 __all__ = [
     "Transport",
@@ -80,6 +81,21 @@ register_transport(
 )
 
 
+#: connection.protocol values that keep TLS (the protocols a TLS scheme may be given with).
+_TLS_PROTOCOLS = frozenset({"ssl", "tls", "sasl_ssl", "mqtts", "wss", "kafka+ssl"})
+
+
+def _keep_tls(scheme: str, transport: Transport, given: Any) -> None:
+    """A TLS scheme (``kafka+ssl://``, ``mqtts://``) is never undone by a connection.protocol
+    (in the URI's query or the config) that has no TLS: that is an error naming both."""
+    if transport.protocol and given and str(given).lower() not in _TLS_PROTOCOLS:
+        raise ConfigError(
+            f"The scheme '{scheme}://' asks for TLS, but connection.protocol is {given!r}, "
+            "which has none: leave out connection.protocol, or use a TLS one "
+            f"({', '.join(sorted(_TLS_PROTOCOLS))}), or the plain scheme."
+        )
+
+
 def _transport_for(scheme: str) -> Transport:
     transport = _REGISTRY.get(scheme.lower())
     if transport is None:
@@ -131,6 +147,8 @@ def uri_to_config(uri: str, known_keys: set[str] | None = None) -> dict[str, Any
     known = known_keys or set()
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         key = name if ("." in name or name in known) else f"options.{name}"
+        if key == "connection.protocol" and transport is not None:
+            _keep_tls(parts.scheme, transport, value)
         config[key] = value
     return config
 
@@ -161,6 +179,7 @@ def queue_from_config(
     transport = _transport_for(scheme)
     values = dict(config)
     if transport.protocol:
+        _keep_tls(scheme, transport, values.get("connection.protocol"))
         values.setdefault("connection.protocol", transport.protocol)
     queue = transport.load()(name or values.get("topic"))
     queue.configure(values)

@@ -37,7 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import fingerprints
+from . import durable, fingerprints
 from .durable import sync_directory
 from .failpoints import is_armed
 
@@ -123,7 +123,14 @@ def write_outcomes(
     dirs = {"good": targets.data.rstrip("/"), "bad": targets.quarantine.rstrip("/")}
     attempts = {kind: f"{path}/{ATTEMPTS_DIR}" for kind, path in dirs.items()}
     lost = f"{attempts['good']}/.task-lost" if is_armed("task.lost") else None
-    task = _task_writer(good_columns, bad_columns, attempts, fingerprints.message_fingerprint, lost)
+    task = _task_writer(
+        good_columns,
+        bad_columns,
+        attempts,
+        fingerprints.message_fingerprint,
+        lost,
+        durable.ENABLED,
+    )
     try:
         with _arrow_batches(frame.sparkSession, batch_rows(largest_message)):
             written = frame.mapInArrow(task, _RESULT_DDL).collect()
@@ -202,11 +209,12 @@ def _task_writer(
     attempts: dict[str, str],
     fingerprint: Callable[[bytes | None, bytes | None, int | None], str],
     lost: str | None = None,
+    sync: bool = True,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function every task runs. It imports nothing of Sluice (cloudpickle ships it, and
     ``fingerprint``, by value), so driver-mode ingests need no Sluice on the executors.
     ``lost``: a marker file; the first task to create it dies after writing its files (the
-    ``task.lost`` failpoint)."""
+    ``task.lost`` failpoint). ``sync``: fsync the files written (:mod:`.durable`)."""
     columns = {"good": good_columns, "bad": bad_columns}
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -279,7 +287,7 @@ def _task_writer(
             for writer in writers.values():
                 writer.close()
         for filesystem, path in paths.values():
-            if isinstance(filesystem, fs.LocalFileSystem):  # object stores: durable when acked
+            if sync and isinstance(filesystem, fs.LocalFileSystem):  # object stores: when acked
                 handle = os.open(path, os.O_RDONLY)
                 try:
                     os.fsync(handle)
