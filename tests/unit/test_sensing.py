@@ -118,3 +118,20 @@ def test_the_emission_time_survives_json() -> None:
     cursor, _ = emit(BatchCursor(), kafka((0, 0, 5)), now=12.5)
     again = BatchCursor.from_json(cursor.to_json())
     assert again == cursor and again.emitted_at == 12.5
+
+
+def test_a_recreated_topic_neither_stalls_the_sensor_nor_has_an_old_batch_emitted_again() -> None:
+    """Found by the nemesis: partition 0's position of an earlier batch (of the old topic)
+    lay past the new topic's committed offset; every later batch counted as failed and was
+    emitted again forever. Only the last batch's partitions say whether it is done; and a
+    batch past its partitions' ends (planned on the old topic) is planned anew."""
+    cursor, _ = emit(BatchCursor(), kafka((0, 19, 37), (1, 16, 31)), now=0.0)
+    cursor, last = emit(cursor, kafka((1, 0, 14)), now=LEASE)  # the new topic's partition 1
+    assert last.spec == kafka((1, 0, 14))
+    # partition 1 committed up to 14; partition 0 still at the old topic's 19, below 37
+    cursor, following = emit(cursor, kafka((0, 19, 48), (1, 14, 38)), now=2 * LEASE)
+    assert following.spec == kafka((0, 19, 48), (1, 14, 38)) and following.attempt == 0
+    # a batch that failed and no longer fits the (recreated, shorter) partitions
+    cursor, _ = emit(BatchCursor(), kafka((0, 30, 40)), now=0.0)
+    cursor, fresh = emit(cursor, kafka((0, 0, 8)), now=LEASE)
+    assert fresh.spec == kafka((0, 0, 8)), "not the old [30, 40) again"

@@ -119,10 +119,17 @@ class BatchCursor:
 
     def outstanding(self, waiting: BatchSpec | None) -> bool:
         """Whether the group's committed offsets (the starts of ``waiting``, a Kafka plan not
-        cut to a size) are still behind the positions requested, in some partition."""
-        if waiting is None or waiting.kind != "kafka":
+        cut to a size) are still behind the positions requested, in some partition of the
+        last batch. (Positions of partitions the last batch did not read are an earlier
+        batch's; after a topic was recreated they can lie past a new log's offsets.)"""
+        if waiting is None or waiting.kind != "kafka" or self.last is None:
             return False
-        return any(r.start < self.positions.get(r.partition, 0) for r in waiting.ranges)
+        partitions = {r.partition for r in self.last.ranges}
+        return any(
+            r.start < self.positions.get(r.partition, 0)
+            for r in waiting.ranges
+            if r.partition in partitions
+        )
 
     def next_request(
         self,
