@@ -223,14 +223,13 @@ def _is_map(field: Any) -> bool:
 
 
 def _field_type(field: Any, seen: tuple[str, ...]) -> pa.DataType:
-    from google.protobuf.descriptor import FieldDescriptor as F
 
     if _is_map(field):
         entry = field.message_type
         key, value = entry.fields_by_name["key"], entry.fields_by_name["value"]
         return pa.map_(_single_type(key, seen), _single_type(value, seen))
     single = _single_type(field, seen)
-    return pa.list_(single) if field.label == F.LABEL_REPEATED else single
+    return pa.list_(single) if _repeated(field) else single
 
 
 def _single_type(field: Any, seen: tuple[str, ...]) -> pa.DataType:
@@ -248,10 +247,18 @@ def _single_type(field: Any, seen: tuple[str, ...]) -> pa.DataType:
     return _scalar_types()[field.type]
 
 
+def _repeated(field: Any) -> bool:
+    if hasattr(type(field), "is_repeated"):  # protobuf 6 deprecates label
+        return bool(field.is_repeated)
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    return bool(field.label == F.LABEL_REPEATED)
+
+
 def _has_presence(field: Any) -> bool:
     from google.protobuf.descriptor import FieldDescriptor as F
 
-    if field.label == F.LABEL_REPEATED:
+    if _repeated(field):
         return False
     return bool(getattr(field, "has_presence", field.type == F.TYPE_MESSAGE))
 
@@ -294,7 +301,7 @@ def _getter(field: Any) -> Getter:
         return pairs
     convert = _value_of(field)
     plain = field.type not in (F.TYPE_MESSAGE, F.TYPE_GROUP, F.TYPE_ENUM)
-    if field.label == F.LABEL_REPEATED:
+    if _repeated(field):
 
         def items(m: Any) -> list[Any]:
             return list(getattr(m, name)) if plain else [convert(x) for x in getattr(m, name)]

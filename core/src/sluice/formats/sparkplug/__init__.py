@@ -309,6 +309,19 @@ class SparkplugDecoder:
         return rows or [{**head, **_EMPTY_METRIC}]
 
 
+def _kind_of(value: Any) -> int:
+    """The data type a value without one is sent as (data messages may leave it out)."""
+    if isinstance(value, bool):
+        return _TYPE["Boolean"]
+    if isinstance(value, int):
+        return _TYPE["Int64"]
+    if isinstance(value, float):
+        return _TYPE["Double"]
+    if isinstance(value, bytes):
+        return _TYPE["Bytes"]
+    return _TYPE["String"]
+
+
 def encode_payload(document: Mapping[str, Any]) -> bytes:
     """A Sparkplug B payload from ``{"timestamp": ms, "seq": n, "metrics": [{"name": ...,
     "alias": ..., "datatype": "Double", "value": ..., "timestamp": ms}, ...]}`` (for test data
@@ -329,7 +342,7 @@ def encode_payload(document: Mapping[str, Any]) -> bytes:
         value = item.get("value")
         if value is None:
             continue
-        kind = number or 0
+        kind = number or _kind_of(value)
         if kind in _SIGNED32 | _UNSIGNED32:
             metric.int_value = int(value) & 0xFFFFFFFF
         elif kind in (_TYPE["Int64"], _TYPE["UInt64"], _TYPE["DateTime"]):
