@@ -9,8 +9,12 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from tests.integration.iceberg.conftest import sqlite_lake
-from tests.integration.spark.conftest import dataset_rows, quarantine_rows, topic
+from tests.airflow_env import configure
+
+configure()
+
+from tests.integration.iceberg.conftest import sqlite_lake  # noqa: E402
+from tests.integration.spark.conftest import dataset_rows, quarantine_rows, topic  # noqa: E402
 
 __all__ = [
     "READING_AVRO",
