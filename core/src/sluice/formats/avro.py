@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -37,9 +37,20 @@ _PRIMITIVES = {
 }
 _UTC = pa.timestamp("us", tz="UTC")
 _OBJECT = re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>")
-# Logical types decoded as their underlying values (fastavro's uuid.UUID and datetime.time
-# have no Arrow conversion; Spark has no TIME type).
-_AS_IS = {"uuid", "time-millis", "time-micros"}
+# Logical types decoded as their underlying values: fastavro's uuid.UUID and datetime.time
+# have no Arrow conversion (Spark has no TIME type), and dates and timestamps are far cheaper
+# as numbers (Arrow takes days and microseconds; milliseconds are scaled, :func:`_scaler`).
+_AS_IS = {
+    "uuid",
+    "time-millis",
+    "time-micros",
+    "date",
+    "timestamp-millis",
+    "timestamp-micros",
+    "local-timestamp-millis",
+    "local-timestamp-micros",
+}
+_MILLIS = {"timestamp-millis", "local-timestamp-millis"}
 
 
 def parse(schema: str | Mapping[str, Any] | list[Any], where: str = "the Avro schema") -> Any:
@@ -121,6 +132,44 @@ def _name(schema: Any) -> str:
     return str(schema)
 
 
+Scaler = Callable[[Any], Any]
+
+
+def _scaler(schema: Any) -> Scaler | None:
+    """What turns a decoded value of ``schema`` (expanded) into Arrow's units: milliseconds
+    to microseconds (None: nothing to do)."""
+    if isinstance(schema, list):
+        scalers = [_scaler(s) for s in schema if s != "null"]
+        return scalers[0] if len(scalers) == 1 else None
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("logicalType") in _MILLIS:
+        return lambda v: v * 1000 if v is not None else None
+    kind = schema.get("type")
+    if kind in ("record", "error"):
+        parts = [(f["name"], _scaler(f["type"])) for f in schema["fields"]]
+        parts = [(n, c) for n, c in parts if c is not None]
+        if not parts:
+            return None
+
+        def record(v: Any) -> Any:
+            if isinstance(v, dict):
+                for name, scale in parts:
+                    v[name] = scale(v.get(name))
+            return v
+
+        return record
+    if kind == "array":
+        item = _scaler(schema["items"])
+        return None if item is None else (lambda v: [item(x) for x in v] if v is not None else v)
+    if kind == "map":
+        value = _scaler(schema["values"])
+        if value is None:
+            return None
+        return lambda v: {k: value(x) for k, x in v.items()} if v is not None else v
+    return None
+
+
 class AvroCodec:
     """Decodes and encodes the records of one writer schema (JSON text)."""
 
@@ -135,6 +184,7 @@ class AvroCodec:
 
         expanded = fastavro.parse_schema(json.loads(self.text), expand=True, _write_hint=False)
         self.type: pa.StructType = arrow_type(expanded)
+        self._scale = _scaler(expanded)
 
     def decode(self, data: bytes) -> dict[str, Any]:
         from fastavro import schemaless_reader
@@ -155,7 +205,7 @@ class AvroCodec:
             )
         if not isinstance(record, dict):
             raise DecodeError(f"the Avro payload ({self.where}) is not a record")
-        return record
+        return self._scale(record) if self._scale is not None else record
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
         from fastavro import schemaless_writer
