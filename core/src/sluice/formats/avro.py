@@ -147,8 +147,8 @@ def _scaler(schema: Any) -> Scaler | None:
         return lambda v: v * 1000 if v is not None else None
     kind = schema.get("type")
     if kind in ("record", "error"):
-        parts = [(f["name"], _scaler(f["type"])) for f in schema["fields"]]
-        parts = [(n, c) for n, c in parts if c is not None]
+        found = [(f["name"], _scaler(f["type"])) for f in schema["fields"]]
+        parts: list[tuple[str, Scaler]] = [(n, c) for n, c in found if c is not None]
         if not parts:
             return None
 
