@@ -146,11 +146,15 @@ def audit(
 def _audit_mqtt(sink: Any, stream: StreamAudit, records: list[Any]) -> None:
     counts: Counter[str] = Counter()
     for record in records:
+        # a format with several rows per message (Sparkplug B) counts each message once
+        several = "messages" in record.counts
+        batch: Counter[str] = Counter()
         for quarantined in (False, True):
             ids = sink.row_coordinates(record.batch_id, quarantined).column("message_id")
-            counts.update(ids.to_pylist())
+            batch.update(set(ids.to_pylist()) if several else ids.to_pylist())
             if quarantined:
                 stream.quarantined += len(ids)
+        counts.update(batch)
     stream.messages = len(counts)
     stream.doubled = sum(1 for n in counts.values() if n > 1)
 

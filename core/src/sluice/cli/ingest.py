@@ -27,7 +27,27 @@ __all__ = ["ingest"]
 
 class Format(StrEnum):
     json = "json"
-    raw = "raw"
+    avro = "avro"
+    protobuf = "protobuf"
+    json_schema = "json_schema"
+    string = "string"
+    bytes = "bytes"
+    sparkplug_b = "sparkplug_b"
+    raw = "raw"  # deprecated: bytes
+
+
+class KeyFormat(StrEnum):
+    bytes = "bytes"
+    string = "string"
+    json = "json"
+    avro = "avro"
+    protobuf = "protobuf"
+    json_schema = "json_schema"
+
+
+class OnIncompatible(StrEnum):
+    quarantine = "quarantine"
+    fail = "fail"
 
 
 class Mode(StrEnum):
@@ -61,8 +81,35 @@ def ingest(
     ] = None,
     value_format: Annotated[
         Format,
-        typer.Option("--format", help="json: parse payloads (with --schema); raw: keep bytes."),
+        typer.Option(
+            "--format",
+            help="json (with --schema), avro, protobuf, json_schema (schemas from --registry or "
+            "--value-schema), string, bytes, or sparkplug_b (MQTT, a row per metric).",
+        ),
     ] = Format.json,
+    key_format: Annotated[
+        KeyFormat, typer.Option(help="How keys are read (bytes: kept as they are).")
+    ] = KeyFormat.bytes,
+    registry: Annotated[
+        str | None,
+        typer.Option(
+            help="Schema Registry URL (payloads in the Confluent wire format); a URL with a "
+            "password as env:VARIABLE or @file keeps it off the command line.",
+        ),
+    ] = None,
+    value_schema: Annotated[
+        str | None,
+        typer.Option(
+            help="Writer schema of unframed values: .avsc, .proto[#Message], .desc, JSON Schema."
+        ),
+    ] = None,
+    key_schema: Annotated[
+        str | None, typer.Option(help="Writer schema of the keys (json keys: Spark DDL).")
+    ] = None,
+    on_incompatible: Annotated[
+        OnIncompatible,
+        typer.Option(help="A record whose schema does not fit the table: quarantine it, or fail."),
+    ] = OnIncompatible.quarantine,
     mode: Annotated[
         Mode, typer.Option(help="Read on the driver, on the executors, or choose by batch size.")
     ] = Mode.auto,
@@ -129,6 +176,11 @@ def ingest(
             schema=schema,
             payload_column=payload_column,
             value_format=value_format.value,
+            key_format=key_format.value,
+            value_schema=value_schema,
+            key_schema=key_schema,
+            schema_registry=registry_value(registry),
+            on_incompatible=on_incompatible.value,
             mode=mode.value,
             dead_letter=dead_letter,
             fail_on_data_loss=not accept_data_loss,
@@ -152,6 +204,27 @@ def _stderr_to(log: Path) -> Iterator[None]:
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
+
+
+def registry_value(text: str | None) -> str | None:
+    """A --registry value: the URL itself, ``env:VARIABLE`` or ``@file``; its password is
+    registered as a secret."""
+    if text is None:
+        return None
+    from sluice.secrets import remember_text
+
+    if text.startswith("env:"):
+        name = text[4:]
+        if name not in os.environ:
+            raise CliError(f"--registry names the variable {name}, which is not set.", usage=True)
+        text = os.environ[name]
+    elif text.startswith("@"):
+        path = Path(text[1:])
+        if not path.is_file():
+            raise CliError(f"--registry file {path} does not exist.", usage=True)
+        text = path.read_text().strip()
+    remember_text(text)
+    return text
 
 
 def _check_before_spark(schema: str | None, payload_column: str | None, sink: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -35,6 +35,16 @@ def peek(
     wait: Annotated[
         float, typer.Option(min=0.1, help="MQTT: seconds to wait for the session's messages.")
     ] = 3.0,
+    value_format: Annotated[
+        str,
+        typer.Option("--format", help="Decode values: avro, protobuf, json_schema, sparkplug_b."),
+    ] = "bytes",
+    schema: Annotated[
+        str | None, typer.Option(help="Writer schema of unframed values (with --format).")
+    ] = None,
+    registry: Annotated[
+        str | None, typer.Option(help="Schema Registry URL (or env:VARIABLE, @file).")
+    ] = None,
 ) -> None:
     """Show waiting messages without consuming them.
 
@@ -44,10 +54,59 @@ def peek(
     peeking, the session's own consumer, if connected, is disconnected by the broker).
     """
     target = parse(uri, command="peek")
+    global _DECODE
+    _DECODE = _decoder(value_format, target.topic, schema, registry)
     if target.kind == "kafka":
         _peek_kafka(target, count)
     else:
         _peek_mqtt(target, count, wait)
+
+
+_DECODE: Any = None
+
+
+def _decoder(fmt: str, topic: str, schema: str | None, registry: str | None) -> Any:
+    """What shows a value decoded (None: as it is)."""
+    if fmt in ("bytes", "json", "string"):
+        return None
+    from sluice.formats.plan import plan_payload
+    from sluice.formats.sparkplug import SparkplugDecoder
+    from sluice.formats.wire import DecodeError
+    from sluice.queues.config import ConfigError
+
+    from .ingest import registry_value
+
+    try:
+        if fmt == "sparkplug_b":
+            sparkplug = SparkplugDecoder()
+
+            def show_sparkplug(value: Any, topic: str) -> Any:
+                return sparkplug.decode(topic, value)
+
+            return show_sparkplug
+        plan = plan_payload(
+            fmt, "value", topic, schema_source=schema, registry=registry_value(registry)
+        )
+    except (ConfigError, ValueError, ConnectionError) as exc:
+        raise CliError(str(exc), usage=True) from None
+    decoder = plan.decoder()
+
+    def show(value: Any, topic: str) -> Any:
+        try:
+            return decoder.decode_one(value)
+        except DecodeError as exc:
+            return f"<not decoded: {exc}>"
+
+    return show
+
+
+def _shown(value: Any, topic: str | None) -> Any:
+    if _DECODE is None or not isinstance(value, bytes):
+        return value
+    try:
+        return str(_DECODE(value, topic or ""))
+    except Exception as exc:  # a peek shows what it can
+        return f"<not decoded: {exc}>"
 
 
 def _peek_kafka(target: QueueUri, count: int) -> None:
@@ -76,7 +135,12 @@ def _peek_kafka(target: QueueUri, count: int) -> None:
         f"{which} {len(messages)} message(s) {where}",
         ["partition", "offset", "key", "value"],
         [
-            (m.partition, m.offset, output.preview(m.key, 16), output.preview(m.message, 50))
+            (
+                m.partition,
+                m.offset,
+                output.preview(m.key, 16),
+                output.preview(_shown(m.message, m.topic), 50 if _DECODE is None else 200),
+            )
             for m in messages
         ],
     )

@@ -259,6 +259,27 @@ def publish(
     allow_empty: Annotated[
         bool, typer.Option(help="Succeed when --file or --stdin holds no message.")
     ] = False,
+    value_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="Write each JSON document as json (as is), avro, protobuf or json_schema (with "
+            "--schema), string, or sparkplug_b.",
+        ),
+    ] = "json",
+    schema: Annotated[
+        str | None,
+        typer.Option(
+            help="Writer schema: .avsc, .proto[#Message] or a descriptor set, JSON Schema."
+        ),
+    ] = None,
+    registry: Annotated[
+        str | None,
+        typer.Option(
+            help="Schema Registry URL (or env:VARIABLE, @file): the schema is registered under "
+            "<topic>-value and payloads are framed with its id."
+        ),
+    ] = None,
 ) -> None:
     """Publish JSON lines (a file, stdin) or sample IoT readings to a Kafka or MQTT topic."""
     target = parse(uri, command="publish")
@@ -275,11 +296,45 @@ def publish(
             f"Nothing to publish: {where} holds no JSON line. Pass --allow-empty if that is "
             "expected."
         )
+    if value_format != "json" or schema is not None or registry is not None:
+        lines = _encoded(lines, value_format, target.topic, schema, registry)
     sent, seconds = _send_all(target, lines(), total, rate) if total else (0, 0.0)
     speed = sent / seconds if seconds > 0 else 0.0
     output.out().print(
         f"Published {_messages(sent)} to {target.shown} in {seconds:.2f} s ({speed:,.0f} msg/s)."
     )
+
+
+def _encoded(
+    lines: Callable[[], Iterator[Line]],
+    value_format: str,
+    topic: str,
+    schema: str | None,
+    registry: str | None,
+) -> Callable[[], Iterator[Line]]:
+    """``lines`` with each JSON document written in ``value_format`` (:mod:`sluice.formats`);
+    a line that is not JSON (a malformed sample) becomes a truncated payload of the format."""
+    from sluice.formats.encode import Encoder
+    from sluice.queues.config import ConfigError
+
+    from .ingest import registry_value
+
+    try:
+        encoder = Encoder(value_format, topic, schema, registry_value(registry))
+    except (ConfigError, ValueError) as exc:
+        raise CliError(str(exc), usage=True) from None
+
+    def encode(line: Line) -> Line:
+        try:
+            document = json.loads(line.payload)
+        except ValueError:  # malformed on purpose: a frame cut short, for the quarantine
+            return Line(line.payload[:3], line.key)
+        try:
+            return Line(encoder.encode(document), line.key)
+        except ValueError as exc:
+            raise CliError(f"Cannot write a message as {value_format}: {exc}") from None
+
+    return lambda: (encode(line) for line in lines())
 
 
 def _messages(count: int) -> str:

@@ -5,12 +5,17 @@ no payload passes through Python. A record is quarantined, with a ``reason``, wh
 tombstone (null value), empty, larger than ``max_value_bytes``, not UTF-8, not JSON, or JSON
 that does not match the schema (the reason names the fields). Good rows get the schema's
 fields as columns next to the message's own (:data:`MESSAGE_COLUMNS`).
+
+Formats decoded in Python (avro, protobuf, json_schema, sparkplug_b: :mod:`.formats`) arrive
+here decoded, with the reason a record did not decode; ``string`` values become one text
+column (``payload``, or ``payload_column``), ``bytes`` values none. A decoded key (any
+``key_format`` but bytes) is the column ``key_decoded``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -24,8 +29,12 @@ __all__ = ["MESSAGE_COLUMNS", "Classification", "Rules", "parse_schema"]
 MESSAGE_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
 ID_COLUMN = "message_id"
 REASON_COLUMN = "reason"
-_PARSED = "__sluice_parsed"
+KEY_DECODED_COLUMN = "key_decoded"
+_PARSED = "__sluice_parsed"  # also .formats.PARSED_COLUMN
+_KEY = "__sluice_key"  # .formats.KEY_COLUMN
+_ERROR = "__sluice_error"  # .formats.ERROR_COLUMN
 _CORRUPT = "__sluice_corrupt"
+_DECODED = frozenset({"avro", "protobuf", "json_schema", "sparkplug_b"})
 
 
 @dataclass(frozen=True)
@@ -33,15 +42,28 @@ class Rules:
     """How values are judged: the payload schema (None: any JSON), format and size limit."""
 
     schema: StructType | None
-    value_format: Literal["json", "raw"] = "json"
+    value_format: str = "json"  # sluice.formats.ValueFormat ("raw" is "bytes")
     max_value_bytes: int = 1_000_000
     payload_column: str | None = None  # keep the parsed payload as one struct column
+    key_format: str = "bytes"
+    key_type: Any = None  # the decoded key's Spark type (key_format json: the key schema)
+
+    @property
+    def decoded(self) -> bool:
+        """Values decoded by :mod:`.formats` before the classification."""
+        return self.value_format in _DECODED
 
     @property
     def payload_fields(self) -> list[str]:
-        if self.schema is None or self.value_format == "raw":
+        if self.value_format == "string":
+            return [self.payload_column or "payload"]
+        if self.schema is None or self.value_format in ("raw", "bytes"):
             return []
         return [self.payload_column] if self.payload_column else self.schema.fieldNames()
+
+    @property
+    def key_fields(self) -> list[str]:
+        return [] if self.key_format == "bytes" else [KEY_DECODED_COLUMN]
 
 
 def parse_schema(schema: Any, payload_column: str | None = None) -> StructType | None:
@@ -93,6 +115,23 @@ class Classification:
         )
         parsed = [*map(F.col, MESSAGE_COLUMNS), _message_id().alias(ID_COLUMN)]
         reason = F.when(size > rules.max_value_bytes, too_big)
+        if rules.decoded or rules.key_format in _DECODED:
+            parsed.append(F.col(_ERROR))
+        if rules.decoded:
+            parsed.append(F.col(_PARSED))
+            reason = (
+                F.when(F.col("value").isNull(), F.lit("tombstone: the record has no value"))
+                .when(size == 0, F.lit("empty value"))
+                .when(size > rules.max_value_bytes, too_big)
+                .when(F.col(_ERROR).isNotNull(), F.col(_ERROR))
+            )
+        elif rules.value_format == "string":
+            parsed.append(text.alias(_PARSED))
+            reason = (
+                F.when(F.col("value").isNull(), F.lit("tombstone: the record has no value"))
+                .when(size > rules.max_value_bytes, too_big)
+                .when(F.try_validate_utf8(text).isNull(), F.lit("value is not valid UTF-8"))
+            )
         if rules.value_format == "json":
             reason = (
                 F.when(F.col("value").isNull(), F.lit("tombstone: the record has no value"))
@@ -110,8 +149,11 @@ class Classification:
                 reason = reason.when(
                     corrupt & F.try_parse_json(text).isNull(), F.lit("invalid JSON")
                 ).when(corrupt, _mismatch(rules.schema, text))
+        key, reason = _key(rules, parsed, reason)
         payload: list[Column] = []
-        if rules.payload_fields and rules.schema is not None:
+        if rules.value_format == "string":
+            payload = [F.col(_PARSED).alias(rules.payload_fields[0])]
+        elif rules.payload_fields and rules.schema is not None:
             names = rules.schema.fieldNames()
             fields = [F.col(f"{_PARSED}.`{name}`") for name in names]
             if rules.payload_column:
@@ -121,8 +163,8 @@ class Classification:
         message = [*MESSAGE_COLUMNS, ID_COLUMN]
         return cls(
             parsed=tuple(parsed),
-            result=(*payload, *map(F.col, message), reason.alias(REASON_COLUMN)),
-            good=(*rules.payload_fields, *message),
+            result=(*payload, *key, *map(F.col, message), reason.alias(REASON_COLUMN)),
+            good=(*rules.payload_fields, *rules.key_fields, *message),
             bad=(*message, REASON_COLUMN),
         )
 
@@ -130,6 +172,31 @@ class Classification:
         """``raw`` (the columns of :data:`sluice.spark.records.RAW_SCHEMA`) as one frame with
         what both outputs need: :attr:`good` and :attr:`bad` name their columns."""
         return raw.select(*self.parsed).select(*self.result)
+
+
+def _key(rules: Rules, parsed: list[Column], reason: Column) -> tuple[list[Column], Column]:
+    """The decoded key column (if any), and ``reason`` with the key's reasons after the
+    value's (a Python-decoded key's are in the decoding error column already)."""
+    if rules.key_format == "bytes":
+        return [], reason
+    if rules.key_format in _DECODED:
+        parsed.append(F.col(_KEY))
+        return [F.col(_KEY).alias(KEY_DECODED_COLUMN)], reason.when(
+            F.col(_ERROR).isNotNull(), F.col(_ERROR)
+        )
+    text = F.col("key").cast("string")
+    given = F.col("key").isNotNull()
+    bad_utf8 = given & F.try_validate_utf8(text).isNull()
+    if rules.key_format == "string":
+        parsed.append(text.alias(_KEY))
+        return [F.col(_KEY).alias(KEY_DECODED_COLUMN)], reason.when(
+            bad_utf8, F.lit("key is not valid UTF-8")
+        )
+    parsed.append(F.from_json(text, rules.key_type).alias(_KEY))
+    invalid = given & F.try_parse_json(text).isNull()
+    return [F.col(_KEY).alias(KEY_DECODED_COLUMN)], reason.when(
+        bad_utf8, F.lit("key is not valid UTF-8")
+    ).when(invalid, F.lit("key: invalid JSON"))
 
 
 def _message_id() -> Column:

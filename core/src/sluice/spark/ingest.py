@@ -35,6 +35,9 @@ import pyarrow.parquet as pq
 
 from ..batch import BatchSpec, OffsetRange
 from ..errors import DataLossError
+from ..formats import ValueFormat
+from ..formats.plan import OnIncompatible
+from ..formats.registry import RegistrySettings
 from ..kafka.ranges import log_bounds
 from ..queues.config import ConfigError
 from ..queues.envelope import MessageEnvelope
@@ -42,6 +45,7 @@ from ..queues.uri import config_from_uri, queue_from_config
 from ..secrets import redact_uri
 from .classify import Classification, Rules, parse_schema
 from .failpoints import failpoint
+from .formats import SPARKPLUG_STATE, Formats, format_task_errors, plan_formats
 from .kafka_source import (
     DEFAULT_CHUNK_BYTES,
     Positions,
@@ -70,7 +74,6 @@ log = logging.getLogger("sluice.spark")
 
 Stage = Literal["reading", "read", "written", "committed"]
 Mode = Literal["auto", "driver", "executors"]
-ValueFormat = Literal["json", "raw"]
 
 #: ``mode="auto"`` reads on the executors from this many messages on.
 AUTO_EXECUTOR_MESSAGES = 1_000_000
@@ -97,6 +100,11 @@ def ingest(
     source: str | Mapping[str, Any],
     schema: Any = None,
     value_format: ValueFormat = "json",
+    key_format: str = "bytes",
+    value_schema: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    key_schema: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    schema_registry: RegistrySettings | str | Mapping[str, Any] | None = None,
+    on_incompatible: OnIncompatible = "quarantine",
     mode: Mode = "auto",
     dead_letter: bool = False,
     chunk_size: int = 100_000,
@@ -119,6 +127,15 @@ def ingest(
     driver in chunks of at most ``chunk_size`` messages and about ``chunk_bytes`` bytes, or on
     the executors, one task per range of at most ``chunk_size`` messages (``auto``: executors
     from :data:`AUTO_EXECUTOR_MESSAGES` on).
+    ``value_format`` (and ``key_format``, default ``bytes``: keys kept as they are) says how
+    payloads are read: ``json``, ``avro``, ``protobuf``, ``json_schema``, ``string``,
+    ``bytes`` (``raw``, deprecated) or, for MQTT, ``sparkplug_b`` (one row per metric). The
+    schema formats take the writer's schema from ``schema_registry`` (a URL, or a mapping with
+    ``url``, ``username``, ``password``...; payloads in the Confluent wire format) or from
+    ``value_schema``/``key_schema`` (a file or an inline schema; unframed payloads). Without
+    ``schema`` the table's columns come from the writer's schemas (:mod:`sluice.formats.plan`);
+    a record whose schema does not fit them is quarantined, or fails the batch with
+    ``on_incompatible="fail"``. Records that do not decode are quarantined with the reason.
     Messages deleted by retention (before or while the batch is read) or a recreated topic fail
     the ingest with :class:`~sluice.errors.DataLossError` unless ``fail_on_data_loss`` is off,
     which records the loss instead. A second ingest of the same stream while one runs gets
@@ -135,19 +152,37 @@ def ingest(
         )
     spec = _as_spec(spec)
     _check_choice("mode", mode, Mode)
-    _check_choice("value_format", value_format, ValueFormat)
     if chunk_size < 1:
         raise ConfigError(f"chunk_size must be at least 1, not {chunk_size}")
     if chunk_bytes < 1:
         raise ConfigError(f"chunk_bytes must be at least 1, not {chunk_bytes}")
+    config = source_config(spec, source)
+    sink_opened = open_sink(sink)
+    formats = plan_formats(
+        spec,
+        value_format=value_format,
+        key_format=key_format,
+        schema=parse_schema(schema, payload_column),
+        value_schema=value_schema,
+        key_schema=key_schema,
+        schema_registry=schema_registry,
+        on_incompatible=on_incompatible,
+        max_value_bytes=max_value_bytes,
+    )
     job = _Job(
         spark=spark,
         spec=spec,
-        config=source_config(spec, source),
+        config=config,
         rules=Rules(
-            parse_schema(schema, payload_column), value_format, max_value_bytes, payload_column
+            parse_schema(formats.payload_schema, payload_column),
+            formats.value_format,
+            max_value_bytes,
+            payload_column,
+            formats.key_format,
+            formats.key_type,
         ),
-        sink=open_sink(sink),
+        formats=formats,
+        sink=sink_opened,
         dead_letter=dead_letter,
         chunk_size=chunk_size,
         chunk_bytes=chunk_bytes,
@@ -215,6 +250,7 @@ class _Job:
     spec: BatchSpec
     config: dict[str, Any]
     rules: Rules
+    formats: Formats
     sink: Sink
     dead_letter: bool
     chunk_size: int
@@ -222,6 +258,7 @@ class _Job:
     fail_on_data_loss: bool
     fail_on_broker_drops: bool
     report: Callable[[IngestEvent], None]
+    targets: Any = None  # the WriteTargets of the last write
 
     def _result(self, mode: str, batch_id: str) -> IngestResult:
         return IngestResult(
@@ -244,13 +281,20 @@ class _Job:
     def classification(self) -> Classification:
         return Classification.of(self.rules)
 
-    def _write(self, raw: Any, staging: Staging, largest: int | None = None) -> WriteCounts:
-        """Sort ``raw`` into good and bad rows and add both to ``staging``, in one Spark job
-        (:mod:`.writing`); ``largest``: the bytes of its largest message, if known."""
+    def _write(
+        self,
+        raw: Any,
+        staging: Staging,
+        largest: int | None = None,
+        aliases: Mapping[str, Any] | None = None,
+    ) -> WriteCounts:
+        """Decode (:mod:`.formats`) and sort ``raw`` into good and bad rows and add both to
+        ``staging``, in one Spark job (:mod:`.writing`); ``largest``: the bytes of its largest
+        message, if known; ``aliases``: the Sparkplug B alias book before the batch."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        frame = self.classification.apply(raw)
+        frame = self.classification.apply(self.formats.stage(raw, aliases))
         good, bad = [*self.classification.good], [*self.classification.bad]
         schema = to_arrow_schema(frame.schema, timezone="UTC")
         targets = self.sink.targets(
@@ -261,13 +305,18 @@ class _Job:
         for name, value in targets.constants:
             frame = frame.withColumn(name, F.lit(value))
             good, bad = [*good, name], [*bad, name]
-        return write_outcomes(frame, good, bad, targets, largest)
+        self.targets = targets
+        with format_task_errors():
+            return write_outcomes(frame, good, bad, targets, largest)
 
     def _hand_over(self, batch: pa.RecordBatch, staging: Staging, number: int) -> list[Path]:
         """Local Parquet files of a batch read on the driver, one per core of at least
         :data:`MIN_ROWS_PER_TASK` rows: Spark's tasks read them themselves, instead of the
-        batch travelling inside the tasks."""
+        batch travelling inside the tasks. One file when the format decodes in arrival order
+        (Sparkplug B)."""
         pieces = max(1, min(_cores(self.spark), batch.num_rows // MIN_ROWS_PER_TASK))
+        if self.formats.multi_row:
+            pieces = 1
         size = -(-batch.num_rows // pieces)
         files = []
         for piece in range(pieces):
@@ -280,11 +329,17 @@ class _Job:
             files.append(raw_file)
         return files
 
-    def _write_files(self, files: list[Path], staging: Staging, largest: int) -> WriteCounts:
+    def _write_files(
+        self,
+        files: list[Path],
+        staging: Staging,
+        largest: int,
+        aliases: Mapping[str, Any] | None = None,
+    ) -> WriteCounts:
         """Sort the raw rows of ``files`` into ``staging`` (one Spark job), then delete them;
         ``largest``: the bytes of their largest message."""
         raw = self.spark.read.schema(RAW_SCHEMA_DDL).parquet(*map(str, files))
-        counts = self._write(raw, staging, largest)
+        counts = self._write(raw, staging, largest, aliases)
         for raw_file in files:
             raw_file.unlink()
         return counts
@@ -520,12 +575,26 @@ class _Job:
                 batch = to_columns(list(fresh.values())).to_batch()
                 result.bytes = _value_bytes(batch)
                 staging = self.sink.stage(spec.batch_id)
+                aliases, format_state = self._sparkplug_state(state, batch)
                 try:
                     files = self._hand_over(batch, staging, 0)
-                    counts = self._write_files(files, staging, largest_message_bytes(batch))
+                    counts = self._write_files(
+                        files, staging, largest_message_bytes(batch), aliases
+                    )
                     failpoint("stage.after_write")
+                    staged_ids = None
+                    if self.formats.multi_row:
+                        from .formats import staged_message_ids
+
+                        staged_ids = staged_message_ids(
+                            [self.targets.data, self.targets.quarantine]
+                        )
                     done = reconcile_mqtt(
-                        spec.batch_id, len(fresh), counts, self.sink.staged_counts(staging)
+                        spec.batch_id,
+                        len(fresh),
+                        counts,
+                        self.sink.staged_counts(staging),
+                        (set(ids), staged_ids) if staged_ids is not None else None,
                     )
                     result.written, result.quarantined = done.written, done.quarantined
                     quarantined = self.sink.staged_quarantine_reasons(staging)
@@ -534,7 +603,8 @@ class _Job:
                         spec.to_dict(),
                         message_ids=ids,
                         quarantined_ids=quarantined,
-                        counts=_counts(result),
+                        counts=_counts(result, len(fresh) if self.formats.multi_row else None),
+                        format_state=format_state,
                         dead_letter_topic=self._dead_letter_topic(),
                         broker_dropped=observed,
                         planned_on=state.batches,
@@ -562,6 +632,28 @@ class _Job:
             return result
         finally:
             session.close(None)
+
+    def _sparkplug_state(
+        self, state: StreamState, batch: pa.RecordBatch
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """Sparkplug B: the stream's alias book before the batch (for the decoding task) and
+        the format state after it (its births applied in order, for the batch record)."""
+        if not self.formats.multi_row:
+            return None, {}
+        from ..formats.sparkplug import AliasBook, SparkplugDecoder
+        from ..formats.wire import DecodeError
+
+        before = dict(state.format_state.get(SPARKPLUG_STATE) or {})
+        decoder = SparkplugDecoder(AliasBook.from_json(before))
+        for topic, value in zip(
+            batch.column("topic").to_pylist(), batch.column("value").to_pylist(), strict=True
+        ):
+            if value and "BIRTH/" in topic:
+                try:
+                    decoder.decode(topic, value)
+                except DecodeError:
+                    continue  # the task quarantines it
+        return before, {SPARKPLUG_STATE: decoder.book.to_json()}
 
     def _broker_drops(self, baseline: int | None) -> tuple[int | None, int | None]:
         """(the broker's drop counter now, its rise since the session's last ingest); Nones
@@ -607,10 +699,15 @@ def _value_bytes(batch: pa.RecordBatch) -> int:
     return int(pc.sum(pc.binary_length(batch.column("value"))).as_py() or 0)
 
 
-def _counts(result: IngestResult) -> dict[str, int]:
-    return {
+def _counts(result: IngestResult, messages: int | None = None) -> dict[str, int]:
+    """A batch record's counts; ``messages``: of a format with several rows per message
+    (then ``written`` counts rows)."""
+    counts = {
         "read": result.read,
         "written": result.written,
         "quarantined": result.quarantined,
         "duplicates": result.duplicates,
     }
+    if messages is not None:
+        counts["messages"] = messages
+    return counts

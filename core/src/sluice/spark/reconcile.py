@@ -113,10 +113,26 @@ def reconcile_kafka(
 
 
 def reconcile_mqtt(
-    batch_id: str, fresh: int, counts: WriteCounts, staged: tuple[int, int]
+    batch_id: str,
+    fresh: int,
+    counts: WriteCounts,
+    staged: tuple[int, int],
+    ids: tuple[set[str], set[str]] | None = None,
 ) -> Reconciled:
-    """Check an MQTT run: every fresh message (by id) was staged once, good or quarantined."""
+    """Check an MQTT run: every fresh message (by id) was staged once, good or quarantined.
+    ``ids``: (fresh ids, ids of the staged rows), for formats that give a message several rows
+    (Sparkplug B), whose rows are then checked by id rather than counted."""
     _check_counts(counts, staged, batch_id)
+    if ids is not None:
+        missing, unknown = ids[0] - ids[1], ids[1] - ids[0]
+        if missing or unknown:
+            raise ReconcileError(
+                f"Batch {batch_id}: {len(missing)} new message(s) have no row and "
+                f"{len(unknown)} row id(s) were not read ({sorted(missing | unknown)[:3]}). "
+                "Nothing was published or acknowledged; the session's broker sends the "
+                "messages again to the next run."
+            )
+        return Reconciled(ranges=[], written=counts.good, quarantined=counts.bad)
     if counts.good + counts.bad != fresh:
         raise ReconcileError(
             f"Batch {batch_id}: {fresh} new messages were read, but {counts.good + counts.bad} "

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sluice.formats import KEY_FORMATS, VALUE_FORMATS
 from sluice.secrets import install_log_filter, redacted_errors, remember_config, secrets_in_text
 
 
@@ -59,6 +60,20 @@ def _source(text: str) -> str | dict[str, Any]:
     return value
 
 
+def _registry(text: str | None) -> str | dict[str, Any] | None:
+    """--registry: a URL or a JSON mapping (url, username, password...), given as itself,
+    @file or env:VAR; its password is registered as a secret."""
+    if text is None:
+        return None
+    value = _value(text, "--registry").strip()
+    if value.startswith("{"):
+        config: dict[str, Any] = json.loads(value)
+        remember_config(config)
+        return config
+    remember_config({"url": value})
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m sluice.spark", description="Ingest one Sluice batch into Parquet."
@@ -73,7 +88,21 @@ def parser() -> argparse.ArgumentParser:
         "--source", required=True, help="queue URI or JSON config, itself, @file or env:VAR"
     )
     p.add_argument("--schema", help="Spark DDL of the JSON payload, e.g. 'id INT, name STRING'")
-    p.add_argument("--format", dest="value_format", choices=("json", "raw"), default="json")
+    p.add_argument(
+        "--format",
+        dest="value_format",
+        choices=(*VALUE_FORMATS, "raw"),
+        default="json",
+        help="payload format (raw: deprecated, bytes)",
+    )
+    p.add_argument("--key-format", choices=KEY_FORMATS, default="bytes")
+    p.add_argument("--value-schema", help="writer schema of unframed values (a file or JSON)")
+    p.add_argument("--key-schema", help="writer schema of unframed keys")
+    p.add_argument(
+        "--registry",
+        help="Schema Registry URL, itself, @file or env:VAR (keeps a password private)",
+    )
+    p.add_argument("--on-incompatible", choices=("quarantine", "fail"), default="quarantine")
     p.add_argument("--mode", choices=("auto", "driver", "executors"), default="auto")
     p.add_argument(
         "--fail-on-broker-drops",
@@ -115,6 +144,11 @@ def _ingest(args: argparse.Namespace, source: str | dict[str, Any]) -> Any:
         source=source,
         schema=args.schema,
         value_format=args.value_format,
+        key_format=args.key_format,
+        value_schema=args.value_schema,
+        key_schema=args.key_schema,
+        schema_registry=_registry(args.registry),
+        on_incompatible=args.on_incompatible,
         mode=args.mode,
         fail_on_data_loss=not args.accept_data_loss,
         fail_on_broker_drops=args.fail_on_broker_drops,

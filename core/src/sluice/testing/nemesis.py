@@ -162,9 +162,12 @@ class Scenario:
     sink: SinkKind
     seed: int
     extra: int = 0  # rounds with faults chosen at random, after one of each
+    value_format: str = "json"  # or "avro": payloads in the wire format of a schema registry
+    only: tuple[str, ...] = ()  # play only these faults (default: every one that applies)
 
     def __str__(self) -> str:
-        return f"{self.transport}/{self.sink} seed {self.seed}"
+        fmt = "" if self.value_format == "json" else f" {self.value_format}"
+        return f"{self.transport}/{self.sink}{fmt} seed {self.seed}"
 
 
 @dataclass
@@ -223,6 +226,7 @@ def run_scenario(spark: Any, scenario: Scenario, workdir: Path) -> Outcome:
             world.open()
             chooser = random.Random(scenario.seed)
             plan = faults_for(scenario.transport, scenario.sink)
+            plan = [f for f in plan if not scenario.only or f.name in scenario.only]
             chooser.shuffle(plan)
             plan += [chooser.choice(plan) for _ in range(scenario.extra)]
             for fault in plan:
@@ -251,6 +255,38 @@ def _payload(message_id: str, chooser: random.Random) -> bytes:
 
 
 _ID_IN_VALUE = re.compile(rb"not json (\S+)")
+#: The payloads' Avro schema (``Scenario.value_format="avro"``): SCHEMA's fields.
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Reading",
+    "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "device", "type": "string"},
+        {"name": "temperature", "type": "double"},
+    ],
+}
+
+
+class _AvroPayloads:
+    """Avro payloads in the wire format of a stand-in schema registry of the scenario's own;
+    the malformed ones (a wrong magic byte, or a frame whose record is garbage) carry their
+    id as JSON ones do, for the oracle."""
+
+    def __init__(self, topic: str) -> None:
+        from ..formats.encode import Encoder
+        from .schema_registry import start_schema_registry
+
+        self.registry = start_schema_registry()
+        self.encoder = Encoder("avro", topic, json.dumps(AVRO_SCHEMA), self.registry.url)
+
+    def __call__(self, message_id: str, chooser: random.Random) -> bytes:
+        from ..formats.wire import frame
+
+        if chooser.random() < 0.1:
+            marker = f"not json {message_id}".encode()
+            return b"\x07" + marker if chooser.random() < 0.5 else frame(1, b"\xff" + marker)
+        reading = {"id": message_id, "device": f"d{chooser.randint(0, 4)}", "temperature": 1.5}
+        return self.encoder.encode(reading)
 
 
 class _World:
@@ -276,6 +312,18 @@ class _World:
         self.accept_loss = False
         self.clock = 0.0  # the sensor's clock: one "hour" per round, so leases run out
         self.broker: BrokerProcess | None = None
+        self.avro = _AvroPayloads(self.name) if scenario.value_format == "avro" else None
+
+    def payload(self, message_id: str, chooser: random.Random) -> bytes:
+        if self.avro is not None:
+            return self.avro(message_id, chooser)
+        return _payload(message_id, chooser)
+
+    def formats(self) -> dict[str, Any]:
+        """The ingest's format options (json: none)."""
+        if self.avro is None:
+            return {}
+        return {"value_format": "avro", "schema_registry": self.avro.registry.url}
 
     # -- to implement --------------------------------------------------------------------
 
@@ -312,6 +360,8 @@ class _World:
     def close(self) -> None:
         if self.broker is not None:
             self.broker.close()
+        if self.avro is not None:
+            self.avro.registry.stop()
 
     # -- the rounds ----------------------------------------------------------------------
 
@@ -374,6 +424,7 @@ class _World:
                 schema=SCHEMA,
                 mode=mode,  # type: ignore[arg-type]
                 fail_on_data_loss=not self.accept_loss,
+                **self.formats(),
             )
         except Exception as exc:
             self.outcome.errors.append(f"{'nested ' if nested else ''}ingest: {_describe(exc)}")
@@ -390,6 +441,7 @@ class _World:
             "schema": SCHEMA,
             "mode": mode,
             "fail_on_data_loss": not self.accept_loss,
+            **self.formats(),
         }
         code, stderr = run_child(self.spark, arguments, step)
         if code not in (-9, 0):
@@ -531,7 +583,7 @@ class _KafkaWorld(_World):
             partition = chooser.randrange(self.partitions)
             future = self.producer.send(
                 self.topic,
-                _payload(message_id, chooser),
+                self.payload(message_id, chooser),
                 key=message_id.encode(),
                 partition=partition,
             )
@@ -744,7 +796,7 @@ class _MqttWorld(_World):
 
         for _ in range(count):
             message_id = self._new_id()
-            envelope = MessageEnvelope(None, "reading", _payload(message_id, chooser))
+            envelope = MessageEnvelope(None, "reading", self.payload(message_id, chooser))
             envelope.message_id = message_id
             self.publisher.send(None, envelope)
             self.published.append(message_id)

@@ -10,6 +10,8 @@ adds no fixtures to other projects.
   ``$SYS`` topics updated every second.
 - ``private_mosquitto``, ``private_noida``: a broker of the test's own, free to stop and restart.
 - ``unique_name``: a fresh topic / group / client id for one test.
+- ``schema_registry``: a stand-in Schema Registry on a free port for one test
+  (:mod:`sluice.testing.schema_registry`).
 - ``spark``: one local SparkSession for the whole test session (it takes ~6 s to start).
 
 Every broker is stopped by its pid when its scope ends.
@@ -137,6 +139,16 @@ def private_mosquitto() -> Iterator[BrokerProcess]:
 @pytest.fixture
 def private_noida() -> Iterator[BrokerProcess]:
     yield from _kafka_broker(start_noida)
+
+
+@pytest.fixture
+def schema_registry() -> Iterator[Any]:
+    """A stand-in Schema Registry of the test's own (HTTP on 127.0.0.1), stopped after it."""
+    from .schema_registry import start_schema_registry
+
+    server = start_schema_registry()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

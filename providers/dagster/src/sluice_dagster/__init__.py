@@ -32,6 +32,7 @@ from .resources import (
     SparkResource,
 )
 from .schedules import make_ingest_schedule
+from .schema_registry import SchemaRegistryResource
 from .sensors import make_queue_sensor
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "MqttQueueResource",
     "QueueResource",
     "QueueUnavailableError",
+    "SchemaRegistryResource",
     "SparkResource",
     "ingest_run_config",
     "make_ingest_asset",

@@ -27,14 +27,13 @@ def make_ingest_asset(
     other fields of :class:`~sluice_dagster.ops.IngestSettings` (``schema``, ``mode``,
     ``spark_resource_key``, ``dead_letter``...)."""
     ingest_settings = IngestSettings.of(resource_key, sink, **settings)
-    spark_resource_key = ingest_settings.spark_resource_key
 
     @asset(
         name=name,
         key_prefix=key_prefix,
         group_name=group_name,
         description=description or f"Parquet dataset at {sink}, ingested from '{resource_key}'.",
-        required_resource_keys={resource_key, spark_resource_key},
+        required_resource_keys=ingest_settings.resource_keys(),
         op_tags={INGEST_TAG: resource_key},
         metadata={"sink": sink, **(metadata or {})},
         kinds={"spark", "parquet"},

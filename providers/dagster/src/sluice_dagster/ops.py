@@ -22,7 +22,7 @@ from pydantic import Field
 
 from sluice.batch import BatchSpec
 from sluice.spark import IngestEvent, IngestResult, ingest
-from sluice.spark.ingest import Mode, ValueFormat
+from sluice.spark.ingest import Mode
 
 from .resources import UNREACHABLE, QueueResource
 
@@ -54,7 +54,11 @@ class IngestConfig(Config):
     schema_ddl: str | None = Field(
         default=None, description="Spark DDL of the JSON payload, e.g. 'id INT, name STRING'."
     )
-    value_format: str | None = Field(default=None, description="'json' or 'raw'.")
+    value_format: str | None = Field(
+        default=None,
+        description="'json', 'avro', 'protobuf', 'json_schema', 'string', 'bytes' ('raw', "
+        "deprecated) or 'sparkplug_b'.",
+    )
     mode: str | None = Field(
         default=None, description="Where Kafka messages are read: 'auto', 'driver', 'executors'."
     )
@@ -75,8 +79,25 @@ class IngestSettings(Config):
         description="Spark DDL of the JSON payload, e.g. 'id INT, name STRING' (the factories "
         "take it as schema=...). None: the payload is kept as a string.",
     )
-    value_format: ValueFormat = Field(
-        default="json", description="'json': parse the payload; 'raw': keep its bytes."
+    value_format: str = Field(
+        default="json",
+        description="How values are read: 'json', 'avro', 'protobuf', 'json_schema', 'string', "
+        "'bytes' ('raw', deprecated) or 'sparkplug_b' (MQTT, a row per metric).",
+    )
+    key_format: str = Field(default="bytes", description="How keys are read ('bytes': as is).")
+    value_schema: str | None = Field(
+        default=None,
+        description="Writer schema of unframed values: a file (.avsc, .proto[#Message], a "
+        "descriptor set, a JSON Schema) or inline JSON.",
+    )
+    key_schema: str | None = Field(default=None, description="Writer schema of unframed keys.")
+    schema_registry_key: str | None = Field(
+        default=None,
+        description="Key of a SchemaRegistryResource: payloads in the Confluent wire format.",
+    )
+    on_incompatible: str = Field(
+        default="quarantine",
+        description="A record whose schema does not fit the table: 'quarantine' or 'fail'.",
     )
     mode: Mode = Field(
         default="auto", description="Where Kafka messages are read: 'auto', 'driver', 'executors'."
@@ -100,6 +121,11 @@ class IngestSettings(Config):
     payload_column: str | None = Field(
         default=None, description="Keep the parsed payload as one struct column of this name."
     )
+
+    def resource_keys(self) -> set[str]:
+        """The resources an ingest with these settings needs."""
+        keys = {self.resource_key, self.spark_resource_key}
+        return keys | ({self.schema_registry_key} if self.schema_registry_key else set())
 
     @classmethod
     def of(cls, resource_key: str, sink: str, **settings: Any) -> "IngestSettings":
@@ -140,6 +166,9 @@ def run_ingest(
     value_format = config.value_format or settings.value_format
     mode = config.mode or settings.mode
     spark = getattr(context.resources, settings.spark_resource_key).spark_session
+    registry = None
+    if settings.schema_registry_key is not None:
+        registry = getattr(context.resources, settings.schema_registry_key).settings()
     context.log.info(
         f"Ingesting batch {spec.batch_id}: {spec.kind} topic {spec.topic}, "
         f"{_describe(spec)}, from {resource.address}"
@@ -157,6 +186,11 @@ def run_ingest(
             source=resource.source,
             schema=config.schema_ddl or settings.schema_ddl,
             value_format=value_format,  # type: ignore[arg-type]
+            key_format=settings.key_format,
+            value_schema=settings.value_schema,
+            key_schema=settings.key_schema,
+            schema_registry=registry,
+            on_incompatible=settings.on_incompatible,  # type: ignore[arg-type]
             mode=mode,  # type: ignore[arg-type]
             dead_letter=settings.dead_letter,
             fail_on_data_loss=settings.fail_on_data_loss,
@@ -246,7 +280,7 @@ def make_ingest_op(
         name=name,
         description=description
         or f"Ingest one batch from resource '{settings.resource_key}' into {settings.sink}.",
-        required_resource_keys={settings.resource_key, settings.spark_resource_key},
+        required_resource_keys=settings.resource_keys(),
         tags={INGEST_TAG: settings.resource_key},
         out=Out(dict, description="The ingest summary (IngestResult.to_dict())."),
     )

@@ -88,6 +88,8 @@ class BatchRecord:
     topic_id: str | None = None  # Kafka: the topic's id, where the broker has them (KIP-516)
     run: str | None = None  # the run that published it (one of possibly several of the batch)
     planned_on: int | None = None  # how many batches the stream's state held when it was planned
+    # what a payload format keeps per stream (Sparkplug B: the alias book), as of this batch
+    format_state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def stream(self) -> StreamKey:
@@ -112,6 +114,7 @@ class BatchRecord:
             "topic_id": self.topic_id,
             "run": self.run,
             "planned_on": self.planned_on,
+            "format_state": self.format_state,
         }
 
     @classmethod
@@ -134,6 +137,7 @@ class BatchRecord:
             topic_id=data.get("topic_id"),
             run=data.get("run"),
             planned_on=data.get("planned_on"),
+            format_state=dict(data.get("format_state") or {}),
         )
 
 
@@ -178,6 +182,7 @@ class StreamState:
     topic_id: str | None = None  # Kafka: the id of the topic written, where the broker has ids
     # Kafka: a reset partition's old committed offset, stale until the group commits anew
     stale_commits: dict[int, int] = field(default_factory=dict)
+    format_state: dict[str, Any] = field(default_factory=dict)  # see BatchRecord.format_state
 
     @property
     def held(self) -> Coverage:
@@ -211,6 +216,7 @@ class StreamState:
         self.recent_batches = [*self.recent_batches, record.batch_id][-RECENT_BATCHES:]
         if record.broker_dropped is not None:
             self.broker_dropped = record.broker_dropped
+        self.format_state.update(record.format_state)
         self.batches += 1
         return True
 
@@ -225,6 +231,7 @@ class StreamState:
             "fingerprints": {str(p): list(f) for p, f in sorted(self.fingerprints.items())},
             "topic_id": self.topic_id,
             "stale_commits": {str(p): o for p, o in sorted(self.stale_commits.items())},
+            **({"format_state": self.format_state} if self.format_state else {}),
         }
 
     @classmethod
@@ -239,6 +246,7 @@ class StreamState:
             fingerprints=_fingerprints(data.get("fingerprints")),
             topic_id=data.get("topic_id"),
             stale_commits={int(p): int(o) for p, o in (data.get("stale_commits") or {}).items()},
+            format_state=dict(data.get("format_state") or {}),
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -48,9 +49,17 @@ class QueuePublishOperator(BaseOperator):
         "message_type": ...}``.
     :param message_type: the message type of items that do not name one.
     :param config: config keys on top of the connection's (templated; never credentials).
+    :param value_format: write each payload as "json" (default), "avro", "protobuf",
+        "json_schema" (with ``value_schema``), "string", "bytes" or "sparkplug_b", the way
+        ``sluice publish --format`` does (:class:`sluice.formats.encode.Encoder`).
+    :param value_schema: the writer schema: a file (.avsc, .proto[#Message], a descriptor set,
+        a JSON Schema) or inline JSON (templated).
+    :param schema_registry: a Schema Registry URL without a password, or
+    :param schema_registry_conn_id: an Airflow connection naming the registry: the schema is
+        registered under ``<topic>-value`` and payloads are framed with its id.
     """
 
-    template_fields: Sequence[str] = ("topic", "messages", "config")
+    template_fields: Sequence[str] = ("topic", "messages", "config", "value_schema")
     ui_color = "#fdebd0"
 
     def __init__(
@@ -61,6 +70,10 @@ class QueuePublishOperator(BaseOperator):
         messages: Messages,
         message_type: str | None = None,
         config: dict[str, Any] | None = None,
+        value_format: str = "json",
+        value_schema: str | None = None,
+        schema_registry: str | None = None,
+        schema_registry_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -70,6 +83,27 @@ class QueuePublishOperator(BaseOperator):
         self.messages = messages
         self.message_type = message_type
         self.config = dict(config or {})
+        self.value_format = value_format
+        self.value_schema = value_schema
+        self.schema_registry = schema_registry
+        self.schema_registry_conn_id = schema_registry_conn_id
+
+    def _encoded(self, envelopes: list[MessageEnvelope]) -> None:
+        """Write each payload in ``value_format`` (in place)."""
+        if self.value_format == "json" and self.value_schema is None:
+            return
+        from sluice.formats.encode import Encoder
+
+        from ..hooks.schema_registry import registry_settings
+
+        registry = registry_settings(self.schema_registry_conn_id, self.schema_registry)
+        with redacted_errors():
+            encoder = Encoder(self.value_format, self.topic, self.value_schema, registry)
+            for envelope in envelopes:
+                document = envelope.message  # an envelope keeps a dict payload as JSON bytes
+                if isinstance(document, bytes) and self.value_format not in ("string", "bytes"):
+                    document = json.loads(document)
+                envelope.message = encoder.encode(document)
 
     def _items(self) -> list[Any]:
         messages = self.messages
@@ -86,6 +120,7 @@ class QueuePublishOperator(BaseOperator):
 
     def execute(self, context: Context) -> int:
         envelopes = [to_envelope(m, self.message_type) for m in self._items()]
+        self._encoded(envelopes)
         hook = QueueHook(self.conn_id)
         kind = hook.kind
         config = hook.config(self.topic, **self.config)

@@ -104,8 +104,18 @@ class SparkIngestOperator(BaseOperator):
     :param if_nothing_waiting: with ``batch="waiting"``: ``"skip"`` (default) skips the task
         when nothing waits; ``"succeed"`` ends it successfully, returning an empty summary
         (the same keys, ``batch_id`` None, counts 0).
-    :param schema: Spark DDL (templated) or StructType parsing the JSON payload.
-    :param value_format: "json" or "raw".
+    :param schema: Spark DDL (templated) or StructType parsing the JSON payload (the schema
+        formats: the table's columns; default: from the writer's schemas).
+    :param value_format: "json", "avro", "protobuf", "json_schema", "string", "bytes"
+        ("raw", deprecated) or "sparkplug_b" (MQTT); see :func:`sluice.spark.ingest`.
+    :param key_format: how keys are read ("bytes", the default, keeps them as they are).
+    :param value_schema: writer schema of unframed values (a file, or inline; templated).
+    :param key_schema: writer schema of unframed keys (json keys: Spark DDL).
+    :param schema_registry: Schema Registry URL without a password (templated); or
+    :param schema_registry_conn_id: an Airflow connection naming the registry, its login and
+        password (:mod:`sluice_airflow.hooks.schema_registry`).
+    :param on_incompatible: "quarantine" (default) or "fail": a record whose schema does not
+        fit the table's.
     :param mode: where Kafka messages are read: "driver", "executors" or "auto".
     :param fail_on_data_loss: fail when messages of the batch are gone from the broker
         (retention, a recreated topic); False records the loss and goes on.
@@ -121,7 +131,15 @@ class SparkIngestOperator(BaseOperator):
     :return: ``IngestResult.to_dict()``; a list of them when the run gathered several batches.
     """
 
-    template_fields: Sequence[str] = ("batch", "sink", "schema", "topic")
+    template_fields: Sequence[str] = (
+        "batch",
+        "sink",
+        "schema",
+        "topic",
+        "value_schema",
+        "key_schema",
+        "schema_registry",
+    )
     ui_color = "#f5cba7"
 
     def __init__(
@@ -131,7 +149,13 @@ class SparkIngestOperator(BaseOperator):
         sink: str,
         batch: Any = DEFAULT_BATCH,
         schema: Any = None,
-        value_format: Literal["json", "raw"] = "json",
+        value_format: str = "json",
+        key_format: str = "bytes",
+        value_schema: str | None = None,
+        key_schema: str | None = None,
+        schema_registry: str | None = None,
+        schema_registry_conn_id: str | None = None,
+        on_incompatible: Literal["quarantine", "fail"] = "quarantine",
         mode: Literal["auto", "driver", "executors"] = "auto",
         dead_letter: bool = False,
         fail_on_data_loss: bool = True,
@@ -160,6 +184,12 @@ class SparkIngestOperator(BaseOperator):
         self.batch = batch
         self.schema = schema
         self.value_format = value_format
+        self.key_format = key_format
+        self.value_schema = value_schema
+        self.key_schema = key_schema
+        self.schema_registry = schema_registry
+        self.schema_registry_conn_id = schema_registry_conn_id
+        self.on_incompatible = on_incompatible
         self.mode = mode
         self.fail_on_data_loss = fail_on_data_loss
         self.dead_letter = dead_letter
@@ -248,9 +278,18 @@ class SparkIngestOperator(BaseOperator):
         return result
 
     def _options(self) -> dict[str, Any]:
+        """The ingest's options (the registry's settings, with its password, included)."""
+        from ..hooks.schema_registry import registry_settings
+
+        registry = registry_settings(self.schema_registry_conn_id, self.schema_registry)
         return {
             "schema": self.schema,
             "value_format": self.value_format,
+            "key_format": self.key_format,
+            "value_schema": self.value_schema,
+            "key_schema": self.key_schema,
+            "schema_registry": registry.to_dict() if registry is not None else None,
+            "on_incompatible": self.on_incompatible,
             "mode": self.mode,
             "dead_letter": self.dead_letter,
             "fail_on_data_loss": self.fail_on_data_loss,
@@ -285,6 +324,14 @@ class SparkIngestOperator(BaseOperator):
             fd = os.open(source_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as handle:
                 json.dump(source, handle)
+            options = self._options()
+            registry = options.pop("schema_registry", None)
+            if registry is not None:  # its password, like the source's, in a private file
+                registry_file = Path(tmp) / "registry.json"
+                fd = os.open(registry_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as handle:
+                    json.dump(registry, handle)
+                options["registry"] = f"@{registry_file}"
             command = [self._submit_executable()]
             if self.spark_master:
                 command += ["--master", self.spark_master]
@@ -292,7 +339,7 @@ class SparkIngestOperator(BaseOperator):
                 command += ["--conf", f"{key}={value}"]
             command += [
                 submit_script_path(),
-                *submit_arguments(spec, self.sink, self._options()),
+                *submit_arguments(spec, self.sink, options),
                 "--source",
                 f"@{source_file}",
             ]
