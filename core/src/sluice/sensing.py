@@ -172,11 +172,10 @@ def plan_now(
     queue.open(None)
     try:
         spec = wait_for_batch(queue, min_messages, max_messages, wait_seconds)
+        check_topic = getattr(queue, "check_topic", None)  # Kafka queues have one
+        if spec is None and check_topic is not None:
+            check_topic()  # before counting: a consumer's count may auto-create the topic
         count = count_waiting(queue) if spec is None else spec.message_count
-        if spec is None and count == 0:
-            check_topic = getattr(queue, "check_topic", None)  # Kafka queues have one
-            if check_topic is not None:
-                check_topic()
     finally:
         queue.close(None)  # MQTT: unacknowledged messages stay in the session
     return spec, count

@@ -111,12 +111,13 @@ def ingest(
     """Ingest the messages waiting now: plan one batch, write it to Parquet, then commit."""
     target = parse(uri, command="ingest")
     _check_uri(target)
-    _check_before_spark(schema, payload_column, sink)
+    _check_before_spark(schema, payload_column)
     limit = _limit(max_quarantined)
     spec = _plan(target, max_messages)
     if spec is None:
         output.out().print(f"Nothing to ingest: no messages waiting on '{target.topic}'.")
         return
+    _check_sink(sink)  # only now: nothing waiting creates nothing
     from sluice.spark import ingest as run_ingest
 
     with _phases(spec) as (progress, say):
@@ -204,14 +205,18 @@ def _stderr_to(log: Path) -> Iterator[None]:
         os.close(saved)
 
 
-def _check_before_spark(schema: str | None, payload_column: str | None, sink: str) -> None:
+def _check_before_spark(schema: str | None, payload_column: str | None) -> None:
     """What the user typed, checked in seconds: Spark takes several to start."""
     if importlib.util.find_spec("pyspark") is None:
         raise CliError("'sluice ingest' needs PySpark: pip install 'sluice-core[spark]'.")
     from sluice.spark.classify import parse_schema
-    from sluice.spark.sinks import open_sink
 
     parse_schema(schema, payload_column)
+
+
+def _check_sink(sink: str) -> None:
+    from sluice.spark.sinks import open_sink
+
     open_sink(sink).check()
 
 

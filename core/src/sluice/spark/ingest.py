@@ -478,6 +478,7 @@ class _Job:
         saves, and only one chunk is in memory at a time."""
         from .reading import chunks_on_driver
 
+        self._event("reading", 0, total)
         chunks = chunks_on_driver(
             kwargs,
             self.spec.topic,
@@ -506,6 +507,7 @@ class _Job:
         from .reading import read_on_executors, task_errors
 
         topic, stall_s = self.spec.topic, self._stall_timeout_s()
+        self._event("reading", 0, total)
         raw = read_on_executors(self.spark, kwargs, topic, todo, self.chunk_size, stall_s)
         failpoint("read.after_first_chunk")
         with task_errors():

@@ -7,9 +7,9 @@ tasks, from Spark's status tracker; Spark Connect has none, so only the phase is
 ``publishing``, ``written`` (the batch is published), ``committing`` and ``committed``.
 
 - :class:`ProgressLog` turns events into lines (``reading: 50,000 of 200,000 messages,
-  41,000 msg/s``): one at each change of phase, and at most every ``every`` seconds within
-  one. The CLI, ``python -m sluice.spark``, the Airflow operator's and the Dagster op's logs
-  all use it.
+  41,000 msg/s``): one at each change of phase, at most every ``every`` seconds within one,
+  and the last of a phase when it ends. The CLI, ``python -m sluice.spark``, the Airflow
+  operator's and the Dagster op's logs all use it.
 - :meth:`ProgressLog.state` says what an interruption left: nothing published, published but
   not committed, or committed; :func:`sigterm_interrupts` makes SIGTERM an interruption
   (Spark's jobs cancelled) like Ctrl-C.
@@ -50,15 +50,18 @@ class ProgressLog:
         self.last: IngestEvent | None = None
         self._said_at = 0.0
         self._reading_since: tuple[float, int] | None = None
+        self._unsaid: IngestEvent | None = None  # the phase's latest event, not yet shown
 
     def __call__(self, event: IngestEvent) -> None:
         now = self.clock()
         if event.stage == "reading" and self._reading_since is None:
             self._reading_since = (now, event.read)
         changed = self.last is None or self.last.stage != event.stage
-        self.last = event
+        if changed and self._unsaid is not None:  # how the phase ended, if not said yet
+            self.emit(self.line(self._unsaid))
+        self.last, self._unsaid = event, event
         if changed or now - self._said_at >= self.every:
-            self._said_at = now
+            self._said_at, self._unsaid = now, None
             self.emit(self.line(event))
 
     def rate(self, event: IngestEvent) -> float | None:
@@ -82,8 +85,12 @@ class ProgressLog:
         if stage == "read":
             return f"read: {event.read:,}{total} messages{speed}"
         if stage == "writing":
+            if event.parts is None and event.done is None:
+                return (
+                    "writing: Spark is sorting and writing the rows (Spark Connect shows no tasks)"
+                )
             if event.parts is None:
-                return "writing: Spark is sorting and writing the rows (no task progress here)"
+                return "writing: the Spark job that sorts and writes the rows is starting"
             return f"writing: {event.done or 0} of {event.parts} Spark tasks (files) done"
         if stage == "publishing":
             return f"publishing batch {event.batch_id or self.batch_id}"

@@ -13,6 +13,7 @@ on the session), and the worker it starts is reused by the ingest's own job.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 __all__ = ["REQUIRED", "PythonWorkersError", "check_python_workers"]
@@ -52,7 +53,9 @@ def check_python_workers(spark: Any) -> None:
         return
     from pyspark.sql import functions as F
 
-    probe = F.udf(_probe, "string")
+    with warnings.catch_warnings():  # PySpark guesses a pandas UDF from the type hints
+        warnings.simplefilter("ignore", UserWarning)
+        probe = F.udf(_probe, "string")
     row = spark.range(1, numPartitions=1).select(probe(F.col("id")).alias("found")).first()
     executable, _, failures = str(row["found"]).partition("|")
     if failures:
