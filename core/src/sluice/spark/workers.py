@@ -13,6 +13,7 @@ on the session), and the worker it starts is reused by the ingest's own job.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from typing import Any
 
@@ -55,8 +56,16 @@ def check_python_workers(spark: Any) -> None:
 
     with warnings.catch_warnings():  # PySpark guesses a pandas UDF from the type hints
         warnings.simplefilter("ignore", UserWarning)
-        probe = F.udf(_probe, "string")
-    row = spark.range(1, numPartitions=1).select(probe(F.col("id")).alias("found")).first()
+        probe = F.udf(_probe, "string", useArrow=False)  # a plain UDF needs no pyarrow
+    try:
+        row = spark.range(1, numPartitions=1).select(probe(F.col("id")).alias("found")).first()
+    except Exception as exc:  # the worker failed before the probe could answer
+        missing = re.search(r"No module named '([\w.]+)'", str(exc))
+        if missing is None:
+            raise
+        name = missing.group(1).split(".")[0]
+        failure = f"{name}:ModuleNotFoundError: No module named '{name}'"
+        raise PythonWorkersError(_message(spark, "a Python", [failure])) from None
     executable, _, failures = str(row["found"]).partition("|")
     if failures:
         raise PythonWorkersError(_message(spark, executable, failures.split(";")))
