@@ -88,3 +88,7 @@ def open_queue(transport: Transport) -> Iterator[Callable[..., IMessageQueue]]:
     yield make
     for queue in opened:
         queue.close(None)
+
+
+#: pip-services3-kafka's own suite: run by test_pipservices_suite.py in a pytest of its own.
+collect_ignore = ["pip_services3_kafka_3_1_11"]

@@ -326,11 +326,16 @@ args = sys.argv[1:]
 if not args or args[0] != "install" or any(a.startswith("-") for a in args[1:]):
     sys.exit(f"readme-test pip: only 'pip install PATH...' is supported, got {{args}}")
 for arg in args[1:]:
-    path = Path(arg).resolve()
+    where, _, extras = arg.partition("[")
+    path = Path(where).resolve()
     project = path / "pyproject.toml"
     if not project.is_file():
         sys.exit(f"readme-test pip: {{arg}} is not a project (no pyproject.toml)")
-    name = tomllib.loads(project.read_text())["project"]["name"]
+    meta = tomllib.loads(project.read_text())["project"]
+    name = meta["name"]
+    for extra in filter(None, extras.rstrip("]").split(",")):
+        if extra.strip() not in meta.get("optional-dependencies", {{}}):
+            sys.exit(f"readme-test pip: {{name}} has no extra {{extra!r}}")
     try:
         url = json.loads(distribution(name).read_text("direct_url.json") or "{{}}").get("url")
     except PackageNotFoundError:

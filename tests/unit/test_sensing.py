@@ -36,6 +36,7 @@ def test_kafka_sensing_reads_the_backlog_and_commits_nothing() -> None:
         "group_id": "g",
         "autocommit": False,
         "from_beginning": True,
+        "options.create_topic": False,  # a misspelt topic is an error, never a new topic
     }
     assert sensing_config("kafka", {"from_beginning": False})["from_beginning"] is False
 

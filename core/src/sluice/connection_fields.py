@@ -10,11 +10,10 @@ connection is written by hand once and read by every task.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .queues.config import COMMON_KEYS, ConfigError, ConfigKey
+from .queues.config import COMMON_KEYS, ConfigError, ConfigKey, did_you_mean
 from .queues.uri import transports
 from .secrets import is_secret_key
 
@@ -49,10 +48,9 @@ def check_keys(kind: str, keys: Iterable[str], where: str) -> None:
     known = known_keys(kind)
     for key in keys:
         if key not in known:
-            close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
             raise ConfigError(
-                f"{where}: unknown config key '{key}' for a {kind} queue.{hint} "
+                f"{where}: unknown config key '{key}' for a {kind} queue."
+                f"{did_you_mean(key, known)} "
                 f"Known keys: {', '.join(sorted(known))}."
             )
 

@@ -249,7 +249,9 @@ def redact_exception(exc: BaseException) -> BaseException:
             if not isinstance(value, str) or redact_text(value) == value:
                 setattr(replacement, name, value)
         return replacement
-    return RuntimeError(f"{type(exc).__name__}: {clean}")
+    from .errors import exception_line
+
+    return RuntimeError(redact_text(exception_line(exc)))
 
 
 @contextmanager

@@ -94,6 +94,7 @@ def sensing_config(kind: str, config: Mapping[str, Any]) -> dict[str, Any]:
 
     Kafka: ``from_beginning`` true unless set (a group that never committed starts at the
     beginning, so a sensor that opens a new queue on every poke still sees the backlog).
+    A Kafka sensing queue never creates its topic (``options.create_topic`` false).
     MQTT: ``autocommit`` false and ``options.qos`` 1 unless set; a ``client_id`` is required
     (the persistent session the ingest drains).
     """
@@ -101,6 +102,7 @@ def sensing_config(kind: str, config: Mapping[str, Any]) -> dict[str, Any]:
     values["autocommit"] = False
     if kind == "kafka":
         values.setdefault("from_beginning", True)
+        values["options.create_topic"] = False  # a misspelt topic is an error, not a new topic
     elif kind == "mqtt":
         values.setdefault("options.qos", 1)
         if not values.get("client_id"):
@@ -162,12 +164,17 @@ def plan_now(
     up to ``wait_seconds`` for the session's queued messages) and closes it: nothing is
     committed or acknowledged, so an MQTT session's messages go to the ingest's connection.
     Kafka plans from the group's committed offsets, so planning again after a failed ingest
-    gives its messages again, never a range that starts after an unwritten message.
+    gives its messages again, never a range that starts after an unwritten message. A Kafka
+    topic that does not exist raises :class:`~sluice.errors.TopicNotFoundError` (as
+    ``sluice peek`` says), so a misspelt topic never looks like an empty one.
     """
     queue = queue_from_config(kind, sensing_config(kind, config))
     queue.open(None)
     try:
         spec = wait_for_batch(queue, min_messages, max_messages, wait_seconds)
+        check_topic = getattr(queue, "check_topic", None)  # Kafka queues have one
+        if spec is None and check_topic is not None:
+            check_topic()  # before counting: a consumer's count may auto-create the topic
         count = count_waiting(queue) if spec is None else spec.message_count
     finally:
         queue.close(None)  # MQTT: unacknowledged messages stay in the session

@@ -137,8 +137,14 @@ def test_reads_in_chunks_of_chunk_size(
 
     ingest(spark, topic.plan(), tmp_path, source=source, chunk_size=100, progress=events.append)
 
-    assert [e.read for e in events if e.stage == "reading"] == [100, 200, 250]
-    assert [e.stage for e in events][-3:] == ["read", "written", "committed"]
+    assert [e.read for e in events if e.stage == "reading"] == [0, 100, 200, 250]
+    stages = list(dict.fromkeys(e.stage for e in events))  # each phase, in order
+    assert stages == [
+        "starting", "reading", "read", "writing", "publishing", "written", "committing",
+        "committed",
+    ]  # fmt: skip
+    writing = [(e.done, e.parts) for e in events if e.stage == "writing"]
+    assert writing[-1][0] == writing[-1][1] and writing[-1][1], writing  # the tracker's tasks
 
 
 @pytest.mark.parametrize("broker_name", ["noida", "tansu"])

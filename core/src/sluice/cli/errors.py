@@ -18,6 +18,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from sluice.errors import exception_detail
 from sluice.secrets import redact_text, remember_text
 
 __all__ = [
@@ -55,6 +56,15 @@ def is_debug() -> bool:
     return _State.debug
 
 
+#: Errors whose message says what happened and what to do: shown as they are.
+_SELF_EXPLAINING = (
+    "DataLossError",
+    "ConcurrentIngestError",
+    "QuarantineLimitError",
+    "TopicNotFoundError",
+    "PythonWorkersError",
+)
+
 #: How the queues name the address to fix; a CLI user typed a URI, not config keys.
 _CONFIG_KEYS_HINT = "connection.host and connection.port (or connection.uri)"
 
@@ -64,6 +74,10 @@ def _one_line(text: str) -> str:
     if not lines:
         return ""
     return lines[0] + (" ('sluice --debug ...' shows the rest)" if len(lines) > 1 else "")
+
+
+def _detail(exc: BaseException) -> str:
+    return _one_line(exception_detail(exc))
 
 
 def describe(exc: BaseException) -> tuple[str, int]:
@@ -78,7 +92,7 @@ def describe(exc: BaseException) -> tuple[str, int]:
     module = type(exc).__module__
     if name == "ConfigError":
         return _one_line(str(exc)), USAGE
-    if name in ("DataLossError", "ConcurrentIngestError"):  # they say what to do
+    if name in _SELF_EXPLAINING:  # they say what to do
         return _one_line(str(exc)), RUNTIME
     if name == "UnknownConfigKeyWarning":
         text = _one_line(str(exc)).replace(" is ignored.", ".")
@@ -95,7 +109,7 @@ def describe(exc: BaseException) -> tuple[str, int]:
         ), RUNTIME
     if module.startswith("kafka"):
         return (
-            f"Kafka said {name}: {_one_line(str(exc)) or 'no detail'}. Check that the broker "
+            f"Kafka said {name}: {_detail(exc).rstrip('.') or 'no detail'}. Check that the broker "
             "is running and the URI names it (sluice brokers status).",
             RUNTIME,
         )
@@ -105,7 +119,7 @@ def describe(exc: BaseException) -> tuple[str, int]:
         return f"File not found: {exc.filename}.", USAGE
     if isinstance(exc, OSError):
         return _one_line(f"{exc.strerror or exc}: {exc.filename or ''}"), RUNTIME
-    detail = _one_line(str(exc))
+    detail = _detail(exc)
     return (
         f"Unexpected {name}{': ' + detail if detail else ''} ('sluice --debug ...' shows the "
         "traceback; please report it).",

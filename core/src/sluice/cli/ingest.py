@@ -16,13 +16,16 @@ import typer
 
 from . import output
 from .errors import CliError, is_debug
-from .queues import QueueUri, opened, parse
+from .queues import QueueUri, parse, strict_config
 
 if TYPE_CHECKING:
     from sluice.batch import BatchSpec
     from sluice.spark import IngestResult
 
-__all__ = ["ingest"]
+__all__ = ["MQTT_PLAN_WAIT", "ingest"]
+
+#: Seconds an MQTT plan waits for the session's queued messages to arrive.
+MQTT_PLAN_WAIT = 2.0
 
 
 class Format(StrEnum):
@@ -137,6 +140,13 @@ def ingest(
             "ingest (mosquitto's max_queued_messages was reached)."
         ),
     ] = False,
+    max_quarantined: Annotated[
+        str,
+        typer.Option(
+            help="Fail the batch (nothing published or committed) when more than this goes to "
+            "quarantine: a ratio (0.5, 50%), a count (100) or none."
+        ),
+    ] = "0.5",
     accept_data_loss: Annotated[
         bool,
         typer.Option(
@@ -148,26 +158,18 @@ def ingest(
     """Ingest the messages waiting now: plan one batch, write it to Parquet, then commit."""
     target = parse(uri, command="ingest")
     _check_uri(target)
-    _check_before_spark(schema, payload_column, sink)
+    _check_before_spark(schema, payload_column)
+    limit = _limit(max_quarantined)
     spec = _plan(target, max_messages)
     if spec is None:
         output.out().print(f"Nothing to ingest: no messages waiting on '{target.topic}'.")
         return
+    _check_sink(sink)  # only now: nothing waiting creates nothing
     from sluice.spark import ingest as run_ingest
 
-    spark = _spark(master)
-    total = spec.message_count if spec.kind == "kafka" else None
-    with output.progress() as bar:
-        task = bar.add_task(f"ingesting {spec.topic}", total=total)
-
-        def progress(event: Any) -> None:
-            bar.update(
-                task,
-                description=f"{event.stage} {spec.topic}",
-                completed=event.read,
-                total=event.total if event.total is not None else total,
-            )
-
+    with _phases(spec) as (progress, say):
+        say(f"starting Spark ({master or os.environ.get('SLUICE_SPARK_MASTER') or 'local[*]'})")
+        spark = _spark(master)
         result = run_ingest(
             spark,
             spec,
@@ -186,8 +188,57 @@ def ingest(
             fail_on_data_loss=not accept_data_loss,
             fail_on_broker_drops=fail_on_broker_drops,
             progress=progress,
+            max_quarantined=limit,
         )
+    if result.kind == "mqtt" and not (result.read or result.skipped):
+        output.out().print(f"Nothing to ingest: the session's drain of '{spec.topic}' was empty.")
+        return
     _show(result)
+
+
+def _limit(text: str) -> float | int | None:
+    from sluice.quarantine import parse_limit
+
+    try:
+        return parse_limit(text)
+    except ValueError as exc:
+        raise CliError(str(exc), usage=True) from None
+
+
+@contextlib.contextmanager
+def _phases(spec: BatchSpec) -> Iterator[tuple[Any, Any]]:
+    """(the ingest's progress callback, a function that shows a line) for the block: a bar
+    on a terminal, else one line per phase on stderr. Ctrl-C or SIGTERM in the block exits
+    130 saying what the batch was left as."""
+    from sluice.spark.progress import ProgressLog, sigterm_interrupts
+
+    console = output.err()
+    with output.progress() as bar:
+        total = spec.message_count if spec.kind == "kafka" else None
+        task = bar.add_task(f"planned batch {spec.batch_id}", total=total)
+
+        def say(line: str) -> None:
+            if console.is_terminal:
+                bar.update(task, description=line)
+            else:
+                console.print(f"sluice: {line}", highlight=False, soft_wrap=True)
+
+        log = ProgressLog(say, spec.batch_id, every=0.5 if console.is_terminal else 5.0)
+
+        def progress(event: Any) -> None:
+            log(event)
+            if event.stage == "writing" and event.parts:
+                bar.update(task, completed=event.done or 0, total=event.parts)
+            else:
+                bar.update(task, completed=event.read, total=event.total or total)
+
+        try:
+            with sigterm_interrupts():
+                yield progress, say
+        except KeyboardInterrupt:
+            bar.stop()
+            console.print(log.state(), highlight=False, soft_wrap=True)
+            raise typer.Exit(130) from None
 
 
 @contextlib.contextmanager
@@ -227,14 +278,18 @@ def registry_value(text: str | None) -> str | None:
     return text
 
 
-def _check_before_spark(schema: str | None, payload_column: str | None, sink: str) -> None:
+def _check_before_spark(schema: str | None, payload_column: str | None) -> None:
     """What the user typed, checked in seconds: Spark takes several to start."""
     if importlib.util.find_spec("pyspark") is None:
         raise CliError("'sluice ingest' needs PySpark: pip install 'sluice-core[spark]'.")
     from sluice.spark.classify import parse_schema
-    from sluice.spark.sinks import open_sink
 
     parse_schema(schema, payload_column)
+
+
+def _check_sink(sink: str) -> None:
+    from sluice.spark.sinks import open_sink
+
     open_sink(sink).check()
 
 
@@ -266,20 +321,23 @@ def _check_uri(target: QueueUri) -> None:
 
 
 def _plan(target: QueueUri, max_messages: int | None) -> BatchSpec | None:
-    from sluice.batch import plan_batch
+    """What waits now, as the sensors see it (:func:`sluice.sensing.plan_now`), before Spark
+    starts: a Kafka topic that does not exist is an error, an MQTT session with nothing
+    waiting is "Nothing to ingest" in seconds."""
+    from sluice.queues.config import ConfigError
+    from sluice.sensing import plan_now
 
-    if target.kind == "kafka":
-        queue = target.queue({"from_beginning": True})
-        with opened(queue):
-            return plan_batch(queue, max_messages=max_messages)
-    queue = target.queue()
-    try:  # an MQTT batch is the session itself: nothing to open to plan it
-        return plan_batch(queue, max_messages=max_messages)
-    except ValueError as exc:
+    if target.kind == "mqtt" and not target.given("client_id"):
         raise CliError(
-            f"{exc} Add client_id=NAME&qos=1 to the URI.".replace("). Add", "); add"),
+            "An MQTT batch is a persistent session: add client_id=NAME&qos=1 to the URI.",
             usage=True,
-        ) from exc
+        )
+    with strict_config():
+        try:
+            spec, _ = plan_now(target.kind, target.settings(), 1, max_messages, MQTT_PLAN_WAIT)
+        except ConfigError as exc:
+            raise CliError(str(exc), usage=True) from exc
+    return spec
 
 
 def _show(result: IngestResult) -> None:

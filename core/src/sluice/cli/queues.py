@@ -63,12 +63,18 @@ class QueueUri:
         """Whether the URI itself sets ``key``."""
         return key in self.config
 
+    def settings(
+        self, defaults: Mapping[str, Any] | None = None, **overrides: Any
+    ) -> dict[str, Any]:
+        """The config keys of a command's queue: ``defaults`` < the URI's keys < ``overrides``."""
+        kind_defaults = _KAFKA_DEFAULTS if self.kind == "kafka" else {}
+        return {**kind_defaults, **(defaults or {}), **self.config, **overrides}
+
     def queue(self, defaults: Mapping[str, Any] | None = None, **overrides: Any) -> MessageQueue:
-        """A configured, not yet opened queue: ``defaults`` < the URI's keys < ``overrides``."""
+        """A configured, not yet opened queue with :meth:`settings`."""
         from sluice.queues import queue_from_config
 
-        kind_defaults = _KAFKA_DEFAULTS if self.kind == "kafka" else {}
-        config = {**kind_defaults, **(defaults or {}), **self.config, **overrides}
+        config = self.settings(defaults, **overrides)
         with strict_config():
             try:
                 return queue_from_config(self.scheme, config)

@@ -112,6 +112,15 @@ QUEUE_KEYS: tuple[ConfigKey, ...] = (
         False,
         "Subscribe when the queue opens, not at the first read.",
     ),
+    ConfigKey(
+        "options.create_topic",
+        bool,
+        True,
+        "open() creates the topic when it does not exist (options.num_partitions, "
+        "options.replication_factor), as pip-services does. Sluice's sensors, planners and "
+        "commands that only read set it false: a misspelt topic is an error there, not a new "
+        "topic.",
+    ),
     ConfigKey("options.write_partition", int, None, "Send every message to this partition."),
     ConfigKey(
         "options.dead_letter_topic",

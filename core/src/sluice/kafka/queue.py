@@ -30,6 +30,7 @@ from pip_services3_commons.config import ConfigParams
 from pip_services3_commons.refer import Descriptor
 
 from ..batch import BatchSpec, OffsetRange
+from ..errors import TopicNotFoundError
 from ..queues.base import LISTEN_INTERVAL_KEY
 from ..queues.broker import BrokerQueue
 from ..queues.capabilities import MessagingCapabilities
@@ -69,6 +70,12 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
         # A wrong connection.protocol, or a password over plaintext, fails here, not at open.
         security_protocol(self._config)
 
+    def check_topic(self) -> None:
+        """:class:`~sluice.errors.TopicNotFoundError` unless the topic exists (open queue)."""
+        connection = self._conn()
+        if not connection.end_offsets(self.topic):
+            raise TopicNotFoundError(self.topic, ",".join(connection.servers))
+
     @property
     def group_id(self) -> str:
         return str(self._config["group_id"])
@@ -78,6 +85,10 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
         return str(self._config["options.dead_letter_topic"] or f"{self.topic}.dlq")
 
     def _after_open(self, connection: KafkaConnection) -> None:
+        if self._config["options.create_topic"] and not connection.end_offsets(self.topic):
+            # as pip-services' KafkaMessageQueue.open(): a missing topic is created with
+            # options.num_partitions, so a write_partition beyond the broker's default exists
+            connection.create_queue(self.topic)
         # Without from_beginning a new group starts where the topic ended when the queue opened
         # (not when the group join completes), so nothing sent after open() is missed.
         self._start_offsets = (

@@ -37,6 +37,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError, UnsupportedVersionError
 
 from ..batch import BatchSpec, OffsetRange
+from ..errors import TopicNotFoundError
 from ..secrets import redact_exception
 from .config import consumer_config, credentials
 from .logs import hide_secret
@@ -126,6 +127,7 @@ class _Topic:
     ends: dict[int, int] = field(default_factory=dict)
     version: int = 0  # grows each time an end moves
     known: bool = False  # ends were read at least once
+    missing: bool = False  # the broker's metadata has no such topic
     error: str | None = None  # why the last read failed
     waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = field(
         default_factory=list
@@ -396,7 +398,8 @@ class KafkaWatch:
         existing = consumer.topics()  # one metadata request for every topic
         for topic, state in topics.items():
             found = consumer.partitions_for_topic(topic) if topic in existing else ()
-            state.partitions = sorted(found)
+            state.partitions = sorted(found or ())
+            state.missing = topic not in existing
         self._metadata_due = time.monotonic() + METADATA_EVERY
 
     def _read_ends(
@@ -512,6 +515,8 @@ class KafkaWatch:
             return RuntimeError(f"{topic} is no longer watched for {group_id}")
         if state.error:
             return ConnectionError(state.error)
+        if state.missing:
+            return TopicNotFoundError(topic, _servers(self._kwargs))
         ranges = []
         for partition, end in sorted(state.ends.items()):
             start = resume_offset(

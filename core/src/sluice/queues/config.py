@@ -25,7 +25,9 @@ __all__ = [
     "ConfigError",
     "ConfigKey",
     "UnknownConfigKeyWarning",
+    "did_you_mean",
     "read_config",
+    "suggest_key",
     "to_config_params",
 ]
 
@@ -172,11 +174,36 @@ def read_config(
     return values
 
 
+def suggest_key(key: str, known: Iterable[str], cutoff: float = 0.7) -> str | None:
+    """The known key closest to ``key``, if one is close: the one place that guesses what a
+    misspelt key meant (queue configs, URI queries, Airflow extras, Dagster fields).
+
+    A URI's query parameter that is not a top-level key becomes ``options.<name>``, so
+    ``?from_begining=true`` arrives as ``options.from_begining``: names are compared with and
+    without the ``options.`` prefix (``from_beginning`` is suggested for it).
+    """
+    names = list(known)
+    prefix = "options."
+    bare = key[len(prefix) :] if key.startswith(prefix) else key
+    # what the user may have typed, and the known name each comparable form stands for
+    forms = {name: name for name in names}
+    forms.update({name[len(prefix) :]: name for name in names if name.startswith(prefix)})
+    close = difflib.get_close_matches(bare, list(forms), n=1, cutoff=cutoff)
+    if not close:
+        close = difflib.get_close_matches(key, names, n=1, cutoff=cutoff)
+        return close[0] if close else None
+    return forms[close[0]]
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """`` Did you mean 'X'?`` for a misspelt ``key``, or an empty string."""
+    close = suggest_key(key, known)
+    return f" Did you mean '{close}'?" if close else ""
+
+
 def warn_unknown_key(key: str, known: Iterable[str], component: str) -> None:
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
-    hint = f" Did you mean '{close[0]}'?" if close else ""
     warnings.warn(
-        f"{component}: unknown config key '{key}' is ignored.{hint}",
+        f"{component}: unknown config key '{key}' is ignored.{did_you_mean(key, known)}",
         UnknownConfigKeyWarning,
         stacklevel=4,
     )

@@ -39,6 +39,7 @@ from ..formats import ValueFormat
 from ..formats.plan import OnIncompatible
 from ..formats.registry import RegistrySettings
 from ..kafka.ranges import log_bounds
+from ..quarantine import DEFAULT_MAX_QUARANTINED, check_limit, check_quarantine
 from ..queues.config import ConfigError
 from ..queues.envelope import MessageEnvelope
 from ..queues.uri import config_from_uri, queue_from_config
@@ -54,11 +55,13 @@ from .kafka_source import (
     reader_kwargs,
     topic_id,
 )
+from .progress import job_progress
 from .reconcile import reconcile_kafka, reconcile_mqtt
 from .records import RAW_SCHEMA_DDL, largest_message_bytes
 from .remaining import commit_targets, live_commits, remaining
 from .result import IngestResult
 from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
+from .workers import check_python_workers
 from .writing import WriteCounts, write_outcomes
 
 __all__ = [
@@ -72,7 +75,9 @@ __all__ = [
 
 log = logging.getLogger("sluice.spark")
 
-Stage = Literal["reading", "read", "written", "committed"]
+Stage = Literal[
+    "starting", "reading", "read", "writing", "publishing", "written", "committing", "committed"
+]
 Mode = Literal["auto", "driver", "executors"]
 
 #: ``mode="auto"`` reads on the executors from this many messages on.
@@ -85,11 +90,16 @@ _SCHEMES = {"kafka": ("kafka", "kafka+ssl"), "mqtt": ("mqtt", "mqtts")}
 
 @dataclass(frozen=True)
 class IngestEvent:
-    """Progress of an ingest: ``stage`` and how many messages were read of ``total``."""
+    """Progress of an ingest: ``stage`` and how many messages were read of ``total``; while
+    ``writing``, ``done`` of the Spark job's ``parts`` tasks (one file each; None on Spark
+    Connect). The phases and a log of them: :mod:`sluice.spark.progress`."""
 
     stage: Stage
     read: int
     total: int | None
+    done: int | None = None
+    parts: int | None = None
+    batch_id: str | None = None
 
 
 def ingest(
@@ -114,6 +124,7 @@ def ingest(
     fail_on_data_loss: bool = True,
     fail_on_broker_drops: bool = False,
     progress: Callable[[IngestEvent], None] | None = None,
+    max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED,
 ) -> IngestResult:
     """Read exactly the messages of ``spec``, write them to ``sink``, then commit or ack.
 
@@ -141,8 +152,12 @@ def ingest(
     which records the loss instead. A second ingest of the same stream while one runs gets
     :class:`~sluice.spark.sinks.ConcurrentIngestError`. MQTT: a rise of the broker's count of
     dropped messages since the session's last ingest is reported (``dropped``, a warning),
-    and fails the ingest with ``fail_on_broker_drops``. Returns counts and ranges, never
-    payloads.
+    and fails the ingest with ``fail_on_broker_drops``. More quarantined than
+    ``max_quarantined`` (a ratio of the messages read, or a count; default: more than half;
+    None: no limit) fails the batch before it is published, with
+    :class:`~sluice.errors.QuarantineLimitError` (:mod:`.guard`). The session's Python workers
+    are checked once per session before anything is read (:mod:`.workers`). ``progress``
+    gets every phase (:mod:`.progress`). Returns counts and ranges, never payloads.
     """
     started = time.monotonic()
     if spec is None:
@@ -156,6 +171,7 @@ def ingest(
         raise ConfigError(f"chunk_size must be at least 1, not {chunk_size}")
     if chunk_bytes < 1:
         raise ConfigError(f"chunk_bytes must be at least 1, not {chunk_bytes}")
+    check_limit(max_quarantined)
     config = source_config(spec, source)
     sink_opened = open_sink(sink)
     formats = plan_formats(
@@ -189,8 +205,11 @@ def ingest(
         fail_on_data_loss=fail_on_data_loss,
         fail_on_broker_drops=fail_on_broker_drops,
         report=progress or (lambda event: None),
+        max_quarantined=max_quarantined,
     )
     job.sink.check()
+    job.report(IngestEvent("starting", 0, None, batch_id=spec.batch_id))
+    check_python_workers(spark)
     result = job.run_kafka(mode) if spec.kind == "kafka" else job.run_mqtt()
     result.seconds = time.monotonic() - started
     return result
@@ -259,6 +278,17 @@ class _Job:
     fail_on_broker_drops: bool
     report: Callable[[IngestEvent], None]
     targets: Any = None  # the WriteTargets of the last write
+    max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED
+
+    def _event(self, stage: Stage, read: int, total: int | None, **more: Any) -> None:
+        self.report(IngestEvent(stage, read, total, batch_id=self.spec.batch_id, **more))
+
+    def _guard(self, staging: Staging, read: int, quarantined: int) -> None:
+        """Fail the batch, before it is published, when too much went to quarantine."""
+        if self.max_quarantined is None or quarantined == 0:
+            return
+        reasons = self.sink.staged_quarantine_reasons(staging).values()
+        check_quarantine(self.spec.batch_id, self.max_quarantined, read, quarantined, reasons)
 
     def _result(self, mode: str, batch_id: str) -> IngestResult:
         return IngestResult(
@@ -306,7 +336,12 @@ class _Job:
             frame = frame.withColumn(name, F.lit(value))
             good, bad = [*good, name], [*bad, name]
         self.targets = targets
-        with format_task_errors():
+        total = self.spec.message_count if self.spec.kind == "kafka" else None
+
+        def writing(done: int | None, parts: int | None) -> None:
+            self._event("writing", total or 0, total, done=done, parts=parts)
+
+        with format_task_errors(), job_progress(self.spark, writing):
             return write_outcomes(frame, good, bad, targets, largest)
 
     def _hand_over(self, batch: pa.RecordBatch, staging: Staging, number: int) -> list[Path]:
@@ -413,7 +448,7 @@ class _Job:
                 result.written, result.quarantined = done.written, done.quarantined
                 result.read = result.written + result.quarantined
                 result.lost = work.lost + done.lost
-                self.report(IngestEvent("read", result.read + result.skipped, spec.message_count))
+                self._guard(staging, result.read, result.quarantined)
                 record = BatchRecord(
                     spec.batch_id,
                     spec.to_dict(),
@@ -428,13 +463,15 @@ class _Job:
                     topic_id=positions.topic_id,
                     planned_on=state.batches,
                 )
+                self._event("publishing", result.read + result.skipped, spec.message_count)
                 self.sink.publish(staging, record)
             except BaseException:
                 self.sink.discard(staging)
                 raise
         else:
             result.skipped = spec.message_count
-        self.report(IngestEvent("written", result.read + result.skipped, spec.message_count))
+        self._event("written", result.read + result.skipped, spec.message_count)
+        self._event("committing", result.read + result.skipped, spec.message_count)
         result.dead_lettered = send_kafka_dead_letters(self.config, kwargs, self.sink, record)
         state = self.sink.state(stream)
         committed = live_commits(positions.committed, state)
@@ -443,7 +480,7 @@ class _Job:
         commit_offsets(kwargs, spec.topic, group, targets)
         failpoint("commit.after")
         result.committed, result.commits = True, targets
-        self.report(IngestEvent("committed", result.read + result.skipped, spec.message_count))
+        self._event("committed", result.read + result.skipped, spec.message_count)
         return result
 
     def _recreated(
@@ -495,6 +532,7 @@ class _Job:
         saves, and only one chunk is in memory at a time."""
         from .reading import chunks_on_driver
 
+        self._event("reading", 0, total)
         chunks = chunks_on_driver(
             kwargs,
             self.spec.topic,
@@ -512,6 +550,7 @@ class _Job:
             files += self._hand_over(batch, staging, number)
             done += batch.num_rows
             self.report(IngestEvent("reading", done, total))
+        self._event("read", done, total)
         if not files:  # none when the ranges hold only offsets without a message
             return WriteCounts(0, 0, 0)
         return self._write_files(files, staging, largest)
@@ -522,6 +561,7 @@ class _Job:
         from .reading import read_on_executors, task_errors
 
         topic, stall_s = self.spec.topic, self._stall_timeout_s()
+        self._event("reading", 0, total)
         raw = read_on_executors(self.spark, kwargs, topic, todo, self.chunk_size, stall_s)
         failpoint("read.after_first_chunk")
         with task_errors():
@@ -597,6 +637,7 @@ class _Job:
                         (set(ids), staged_ids) if staged_ids is not None else None,
                     )
                     result.written, result.quarantined = done.written, done.quarantined
+                    self._guard(staging, len(fresh), result.quarantined)
                     quarantined = self.sink.staged_quarantine_reasons(staging)
                     record = BatchRecord(
                         spec.batch_id,
@@ -609,12 +650,16 @@ class _Job:
                         broker_dropped=observed,
                         planned_on=state.batches,
                     )
+                    self._event("publishing", result.read, spec.max_messages)
                     self.sink.publish(staging, record)
                 except BaseException:
                     self.sink.discard(staging)
                     raise
                 reasons.update({i: quarantined.get(i) for i in ids})
-            self.report(IngestEvent("written", result.read, spec.max_messages))
+            else:  # nothing new: no batch directory was made
+                result.output = result.quarantine_output = None
+            self._event("written", result.read, spec.max_messages)
+            self._event("committing", result.read, spec.max_messages)
             failpoint("commit.before")
             for number, message in enumerate(messages):
                 reason = reasons.get(str(message.message_id))
@@ -628,7 +673,7 @@ class _Job:
                     failpoint("commit.midway")
             failpoint("commit.after")
             result.committed = True
-            self.report(IngestEvent("committed", result.read, spec.max_messages))
+            self._event("committed", result.read, spec.max_messages)
             return result
         finally:
             session.close(None)

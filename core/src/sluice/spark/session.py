@@ -38,11 +38,14 @@ MASTER_ENV = "SLUICE_SPARK_MASTER"
 SHIP_ENV = "SLUICE_SPARK_SHIP"
 DEFAULT_MASTER = "local[*]"
 
-#: Settings every Sluice session gets unless the caller overrides them: Arrow on, a quiet UI.
+#: Settings every Sluice session gets unless the caller overrides them: Arrow on, no UI.
 _DEFAULT_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
+    # no web UI: its Jetty server costs start-up time, and a batch job has no one looking
+    # (conf={"spark.ui.enabled": "true"} brings it back)
+    "spark.ui.enabled": "false",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 

@@ -115,6 +115,12 @@ def parser() -> argparse.ArgumentParser:
         help="skip messages gone from the broker (retention) and record the loss, not fail",
     )
     p.add_argument("--dead-letter", action="store_true", help="also republish bad records")
+    p.add_argument(
+        "--max-quarantined",
+        default="0.5",
+        help="fail the batch when more than this is quarantined: a ratio (0.5, 50%%), a count "
+        "(100) or none (default 0.5)",
+    )
     p.add_argument("--chunk-size", type=int, default=100_000)
     p.add_argument("--max-value-bytes", type=int, default=1_000_000)
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
@@ -132,33 +138,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _say(line: str) -> None:
+    print(f"sluice: {line}", file=sys.stderr, flush=True)
+
+
 def _ingest(args: argparse.Namespace, source: str | dict[str, Any]) -> Any:
+    from sluice.batch import BatchSpec
+    from sluice.quarantine import parse_limit
     from sluice.spark.ingest import ingest
+    from sluice.spark.progress import ProgressLog, sigterm_interrupts
     from sluice.spark.session import spark_session
 
-    spark = spark_session(args.master, app_name="sluice-ingest")
-    return ingest(
-        spark,
-        _value(args.spec, "--spec"),
-        args.sink,
-        source=source,
-        schema=args.schema,
-        value_format=args.value_format,
-        key_format=args.key_format,
-        value_schema=args.value_schema,
-        key_schema=args.key_schema,
-        schema_registry=_registry(args.registry),
-        on_incompatible=args.on_incompatible,
-        mode=args.mode,
-        fail_on_data_loss=not args.accept_data_loss,
-        fail_on_broker_drops=args.fail_on_broker_drops,
-        dead_letter=args.dead_letter,
-        chunk_size=args.chunk_size,
-        max_value_bytes=args.max_value_bytes,
-        progress=lambda e: print(
-            f"sluice: {e.stage} {e.read} of {e.total}", file=sys.stderr, flush=True
-        ),
-    )
+    spec = BatchSpec.from_json(_value(args.spec, "--spec"))
+    limit = parse_limit(args.max_quarantined)
+    log = ProgressLog(_say, spec.batch_id)
+    _say("starting Spark")
+    try:
+        with sigterm_interrupts():
+            spark = spark_session(args.master, app_name="sluice-ingest")
+            return ingest(
+                spark,
+                spec,
+                args.sink,
+                source=source,
+                schema=args.schema,
+                value_format=args.value_format,
+                key_format=args.key_format,
+                value_schema=args.value_schema,
+                key_schema=args.key_schema,
+                schema_registry=_registry(args.registry),
+                on_incompatible=args.on_incompatible,
+                mode=args.mode,
+                fail_on_data_loss=not args.accept_data_loss,
+                fail_on_broker_drops=args.fail_on_broker_drops,
+                dead_letter=args.dead_letter,
+                chunk_size=args.chunk_size,
+                max_value_bytes=args.max_value_bytes,
+                progress=log,
+                max_quarantined=limit,
+            )
+    except KeyboardInterrupt:
+        _say(log.state())
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

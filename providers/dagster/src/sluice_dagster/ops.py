@@ -21,9 +21,12 @@ from dagster import (
 from pydantic import Field
 
 from sluice.batch import BatchSpec
-from sluice.spark import IngestEvent, IngestResult, ingest
+from sluice.quarantine import DEFAULT_MAX_QUARANTINED, check_limit, parse_limit
+from sluice.spark import IngestResult, ingest
 from sluice.spark.ingest import Mode
+from sluice.spark.progress import ProgressLog
 
+from .fields import StrictFields
 from .resources import UNREACHABLE, QueueResource
 
 __all__ = [
@@ -40,7 +43,7 @@ __all__ = [
 INGEST_TAG = "sluice/ingest"
 
 
-class IngestConfig(Config):
+class IngestConfig(StrictFields, Config):
     """Run config of an ingest op or asset. The queue sensor fills ``spec``; the other
     fields override what the job or asset was defined with."""
 
@@ -62,9 +65,14 @@ class IngestConfig(Config):
     mode: str | None = Field(
         default=None, description="Where Kafka messages are read: 'auto', 'driver', 'executors'."
     )
+    max_quarantined: str | None = Field(
+        default=None,
+        description="Fail the batch when more than this goes to quarantine: a ratio ('0.5', "
+        "'50%'), a count ('100') or 'none'. Default: the job's or asset's setting.",
+    )
 
 
-class IngestSettings(Config):
+class IngestSettings(StrictFields, Config):
     """What an ingest job, asset or op is defined with: the resources to use and the defaults
     a run's :class:`IngestConfig` may override. The one settings class of
     :func:`~sluice_dagster.jobs.make_ingest_job`, :func:`~sluice_dagster.assets.make_ingest_asset`
@@ -121,6 +129,12 @@ class IngestSettings(Config):
     payload_column: str | None = Field(
         default=None, description="Keep the parsed payload as one struct column of this name."
     )
+    max_quarantined: float | int | None = Field(
+        default=DEFAULT_MAX_QUARANTINED,
+        description="Fail the batch, before anything is published or committed, when more of "
+        "it goes to quarantine: a ratio of the messages read (0.5: more than half), a count "
+        "(an int), or None for no limit.",
+    )
 
     def resource_keys(self) -> set[str]:
         """The resources an ingest with these settings needs."""
@@ -163,6 +177,12 @@ def run_ingest(
             f"The batch {spec.batch_id} is a {spec.kind} batch but resource "
             f"'{settings.resource_key}' is a {resource.KIND} queue."
         )
+    limit = (
+        parse_limit(config.max_quarantined)
+        if config.max_quarantined is not None
+        else settings.max_quarantined
+    )
+    check_limit(limit)
     value_format = config.value_format or settings.value_format
     mode = config.mode or settings.mode
     spark = getattr(context.resources, settings.spark_resource_key).spark_session
@@ -174,10 +194,7 @@ def run_ingest(
         f"{_describe(spec)}, from {resource.address}"
     )
 
-    def progress(event: IngestEvent) -> None:
-        total = f" of {event.total}" if event.total is not None else ""
-        context.log.debug(f"batch {spec.batch_id}: {event.stage}, {event.read}{total} read")
-
+    log = ProgressLog(context.log.info, spec.batch_id)
     try:
         result = ingest(
             spark,
@@ -196,7 +213,8 @@ def run_ingest(
             fail_on_data_loss=settings.fail_on_data_loss,
             fail_on_broker_drops=settings.fail_on_broker_drops,
             payload_column=settings.payload_column,
-            progress=progress,
+            progress=log,
+            max_quarantined=limit,
         )
     except UNREACHABLE as exc:
         raise resource.unavailable(exc) from None
@@ -205,6 +223,9 @@ def run_ingest(
         if clean is None:
             raise
         raise clean from None
+    except BaseException:  # the run is being terminated: say what it leaves of the batch
+        context.log.warning(log.state())
+        raise
     metadata = ingest_metadata(result, lag=_lag(context, resource))
     context.log.info(
         f"Batch {spec.batch_id}: {result.read} read, {result.written} written, "

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from dagster import ConfigurableResource, InitResourceContext
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError
-from pydantic import Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from sluice.batch import BatchSpec
 from sluice.connection_fields import check_keys, known_keys
@@ -30,6 +30,8 @@ from sluice.queues.base import MessageQueue
 from sluice.queues.uri import queue_from_config
 from sluice.secrets import redact_config, redact_exception, redact_text
 from sluice.sensing import wait_for_batch
+
+from .fields import StrictFields
 
 __all__ = [
     "UNREACHABLE",
@@ -54,8 +56,11 @@ UNREACHABLE: tuple[type[BaseException], ...] = (
 )
 
 
-class QueueResource(ConfigurableResource, ABC):  # type: ignore[type-arg]
+class QueueResource(StrictFields, ConfigurableResource, ABC):  # type: ignore[type-arg]
     """What the Kafka and MQTT resources share (abstract: use one of those)."""
+
+    # a validation error never quotes the values given: one of them may be the password
+    model_config = ConfigDict(**ConfigurableResource.model_config, hide_input_in_errors=True)
 
     KIND: ClassVar[str] = ""
     #: Keys the BatchSpec carries (or makes moot); ``source`` leaves them out.
@@ -398,7 +403,7 @@ class MqttQueueResource(QueueResource):
         return self.probe_seconds
 
 
-class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
+class SparkResource(StrictFields, ConfigurableResource):  # type: ignore[type-arg]
     """The SparkSession an ingest runs on, from :func:`sluice.spark.spark_session`.
 
     Created on first use; an active session in the process is reused (tests, notebooks).

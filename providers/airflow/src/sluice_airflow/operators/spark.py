@@ -36,6 +36,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from sluice.batch import BatchSpec
 from sluice.connection_fields import check_no_secrets
+from sluice.quarantine import DEFAULT_MAX_QUARANTINED, check_limit
 from sluice.secrets import is_secret_key, redact_config, redact_text, redacted_errors
 from sluice.sensing import plan_now
 
@@ -120,6 +121,9 @@ class SparkIngestOperator(BaseOperator):
     :param fail_on_data_loss: fail when messages of the batch are gone from the broker
         (retention, a recreated topic); False records the loss and goes on.
     :param dead_letter: also republish bad records to the dead-letter topic.
+    :param max_quarantined: fail the batch, before anything is published or committed, when
+        more of it goes to quarantine than this: a ratio of the messages read (default 0.5:
+        more than half) or a count (an int); None: no limit.
     :param spark_master: Spark master URL or ``sc://`` (default: $SLUICE_SPARK_MASTER, else
         ``local[*]``); in-process, an active SparkSession is reused.
     :param spark_conf: Spark settings.
@@ -168,9 +172,11 @@ class SparkIngestOperator(BaseOperator):
         topic: str | None = None,
         max_messages: int | None = None,
         if_nothing_waiting: Literal["skip", "succeed"] = "skip",
+        max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        check_limit(max_quarantined)
         check_no_secrets(config, f"SparkIngestOperator({self.task_id})")
         _check_waiting_options(self.task_id, batch, topic, max_messages, if_nothing_waiting)
         if submit and (spark_master or "").startswith("sc://"):
@@ -202,6 +208,7 @@ class SparkIngestOperator(BaseOperator):
         self.topic = topic
         self.max_messages = max_messages
         self.if_nothing_waiting = if_nothing_waiting
+        self.max_quarantined = max_quarantined
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
         if self.batch == WAITING:
@@ -293,14 +300,24 @@ class SparkIngestOperator(BaseOperator):
             "mode": self.mode,
             "dead_letter": self.dead_letter,
             "fail_on_data_loss": self.fail_on_data_loss,
+            "max_quarantined": self.max_quarantined,
             **self.ingest_kwargs,
         }
 
     def _run_here(self, spec: BatchSpec, source: dict[str, Any]) -> dict[str, Any]:
         from sluice.spark import ingest, spark_session
+        from sluice.spark.progress import ProgressLog
 
-        spark = spark_session(self.spark_master, f"sluice-{self.task_id}", self.spark_conf)
-        result = ingest(spark, spec, self.sink, source=source, **self._options())
+        log = ProgressLog(lambda line: self.log.info("%s", line), spec.batch_id)
+        try:
+            self.log.info("starting Spark (%s)", self.spark_master or "$SLUICE_SPARK_MASTER")
+            spark = spark_session(self.spark_master, f"sluice-{self.task_id}", self.spark_conf)
+            result = ingest(spark, spec, self.sink, source=source, progress=log, **self._options())
+        except Exception:  # an error says itself what happened
+            raise
+        except BaseException:  # the task is being killed (SIGTERM, a timeout): say what is left
+            self.log.warning("%s", log.state())
+            raise
         return result.to_dict()
 
     def _submit_executable(self) -> str:
@@ -431,6 +448,9 @@ def submit_arguments(spec: BatchSpec, sink: str, options: Mapping[str, Any]) -> 
             args += [_OFF_FLAGS[name]] if value is False else []
             continue
         flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+        if name == "max_quarantined" and value is None:
+            args += [flag, "none"]
+            continue
         if value is None or value is False:
             continue
         if value is True:

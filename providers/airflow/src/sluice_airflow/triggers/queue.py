@@ -24,13 +24,15 @@ takes the session again ``rerun_after`` seconds after its last emission, to emit
 failed run left in it.
 
 While it waits it logs ``waiting: N of M messages on TOPIC`` (or the batch in flight) once
-at the start and every :data:`STATUS_EVERY` seconds.
+at the start and every :data:`STATUS_EVERY` seconds; a Kafka topic that does not exist is a
+warning there (``waiting: Topic 'X' does not exist at ...``), and it keeps watching for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +43,8 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from sluice.batch import BatchSpec, plan_batch
 from sluice.connection_fields import check_no_secrets
 from sluice.cursor import BatchCursor, BatchRequest, RunState, run_state_from_offsets
-from sluice.kafka.watch import DEFAULT_INTERVAL, Watcher, watch_topic
+from sluice.errors import TopicNotFoundError
+from sluice.kafka.watch import DEFAULT_INTERVAL, METADATA_EVERY, Watcher, watch_topic
 from sluice.queues import MessageQueue, queue_from_config
 from sluice.sensing import (
     DEFAULT_RERUN_AFTER,
@@ -180,7 +183,15 @@ class QueueMessageTrigger(BaseEventTrigger):
         in_flight = False
         while True:
             version = watcher.version
-            backlog = await watcher.abacklog(fresh=in_flight)
+            try:
+                backlog = await watcher.abacklog(fresh=in_flight)
+            except TopicNotFoundError as exc:
+                # An AssetWatcher lives as long as its DAG: it keeps watching (the topic may be
+                # created later) and says why nothing comes in its waiting log; a deferred
+                # sensor's first poke already failed on it.
+                self._log_status(f"waiting: {exc}", logging.WARNING)
+                await watcher.changed(version, max(self.poll_interval, METADATA_EVERY))
+                continue
             waiting = backlog if backlog.message_count else None
             decision = self._emit(waiting)
             if isinstance(decision, BatchRequest):
@@ -228,11 +239,11 @@ class QueueMessageTrigger(BaseEventTrigger):
         finally:
             pool.shutdown(wait=True)
 
-    def _log_status(self, status: str) -> None:
+    def _log_status(self, status: str, level: int = logging.INFO) -> None:
         now = time.monotonic()
         if self._status_at is None or now - self._status_at >= STATUS_EVERY:
             self._status_at = now
-            self.log.info("%s", status)
+            self.log.log(level, "%s", status)
 
     # ---- the asset state store: the cursor survives a triggerer restart --------------------
 

@@ -1,0 +1,54 @@
+"""ingest() refuses wrong input before it publishes or commits (issue 25): a batch that is
+mostly quarantine, and a session whose Python workers cannot import what an ingest needs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.errors import QuarantineLimitError
+from sluice.spark import ingest
+from sluice.spark.workers import PythonWorkersError
+from tests.integration.spark.conftest import SCHEMA, KafkaTopic, reading
+
+
+def test_max_quarantined_fails_the_batch_before_publish_and_commit(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    topic.send([reading(i) for i in range(6)] + [b"not json"] * 4)
+    spec = topic.plan()
+    with pytest.raises(QuarantineLimitError, match=r"4 of 10 messages \(40%\).*'invalid JSON'"):
+        ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA, max_quarantined=3)
+    assert not list(tmp_path.glob("batch_id=*"))  # nothing published
+    assert topic.plan().batch_id == spec.batch_id  # nothing committed: the same batch waits
+    # the default (more than half) lets 40 % through
+    result = ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA)
+    assert (result.written, result.quarantined, result.committed) == (6, 4, True)
+
+
+def test_workers_that_cannot_import_pyarrow_are_named_before_anything_is_read(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    bare = tmp_path / "bare"  # a Python without pyarrow, pandas or Sluice
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(bare)], check=True)
+    topic.send([reading(i) for i in range(3)])
+    spec = topic.plan()
+    context, saved = spark.sparkContext, spark.sparkContext.pythonExec
+    checked = getattr(spark, "_sluice_python_workers_checked", False)
+    try:
+        context.pythonExec = str(bare / "bin" / "python")  # the Python the workers run
+        spark._sluice_python_workers_checked = False
+        with pytest.raises(PythonWorkersError) as caught:
+            ingest(spark, spec, tmp_path / "lake", source=topic.source, schema=SCHEMA)
+    finally:
+        context.pythonExec = saved
+        spark._sluice_python_workers_checked = checked
+    said = str(caught.value)
+    assert "cannot import pyarrow, pandas, sluice" in said and str(bare) in said, said
+    assert "PYSPARK_PYTHON" in said and "Nothing was read or committed" in said
+    assert topic.plan().batch_id == spec.batch_id  # nothing read or committed
