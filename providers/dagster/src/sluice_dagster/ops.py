@@ -21,6 +21,7 @@ from dagster import (
 from pydantic import Field
 
 from sluice.batch import BatchSpec
+from sluice.formats import KeyFormat, ValueFormat
 from sluice.quarantine import DEFAULT_MAX_QUARANTINED, check_limit, parse_limit
 from sluice.spark import IngestResult, ingest
 from sluice.spark.ingest import Mode
@@ -87,12 +88,14 @@ class IngestSettings(StrictFields, Config):
         description="Spark DDL of the JSON payload, e.g. 'id INT, name STRING' (the factories "
         "take it as schema=...). None: the payload is kept as a string.",
     )
-    value_format: str = Field(
+    value_format: ValueFormat = Field(
         default="json",
         description="How values are read: 'json', 'avro', 'protobuf', 'json_schema', 'string', "
         "'bytes' ('raw', deprecated) or 'sparkplug_b' (MQTT, a row per metric).",
     )
-    key_format: str = Field(default="bytes", description="How keys are read ('bytes': as is).")
+    key_format: KeyFormat = Field(
+        default="bytes", description="How keys are read ('bytes': as is)."
+    )
     value_schema: str | None = Field(
         default=None,
         description="Writer schema of unframed values: a file (.avsc, .proto[#Message], a "
