@@ -14,6 +14,7 @@ from typing import Any
 
 from sluice.brokers import BrokerProcess
 from sluice.testing import wait_until
+from sluice.testing.topics import create_kafka_topic
 from tests.airflow_env import DAGS_FOLDER, airflow_command
 
 EXAMPLES = {
@@ -75,6 +76,7 @@ def test_airflow_dags_test_stops_on_sigterm_while_the_trigger_waits(
     home = tmp_path / "airflow"
     home.mkdir()
     airflow(home, "db", "migrate")
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)  # a missing topic is an error
     host, port = noida_broker.bootstrap.rsplit(":", 1)
     env = {
         **plain_environment(home),

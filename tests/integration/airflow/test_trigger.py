@@ -16,6 +16,7 @@ from airflow.triggers.base import TriggerEvent
 
 from sluice.batch import BatchSpec
 from sluice.brokers import BrokerProcess
+from sluice.kafka.watch import stop_watches
 from sluice.mqtt import MqttMessageQueue
 from sluice.spark.kafka_source import commit_offsets
 from sluice.testing.topics import create_kafka_topic
@@ -60,6 +61,7 @@ def test_kafka_trigger_emits_the_waiting_batch_then_nothing_until_it_is_committe
     noida_broker: BrokerProcess, kafka_conn: str, unique_name: str
 ) -> None:
     conn_id = kafka_conn
+    stop_watches()  # other tests' sensors keep their watches; this one counts threads
     create_kafka_topic(noida_broker.bootstrap, unique_name, 2)
     group = f"{unique_name}-g"
     publish(conn_id, unique_name, [{"n": i} for i in range(5)])

@@ -19,8 +19,9 @@ def test_spark_submit_ingests_a_batch_with_the_source_kept_off_the_command_line(
     topic: KafkaTopic, tmp_path: Path
 ) -> None:
     topic.send([reading(i) for i in range(15)] + [b"{oops"])
+    spec = topic.plan()
     spec_file = tmp_path / "batch.json"
-    spec_file.write_text(topic.plan().to_json())
+    spec_file.write_text(spec.to_json())
     spark_submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent))
     assert spark_submit is not None, "pyspark installs spark-submit next to python"
     environment = {
@@ -58,7 +59,7 @@ def test_spark_submit_ingests_a_batch_with_the_source_kept_off_the_command_line(
     result = json.loads(finished.stdout.strip().splitlines()[-1])
     assert (result["written"], result["quarantined"], result["committed"]) == (15, 1, True)
     # spark-submit passes the Python program's stderr on to its own stdout
-    assert "sluice: committed 16 of 16" in finished.stdout + finished.stderr
+    assert f"sluice: committed: batch {spec.batch_id} is done" in finished.stdout + finished.stderr
     assert len(dataset_rows(tmp_path / "out")) == 15
     assert plan_batch(topic.queue) is None
 
