@@ -101,11 +101,11 @@ from .s3 import is_s3
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
-
-    from .s3 import S3Settings
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
+
+    from .s3 import S3Settings
 
 __all__ = [
     "BATCH_COLUMN",
