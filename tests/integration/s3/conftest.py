@@ -12,7 +12,10 @@ import pytest
 from sluice import read_dataset
 from sluice.testing.plugin import Broker
 
+from ..iceberg.conftest import s3_sqlite_lake
 from ..spark.conftest import KafkaTopic, open_topic
+
+__all__ = ["rows", "s3_sqlite_lake", "topic"]
 
 
 @pytest.fixture

@@ -104,8 +104,10 @@ class S3Proxy:
             self._faults.append(_Fault(kind, method.upper(), re.compile(key), times))
 
     def clear(self) -> None:
+        """Forget the planned faults and the record of those injected."""
         with self._lock:
             self._faults.clear()
+            self.injected.clear()
 
     def reset_counts(self) -> Counter[str]:
         """The counts so far, and start counting from zero."""

@@ -286,13 +286,13 @@ def s3_error(exc: BaseException, settings: S3Settings, where: str, doing: str) -
         )
     if code in ("InvalidAccessKeyId", "InvalidToken", "ExpiredToken"):
         return ConfigError(
-            f"The S3 server {endpoint} does not know the access key id "
+            f"Cannot {doing} {where}: the S3 server {endpoint} does not know the access key id "
             f"'{settings.access_key or _chain_key()}' ({code}): check AWS_ACCESS_KEY_ID, the "
             "profile, or the catalog's s3.access-key-id."
         )
     if code == "SignatureDoesNotMatch":
         return ConfigError(
-            f"The S3 server {endpoint} refused the signature of access key "
+            f"Cannot {doing} {where}: the S3 server {endpoint} refused the signature of access key "
             f"'{settings.access_key or _chain_key()}' (SignatureDoesNotMatch): the secret key "
             "is wrong; check AWS_SECRET_ACCESS_KEY, the profile, or the catalog's "
             "s3.secret-access-key."
