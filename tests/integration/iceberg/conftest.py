@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from sluice.testing.plugin import S3Bucket
+
 POSTGRES_URI = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
 
 
@@ -91,6 +93,51 @@ def postgres_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[L
         engine.dispose()
     name = f"pg{uuid.uuid4().hex[:8]}"
     catalog = _configure(monkeypatch, name, POSTGRES_URI, tmp_path / "warehouse")
+    namespace = f"ns_{uuid.uuid4().hex[:8]}"
+    yield Lake(name, namespace, catalog)
+    if namespace in {n[0] for n in catalog.list_namespaces()}:
+        _drop(catalog, namespace)
+    catalog.engine.dispose()
+
+
+def _configure_s3(
+    monkeypatch: pytest.MonkeyPatch, name: str, uri: str, bucket: S3Bucket, how: str
+) -> Any:
+    """A SQL catalog whose warehouse is ``s3://<bucket>/warehouse``. ``how`` the S3 settings
+    reach it: ``properties`` (the catalog's s3.* properties; no AWS_* variable is set) or
+    ``environment`` (only the standard AWS_* variables, as the issue's user had them)."""
+    from pyiceberg.catalog import load_catalog
+
+    prefix = f"PYICEBERG_CATALOG__{name.upper()}__"
+    properties = {"type": "sql", "uri": uri, "warehouse": bucket.uri("warehouse")}
+    if how == "properties":
+        properties.update(bucket.catalog_properties())
+        for variable in bucket.environment():
+            monkeypatch.delenv(variable, raising=False)
+    for key, value in properties.items():
+        variable = key.upper().replace(".", "__").replace("-", "_")
+        monkeypatch.setenv(f"{prefix}{variable}", value)
+    return load_catalog(name, **{**properties, **bucket.catalog_properties()})
+
+
+@pytest.fixture
+def s3_sqlite_lake(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_bucket: S3Bucket
+) -> Iterator[Lake]:
+    """SQLite catalog, warehouse on the S3 server, S3 settings in the catalog's properties."""
+    name = f"lites3{uuid.uuid4().hex[:8]}"
+    uri = f"sqlite:///{tmp_path / 'catalog.db'}"
+    catalog = _configure_s3(monkeypatch, name, uri, s3_bucket, "properties")
+    yield Lake(name, f"ns_{uuid.uuid4().hex[:8]}", catalog)
+
+
+@pytest.fixture
+def s3_postgres_lake(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_bucket: S3Bucket
+) -> Iterator[Lake]:
+    """PostgreSQL catalog, warehouse on the S3 server, S3 settings from AWS_* variables only."""
+    name = f"pgs3{uuid.uuid4().hex[:8]}"
+    catalog = _configure_s3(monkeypatch, name, POSTGRES_URI, s3_bucket, "environment")
     namespace = f"ns_{uuid.uuid4().hex[:8]}"
     yield Lake(name, namespace, catalog)
     if namespace in {n[0] for n in catalog.list_namespaces()}:

@@ -30,10 +30,20 @@ def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
     opened.producer.close()
 
 
+@pytest.fixture(params=["local", "s3"])
+def crash_lake(request: pytest.FixtureRequest) -> Lake:
+    """A SQLite catalog with its warehouse on local disk, or on the S3 server."""
+    found: Lake = request.getfixturevalue(
+        "sqlite_lake" if request.param == "local" else "s3_sqlite_lake"
+    )
+    return found
+
+
 @pytest.mark.parametrize("point", KAFKA_POINTS)
 def test_kafka_into_iceberg_killed_at_each_failpoint_then_rerun_is_exactly_once(
-    spark: Any, topic: KafkaTopic, point: str, sqlite_lake: Lake
+    spark: Any, topic: KafkaTopic, point: str, crash_lake: Lake
 ) -> None:
+    sqlite_lake = crash_lake
     topic.send([reading(i) for i in range(40)] + BAD)
     spec = topic.plan()
     sink = sqlite_lake.sink()

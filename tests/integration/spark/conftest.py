@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from kafka import KafkaProducer
 
+from sluice import read_dataset
 from sluice.batch import BatchSpec, plan_batch
 from sluice.kafka import KafkaMessageQueue
 from sluice.testing.plugin import Broker
@@ -81,16 +82,29 @@ def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
     opened.producer.close()
 
 
-def dataset_rows(sink: Path) -> list[dict[str, Any]]:
+def dataset_rows(sink: Path | str) -> list[dict[str, Any]]:
     """Every published row of the dataset (quarantine and staging excluded)."""
+    if isinstance(sink, str):  # s3://...: as Sluice's readers see it
+        table = read_dataset(sink).to_table()
+        return table.drop_columns(["batch_id"]).to_pylist() if table.num_rows else []
     if not any(sink.glob("batch_id=*/*.parquet")):
         return []
     return pq.read_table(sink).drop_columns(["batch_id"]).to_pylist()
 
 
-def quarantine_rows(sink: Path) -> list[dict[str, Any]]:
+def quarantine_rows(sink: Path | str) -> list[dict[str, Any]]:
     """Every published quarantined row (each batch keeps its own in ``_quarantine``)."""
+    if isinstance(sink, str):
+        table = read_dataset(sink, quarantine=True).to_table()
+        return table.drop_columns(["batch_id"]).to_pylist() if table.num_rows else []
     rows = []
     for directory in sorted(sink.glob("batch_id=*/_quarantine")):
         rows += pq.read_table(directory).to_pylist()
     return rows
+
+
+def sink_in(store: str, tmp_path: Path, request: pytest.FixtureRequest) -> Path | str:
+    """A fresh Parquet sink on local disk (``local``) or on the test's S3 bucket (``s3``)."""
+    if store == "s3":
+        return str(request.getfixturevalue("s3_bucket").uri("sink"))
+    return tmp_path / "sink"

@@ -25,21 +25,31 @@ from sluice.spark.failpoints import FAILPOINTS
 from sluice.spark.kafka_source import READERS
 from sluice.testing.plugin import Broker
 
-from .conftest import SCHEMA, KafkaTopic, dataset_rows, quarantine_rows, reading
+from .conftest import SCHEMA, KafkaTopic, dataset_rows, quarantine_rows, reading, sink_in
 from .crashes import assert_exactly_once, dead_letter_origins, run_child, with_reader
 
 KAFKA_POINTS = [p for p in FAILPOINTS if p != "commit.midway"]
 BAD = [b"not json", b'{"temperature": "warm"}']
 
 
-@pytest.mark.parametrize("reader", READERS)
+#: (reader, store): each reader on local disk, and the default one on S3 (``s3://``)
+READER_STORES = [(reader, "local") for reader in READERS] + [(READERS[0], "s3")]
+
+
+@pytest.mark.parametrize(("reader", "store"), READER_STORES)
 @pytest.mark.parametrize("point", KAFKA_POINTS)
 def test_kafka_killed_at_each_failpoint_then_rerun_is_exactly_once(
-    spark: Any, topic: KafkaTopic, point: str, reader: str, tmp_path: Path
+    spark: Any,
+    topic: KafkaTopic,
+    point: str,
+    reader: str,
+    store: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     topic.send([reading(i) for i in range(40)] + BAD)
     spec = topic.plan()
-    sink = tmp_path / "sink"
+    sink = sink_in(store, tmp_path, request)
     source = with_reader(topic.source, reader)
     options = {"source": source, "schema": SCHEMA, "dead_letter": True}
 

@@ -36,7 +36,8 @@ def audit(
     doubled."""
     from sluice.spark.sinks import is_iceberg
 
-    if not is_iceberg(sink) and not Path(sink).is_dir():
+    on_s3 = sink.lower().startswith(("s3://", "s3a://"))
+    if not is_iceberg(sink) and not on_s3 and not Path(sink).is_dir():
         raise CliError(f"'{sink}' is not a directory: give the sink of an ingest.", usage=True)
     from sluice.audit import audit as run_audit
 

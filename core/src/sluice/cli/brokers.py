@@ -22,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from sluice.brokers import BrokerAddress
+from sluice.brokers import BrokerAddress, BrokerProcess
 
 from . import output
 from .errors import CliError
@@ -33,7 +33,8 @@ HOME_ENV = "SLUICE_HOME"
 STATE_FILE = "brokers.json"
 
 app = typer.Typer(
-    help="Start, stop and list embedded brokers: noida-db (Kafka) and mosquitto (MQTT).",
+    help="Start, stop and list embedded brokers: noida-db (Kafka), mosquitto (MQTT) and, with "
+    "--s3, an S3 server (SeaweedFS).",
     no_args_is_help=True,
 )
 
@@ -60,6 +61,8 @@ class Entry(BrokerAddress):
 
     @property
     def kind(self) -> str:
+        if self.scheme == "http":
+            return "S3"
         return "Kafka" if self.scheme.startswith("kafka") else "MQTT"
 
 
@@ -135,10 +138,28 @@ def _stop(entry: Entry, timeout: float = 10.0) -> bool:
     return not running(entry)
 
 
+#: The embedded S3 server's one identity and bucket: a local playground on loopback, like
+#: MinIO's minioadmin (never a production credential).
+S3_ACCESS_KEY, S3_SECRET_KEY, S3_BUCKET = "sluice", "sluice-local-secret", "lake"
+
+
+def _start_s3(port: int | None = None, workdir: Path | None = None) -> BrokerProcess:
+    from sluice.s3server import start_seaweedfs
+
+    server = start_seaweedfs(port, workdir, S3_ACCESS_KEY, S3_SECRET_KEY)
+    server.create_bucket(S3_BUCKET)
+    return server
+
+
 def _start(name: str, port: int | None) -> Entry:
     from sluice.brokers import BrokerError, start_mosquitto, start_noida, start_tansu
 
-    starters = {"noida": start_noida, "tansu": start_tansu, "mosquitto": start_mosquitto}
+    starters = {
+        "noida": start_noida,
+        "tansu": start_tansu,
+        "mosquitto": start_mosquitto,
+        "seaweedfs": _start_s3,
+    }
     workdir = home() / name
     try:
         broker = starters[name](port=port, workdir=workdir)
@@ -188,6 +209,15 @@ def up(
     mqtt_port: Annotated[
         int | None, typer.Option(help="Port for MQTT (default: last time's, else a free one).")
     ] = None,
+    s3: Annotated[
+        bool,
+        typer.Option(
+            help=f"Run an S3 server (SeaweedFS) on loopback with the bucket '{S3_BUCKET}'."
+        ),
+    ] = False,
+    s3_port: Annotated[
+        int | None, typer.Option(help="Port for S3 (default: last time's, else a free one).")
+    ] = None,
 ) -> None:
     """Start the brokers in the background and print the URIs to use."""
     entries, ports = _load()
@@ -204,6 +234,8 @@ def up(
         wanted.append((kafka.value, kafka_port))
     if mqtt:
         wanted.append(("mosquitto", mqtt_port))
+    if s3:
+        wanted.append(("seaweedfs", s3_port))
     console = output.out()
     for name, port in wanted:
         existing = next((e for e in alive if e.name == name), None)
@@ -226,7 +258,7 @@ def _print_usage(entries: list[Entry]) -> None:
     console = output.out()
     kafka = next((e for e in entries if e.kind == "Kafka"), None)
     mqtt = next((e for e in entries if e.kind == "MQTT"), None)
-    if kafka is None and mqtt is None:
+    if kafka is None and mqtt is None and not any(e.kind == "S3" for e in entries):
         return
     console.print("\nTry:")
     if kafka is not None:
@@ -235,6 +267,12 @@ def _print_usage(entries: list[Entry]) -> None:
         console.print(f"  export SLUICE_KAFKA_BOOTSTRAP={kafka.host}:{kafka.port}")
     if mqtt is not None:
         console.print(f"  sluice publish '{mqtt.url}/readings?qos=1' --sample iot")
+    s3 = next((e for e in entries if e.kind == "S3"), None)
+    if s3 is not None:
+        console.print(
+            f"  export AWS_ENDPOINT_URL={s3.url} AWS_ACCESS_KEY_ID={S3_ACCESS_KEY} "
+            f"AWS_SECRET_ACCESS_KEY={S3_SECRET_KEY} AWS_REGION=us-east-1  # bucket s3://{S3_BUCKET}"
+        )
     console.print("Stop them with: sluice brokers down")
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "WriteCounts",
     "WriteTargets",
     "batch_rows",
+    "resolve",
     "write_outcomes",
 ]
 
@@ -82,12 +83,26 @@ def batch_rows(largest_message: int | None) -> int:
 
 @dataclass(frozen=True)
 class WriteTargets:
-    """Where a run's files go (directory URIs), and constant columns the sink wants on every
-    row (the Iceberg sink's ``batch_id``)."""
+    """Where a run's files go (directory URIs), constant columns the sink wants on every row
+    (the Iceberg sink's ``batch_id``), and the pyarrow file system to write them with (None:
+    the one the URIs name; an object store's carries its endpoint, and is pickled into the
+    tasks: see :mod:`.sinks.s3`)."""
 
     data: str
     quarantine: str
     constants: tuple[tuple[str, str], ...] = ()
+    filesystem: Any = None
+
+
+def resolve(uri: str, filesystem: Any = None) -> tuple[Any, str]:
+    """(file system, path in it) of ``uri``; with ``filesystem``, the path is the URI
+    without its scheme (``s3://bucket/key`` -> ``bucket/key``)."""
+    if filesystem is None:
+        from pyarrow import fs
+
+        found, path = fs.FileSystem.from_uri(uri)
+        return found, str(path)
+    return filesystem, uri.split("://", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -118,8 +133,6 @@ def write_outcomes(
     """Write the rows of ``frame`` whose ``reason`` is null (``good_columns`` of them) to
     ``targets.data`` and the others (``bad_columns``) to ``targets.quarantine``, in one job.
     ``largest_message``: the bytes of the largest message, if known (:func:`batch_rows`)."""
-    from pyarrow import fs
-
     dirs = {"good": targets.data.rstrip("/"), "bad": targets.quarantine.rstrip("/")}
     attempts = {kind: f"{path}/{ATTEMPTS_DIR}" for kind, path in dirs.items()}
     lost = f"{attempts['good']}/.task-lost" if is_armed("task.lost") else None
@@ -130,6 +143,7 @@ def write_outcomes(
         fingerprints.message_fingerprint,
         lost,
         durable.ENABLED,
+        targets.filesystem,
     )
     try:
         with _arrow_batches(frame.sparkSession, batch_rows(largest_message)):
@@ -143,8 +157,10 @@ def write_outcomes(
             if row["output"] is None:
                 reports.append(json.loads(row["offsets"] or "{}"))
                 continue
-            filesystem, source = fs.FileSystem.from_uri(f"{attempts[row['output']]}/{row['file']}")
-            _, target = fs.FileSystem.from_uri(f"{dirs[row['output']]}/{row['file']}")
+            filesystem, source = resolve(
+                f"{attempts[row['output']]}/{row['file']}", targets.filesystem
+            )
+            _, target = resolve(f"{dirs[row['output']]}/{row['file']}", targets.filesystem)
             filesystem.move(source, target)
             moved.add(dirs[row["output"]])
             counts[row["output"]] += row["rows"]
@@ -152,7 +168,7 @@ def write_outcomes(
             sync_directory(directory)
     finally:
         for path in attempts.values():
-            filesystem, local = fs.FileSystem.from_uri(path)
+            filesystem, local = resolve(path, targets.filesystem)
             with contextlib.suppress(OSError):  # FileNotFoundError included: nothing written
                 filesystem.delete_dir(local)
     return WriteCounts(counts["good"], counts["bad"], value_bytes, _merge_reports(reports))
@@ -210,11 +226,13 @@ def _task_writer(
     fingerprint: Callable[[bytes | None, bytes | None, int | None], str],
     lost: str | None = None,
     sync: bool = True,
+    filesystem: Any = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function every task runs. It imports nothing of Sluice (cloudpickle ships it, and
     ``fingerprint``, by value), so driver-mode ingests need no Sluice on the executors.
     ``lost``: a marker file; the first task to create it dies after writing its files (the
-    ``task.lost`` failpoint). ``sync``: fsync the files written (:mod:`.durable`)."""
+    ``task.lost`` failpoint). ``sync``: fsync the files written (:mod:`.durable`).
+    ``filesystem``: the pyarrow file system of ``attempts`` (None: the one their URIs name)."""
     columns = {"good": good_columns, "bad": bad_columns}
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -275,19 +293,23 @@ def _task_writer(
                     if not part.num_rows:
                         continue
                     if kind not in writers:
-                        filesystem, path = fs.FileSystem.from_uri(attempts[kind])
-                        filesystem.create_dir(path, recursive=True)
-                        paths[kind] = (filesystem, f"{path}/{name}")
+                        if filesystem is None:
+                            target, path = fs.FileSystem.from_uri(attempts[kind])
+                        else:
+                            target, path = filesystem, attempts[kind].split("://", 1)[-1]
+                        if not isinstance(target, fs.S3FileSystem):  # S3 has no directories
+                            target.create_dir(path, recursive=True)
+                        paths[kind] = (target, f"{path}/{name}")
                         writers[kind] = pq.ParquetWriter(
-                            f"{path}/{name}", part.schema, filesystem=filesystem
+                            f"{path}/{name}", part.schema, filesystem=target
                         )
                     writers[kind].write_table(part)
                     rows[kind] += part.num_rows
         finally:
             for writer in writers.values():
                 writer.close()
-        for filesystem, path in paths.values():
-            if sync and isinstance(filesystem, fs.LocalFileSystem):  # object stores: when acked
+        for written, path in paths.values():
+            if sync and isinstance(written, fs.LocalFileSystem):  # object stores: when acked
                 handle = os.open(path, os.O_RDONLY)
                 try:
                     os.fsync(handle)

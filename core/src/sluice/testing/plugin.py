@@ -9,6 +9,10 @@ adds no fixtures to other projects.
 - ``stock_mosquitto``: mosquitto with its default queue limits (which drop messages) and
   ``$SYS`` topics updated every second.
 - ``private_mosquitto``, ``private_noida``: a broker of the test's own, free to stop and restart.
+- ``s3_server``: SeaweedFS serving S3 on loopback, one per test session
+  (:mod:`sluice.s3server`); ``s3_proxy``: a counting, fault-injecting proxy in front of it
+  (:mod:`sluice.testing.s3proxy`), cleared for each test; ``s3_bucket``: a fresh bucket, with
+  the standard ``AWS_*`` variables pointing at the proxy for the test.
 - ``unique_name``: a fresh topic / group / client id for one test.
 - ``schema_registry``: a stand-in Schema Registry on a free port for one test
   (:mod:`sluice.testing.schema_registry`).
@@ -25,12 +29,16 @@ import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from ..brokers import BrokerAddress, BrokerProcess, start_mosquitto, start_noida, start_tansu
+
+if TYPE_CHECKING:
+    from ..s3server import S3Server
+    from .s3proxy import S3Proxy
 
 KAFKA_ENV = "SLUICE_TEST_KAFKA_BOOTSTRAP"
 MQTT_ENV = "SLUICE_TEST_MQTT_URL"
@@ -139,6 +147,81 @@ def private_mosquitto() -> Iterator[BrokerProcess]:
 @pytest.fixture
 def private_noida() -> Iterator[BrokerProcess]:
     yield from _kafka_broker(start_noida)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    from ..s3server import start_seaweedfs
+
+    yield from _session_broker(start_seaweedfs)  # type: ignore[misc]
+
+
+@pytest.fixture(scope="session")
+def _s3_session_proxy(s3_server: S3Server) -> Iterator[S3Proxy]:
+    from .s3proxy import S3Proxy
+
+    with S3Proxy(f"{s3_server.host}:{s3_server.port}") as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def s3_proxy(_s3_session_proxy: S3Proxy) -> Iterator[S3Proxy]:
+    """The session's proxy, with no fault planned and its counts at zero."""
+    _s3_session_proxy.clear()
+    _s3_session_proxy.reset_counts()
+    yield _s3_session_proxy
+    _s3_session_proxy.clear()
+
+
+@dataclass(frozen=True)
+class S3Bucket:
+    """A bucket of the test's own on the session's S3 server, reached through the proxy."""
+
+    name: str
+    server: S3Server
+    proxy: S3Proxy
+
+    @property
+    def endpoint(self) -> str:
+        return self.proxy.endpoint
+
+    def uri(self, path: str = "") -> str:
+        return f"s3://{self.name}/{path}".rstrip("/")
+
+    def environment(self) -> dict[str, str]:
+        return {**self.server.environment(), "AWS_ENDPOINT_URL": self.endpoint}
+
+    def catalog_properties(self) -> dict[str, str]:
+        return {**self.server.catalog_properties(), "s3.endpoint": self.endpoint}
+
+    def client(self) -> Any:
+        return self.server.client(endpoint_url=self.endpoint)
+
+    def keys(self, prefix: str = "") -> list[str]:
+        client, found, token = self.client(), [], None
+        while True:
+            extra: dict[str, str] = {"ContinuationToken": token} if token else {}
+            page = client.list_objects_v2(Bucket=self.name, Prefix=prefix, **extra)
+            found += [item["Key"] for item in page.get("Contents", [])]
+            if not page.get("IsTruncated"):
+                return found
+            token = page["NextContinuationToken"]
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server, s3_proxy: S3Proxy, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
+    """A fresh bucket; ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``
+    and ``AWS_REGION`` point at it (through the proxy) for the test, no profile is read."""
+    bucket = S3Bucket(f"t-{uuid.uuid4().hex[:16]}", s3_server, s3_proxy)
+    s3_server.create_bucket(bucket.name)
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # never ask 169.254.169.254
+    for name, value in bucket.environment().items():
+        monkeypatch.setenv(name, value)
+    return bucket
 
 
 @pytest.fixture

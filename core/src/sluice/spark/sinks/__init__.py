@@ -26,8 +26,20 @@ __all__ = [
 
 def open_sink(location: str | os.PathLike[str] | Sink) -> Sink:
     """The sink at ``location``: ``iceberg://CATALOG/NAMESPACE.TABLE`` is an Apache Iceberg
-    table (:mod:`.iceberg`, needs ``sluice-core[iceberg]``); a directory (or ``file://`` URI)
-    is a Parquet dataset."""
+    table (:mod:`.iceberg`, needs ``sluice-core[iceberg]``); ``s3://BUCKET/PREFIX`` a Parquet
+    dataset on S3 (:mod:`.parquet_s3`, needs ``sluice-core[s3]``); a directory (or ``file://``
+    URI) a Parquet dataset."""
+    if isinstance(location, str) and location.lower().startswith(("s3://", "s3a://")):
+        try:
+            import botocore  # noqa: F401
+
+            from .parquet_s3 import S3ParquetSink
+        except ImportError as exc:
+            raise ConfigError(
+                f"The sink {location} is a Parquet dataset on S3, which needs botocore "
+                f"({exc}): pip install 'sluice-core[s3]'."
+            ) from None
+        return S3ParquetSink(location)
     if isinstance(location, str) and is_iceberg(location):
         try:
             import pyiceberg  # noqa: F401

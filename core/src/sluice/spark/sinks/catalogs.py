@@ -26,7 +26,13 @@ from ...secrets import install_log_filter, redact_text, remember_config
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-__all__ = ["SECRET_PROPERTIES", "catalog_error", "load_iceberg_catalog", "remember_catalog"]
+__all__ = [
+    "SECRET_PROPERTIES",
+    "catalog_error",
+    "load_iceberg_catalog",
+    "remember_catalog",
+    "with_s3_defaults",
+]
 
 #: pyiceberg catalog properties that hold a secret although their names contain none of the
 #: words :func:`sluice.secrets.is_secret_key` looks for (password, secret, token...).
@@ -76,6 +82,7 @@ def load_iceberg_catalog(name: str) -> Catalog:
             f"{env}WAREHOUSE=file:///lake/warehouse."
         )
     remember_catalog(properties)
+    properties = with_s3_defaults(name, properties)
     key = f"{name}\0{json.dumps(properties, sort_keys=True, default=str)}"
     with _catalogs_lock:
         if key not in _catalogs:
@@ -91,3 +98,20 @@ def load_iceberg_catalog(name: str) -> Catalog:
             finally:
                 install_log_filter("pyiceberg")  # the loggers of the modules it imported
         return _catalogs[key]
+
+
+def with_s3_defaults(name: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """A catalog on S3 (an ``s3://`` warehouse, or s3.* properties) with the ``s3.endpoint``
+    and ``s3.region`` it lacks taken from the AWS chain (``AWS_ENDPOINT_URL``, the profile,
+    ``AWS_REGION``): pyiceberg reads neither, and without a region it asks AWS where the
+    bucket is, which a custom endpoint cannot answer (a long wait, then an error)."""
+    on_s3 = str(properties.get("warehouse", "")).lower().startswith(("s3://", "s3a://"))
+    if not on_s3 and not any(str(k).startswith("s3.") for k in properties):
+        return properties
+    try:
+        from .s3 import S3Settings
+
+        found = S3Settings.resolve(properties, f"catalog '{name}'").catalog_properties()
+    except ImportError:  # no botocore: the catalog as it is
+        return properties
+    return {**found, **properties}

@@ -87,7 +87,7 @@ import pyarrow.parquet as pq
 from ...queues.config import ConfigError
 from ..durable import local_target, sync_directory, sync_file
 from ..failpoints import failpoint
-from ..writing import WriteTargets
+from ..writing import WriteTargets, resolve
 from .base import (
     BatchRecord,
     ConcurrentIngestError,
@@ -97,12 +97,15 @@ from .base import (
     check_publishable,
 )
 from .catalogs import catalog_error, load_iceberg_catalog
+from .s3 import is_s3
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
+
+    from .s3 import S3Settings
 
 __all__ = [
     "BATCH_COLUMN",
@@ -201,15 +204,15 @@ class IcebergStaging(Staging):
     run: _Run = field(default_factory=_Run)
 
 
-def _files(uri: str | None, suffix: str) -> list[str]:
+def _files(uri: str | None, suffix: str, filesystem: Any = None) -> list[str]:
     """URIs of the files named ``*<suffix>`` directly in the directory ``uri`` (none if it is
-    absent)."""
+    absent); ``filesystem``: see :func:`~sluice.spark.writing.resolve`."""
     if uri is None:
         return []
     from pyarrow import fs
 
-    filesystem, base = fs.FileSystem.from_uri(uri)
-    infos = filesystem.get_file_info(fs.FileSelector(base, allow_not_found=True))
+    found, base = resolve(uri, filesystem)
+    infos = found.get_file_info(fs.FileSelector(base, allow_not_found=True))
     return sorted(
         uri + info.path[len(base) :]
         for info in infos
@@ -217,27 +220,25 @@ def _files(uri: str | None, suffix: str) -> list[str]:
     )
 
 
-def _parquet_files(uri: str | None) -> list[str]:
-    return _files(uri, ".parquet")
+def _parquet_files(uri: str | None, filesystem: Any = None) -> list[str]:
+    return _files(uri, ".parquet", filesystem)
 
 
-def _read_parquet(uris: list[str], columns: list[str] | None = None) -> pa.Table:
-    from pyarrow import fs
-
+def _read_parquet(
+    uris: list[str], columns: list[str] | None = None, filesystem: Any = None
+) -> pa.Table:
     tables = []
     for uri in uris:
-        filesystem, path = fs.FileSystem.from_uri(uri)
-        tables.append(pq.read_table(path, filesystem=filesystem, columns=columns))
+        found, path = resolve(uri, filesystem)
+        tables.append(pq.read_table(path, filesystem=found, columns=columns))
     return pa.concat_tables(tables)
 
 
-def _rows(uris: list[str]) -> int:
-    from pyarrow import fs
-
+def _rows(uris: list[str], filesystem: Any = None) -> int:
     total = 0
     for uri in uris:
-        filesystem, path = fs.FileSystem.from_uri(uri)
-        with filesystem.open_input_file(path) as handle:
+        found, path = resolve(uri, filesystem)
+        with found.open_input_file(path) as handle:
             total += pq.read_metadata(handle).num_rows
     return total
 
@@ -292,6 +293,8 @@ class IcebergSink:
         self._catalog: Catalog | None = None
         self._finished: set[str] = set()  # pending batches finished by this sink object
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
+        self._s3: S3Settings | None = None
+        self._s3_filesystem: Any = None
 
     # ---- catalog and tables --------------------------------------------------------------
 
@@ -304,11 +307,48 @@ class IcebergSink:
     def _name(self, identifier: tuple[str, ...]) -> str:
         return ".".join(identifier)
 
+    def _filesystem(self, uri: str | None) -> Any:
+        """The pyarrow file system of an object store location of the tables (built from the
+        catalog's s3.* properties and the AWS chain, :mod:`.s3`); None elsewhere."""
+        if uri is None or not is_s3(uri):
+            return None
+        if self._s3 is None:
+            from .s3 import S3Settings
+
+            what = f"catalog '{self.target.catalog}'"
+            self._s3 = S3Settings.resolve(self.catalog.properties, what)
+            self._s3_filesystem = self._s3.filesystem()
+        return self._s3_filesystem
+
+    def _check_storage(self) -> None:
+        """The warehouse's (or the table's) bucket can be listed and written, before any Spark
+        work: a missing bucket, wrong keys or endpoint are named with how to fix them."""
+        table = self._load(self.target.table)
+        location = (
+            table.location() if table is not None else self.catalog.properties.get("warehouse", "")
+        )
+        if not is_s3(location):
+            return
+        from .s3 import s3_error, split_s3
+
+        self._filesystem(location)
+        assert self._s3 is not None
+        bucket, prefix = split_s3(location)
+        probe = f"{prefix}/_sluice-probe-{uuid.uuid4().hex[:12]}".lstrip("/")
+        client = self._s3.client(attempts=2)
+        try:
+            client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+            client.put_object(Bucket=bucket, Key=probe, Body=b"")
+            client.delete_object(Bucket=bucket, Key=probe)
+        except Exception as exc:
+            raise s3_error(exc, self._s3, location, "open the tables' location") from None
+
     def check(self) -> None:
         """The catalog opens and the table's namespace exists (it is created if missing)."""
         try:
             for identifier in {self.target.namespace, self.target.quarantine[:-1]}:
                 self.catalog.create_namespace_if_not_exists(identifier)
+            self._check_storage()
         except ConfigError:
             raise
         except Exception as exc:
@@ -422,7 +462,8 @@ class IcebergSink:
             s[f"{PREFIX}batch-id"]: json.loads(s[f"{PREFIX}record"])
             for _, s in _sluice_snapshots(table)
         }
-        for path in _files(f"{self._sidecar(table)}/batches", ".json"):
+        sidecar = self._sidecar(table)
+        for path in _files(f"{sidecar}/batches", ".json", self._filesystem(sidecar)):
             with table.io.new_input(path).open() as handle:
                 data = json.loads(handle.read())
             found.setdefault(data["batch_id"], data)
@@ -533,17 +574,23 @@ class IcebergSink:
             quarantine = self._ensure(self.target.quarantine, bad.append(batch))
             run.data = f"{table.location().rstrip('/')}/data/sluice/{name}"
             run.quarantine = f"{quarantine.location().rstrip('/')}/data/sluice/{name}"
-        return WriteTargets(run.data, run.quarantine, ((BATCH_COLUMN, staging.batch_id),))
+        constants = ((BATCH_COLUMN, staging.batch_id),)
+        return WriteTargets(run.data, run.quarantine, constants, self._filesystem(run.data))
 
     def staged_counts(self, staging: Staging) -> tuple[int, int]:
         run = _run(staging)
-        return _rows(_parquet_files(run.data)), _rows(_parquet_files(run.quarantine))
+        found = self._filesystem(run.data)
+        return (
+            _rows(_parquet_files(run.data, found), found),
+            _rows(_parquet_files(run.quarantine, found), found),
+        )
 
     def staged_quarantine_reasons(self, staging: Staging) -> dict[str, str]:
-        files = [f for f in _parquet_files(_run(staging).quarantine) if _rows([f])]
+        found = self._filesystem(_run(staging).quarantine)
+        files = [f for f in _parquet_files(_run(staging).quarantine, found) if _rows([f], found)]
         if not files:
             return {}
-        table = _read_parquet(files, ["message_id", "reason"])
+        table = _read_parquet(files, ["message_id", "reason"], found)
         return dict(zip(*table.to_pydict().values(), strict=True))
 
     def discard(self, staging: Staging) -> None:
@@ -563,12 +610,10 @@ class IcebergSink:
                 self._name(self.target.table),
             )
             return
-        from pyarrow import fs
-
         for directory in (run.data, run.quarantine):
             if directory is not None:
                 with contextlib.suppress(OSError):
-                    filesystem, path = fs.FileSystem.from_uri(directory)
+                    filesystem, path = resolve(directory, self._filesystem(directory))
                     filesystem.delete_dir(path)
 
     def publish(self, staging: Staging, record: BatchRecord) -> None:
@@ -578,8 +623,9 @@ class IcebergSink:
         run = _run(staging)
         record.published_at = time.time()
         record.run = run.name
-        good = [f for f in _parquet_files(run.data) if _rows([f])]
-        bad = [f for f in _parquet_files(run.quarantine) if _rows([f])]
+        found = self._filesystem(run.data)
+        good = [f for f in _parquet_files(run.data, found) if _rows([f], found)]
+        bad = [f for f in _parquet_files(run.quarantine, found) if _rows([f], found)]
         for directory in (run.data, run.quarantine):
             _sync_parents(directory, 3)  # <run>, <batch> and data/sluice are new directories
         failpoint("publish.after_intent")

@@ -1,0 +1,50 @@
+"""Reading a Parquet dataset the way Sluice wrote it: the committed batches, each entirely.
+
+``read_dataset(sink)`` is a ``pyarrow.dataset.Dataset`` of the good rows (``quarantine=True``:
+the quarantined ones) of the batches a sink has committed, with ``batch_id`` as a column. On
+local disk a batch appears by one rename, so that is every ``batch_id=*/`` directory; on S3
+(:mod:`sluice.spark.sinks.parquet_s3`) it is the files each batch's manifest lists, so a batch
+being copied into place, or left half-copied by a crash, is not read until it is whole.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["read_dataset"]
+
+
+def read_dataset(sink: str | os.PathLike[str], quarantine: bool = False) -> Any:
+    """The committed rows of the Parquet dataset ``sink`` (a directory or ``s3://BUCKET/PREFIX``)
+    as a ``pyarrow.dataset.Dataset``: ``read_dataset(sink).to_table()``, or hand it to DuckDB
+    (``duckdb.sql("select * from dataset")``) or Polars."""
+    import pyarrow.dataset as ds
+
+    from .spark.sinks import open_sink
+    from .spark.sinks.parquet import ParquetSink
+    from .spark.sinks.parquet_s3 import S3ParquetSink
+
+    opened = open_sink(sink)
+    if isinstance(opened, S3ParquetSink):
+        opened.recover()
+        files, filesystem, base = (
+            opened.published_files(quarantine),
+            opened.filesystem(),
+            f"{opened.bucket}/{opened.prefix}".rstrip("/"),
+        )
+    elif isinstance(opened, ParquetSink):
+        opened.recover()
+        pattern = "batch_id=*/_quarantine/*.parquet" if quarantine else "batch_id=*/*.parquet"
+        files = sorted(str(p) for p in opened.root.glob(pattern))
+        filesystem, base = None, str(opened.root)
+    else:
+        raise TypeError(f"{sink} is not a Parquet dataset (read an Iceberg table with pyiceberg)")
+    partitioning = ds.partitioning(flavor="hive")
+    return ds.dataset(
+        files,
+        filesystem=filesystem,
+        format="parquet",
+        partitioning=partitioning,
+        partition_base_dir=base,
+    )

@@ -1,0 +1,432 @@
+"""The Parquet dataset sink on S3 (``s3://BUCKET/PREFIX``): the local layout, committed by one
+conditional object write, where a file system would rename a directory.
+
+::
+
+    <prefix>/batch_id=<id>/part-*.parquet              the batch's good rows
+    <prefix>/batch_id=<id>/_quarantine/part-*.parquet  its bad rows
+    <prefix>/batch_id=<id>/_sluice_batch.json          its manifest: the record and its files
+    <prefix>/_sluice/staging/<id>-<run>/               a run's files until its commit
+    <prefix>/_sluice/streams/<stream>/log/<n>.json     batch n of the stream: THE COMMIT
+    <prefix>/_sluice/streams/<stream>/state.json       the state folded up to some n
+    <prefix>/_sluice/runs/<stream>.json                the lease of the one run (I7)
+    <prefix>/_sluice/dead_letters/<id>.json            how far a batch's dead letters got
+
+Commit protocol. A run holds its stream's lease (:mod:`.lease`) and writes its files to its
+own staging prefix. It planned on the stream's state after ``n`` batches; its commit point
+(invariant I2) is ONE write: the log entry ``n + 1`` (the record and the staged files' names),
+created with ``If-None-Match: *``. Exactly one run can create entry ``n + 1``: a run that
+lost its lease, or any run that planned on an older state, is refused there
+(:class:`ConcurrentIngestError`) and deletes only its own staging. Then the run *finishes*
+the batch, each step idempotent: it copies the staged files into ``batch_id=<id>/``, writes
+the manifest, writes the state with entry ``n + 1`` folded in (``If-Match``: a newer state
+is never replaced by an older one) and deletes its staging. Whoever comes next (an ingest's
+:meth:`~S3ParquetSink.recover`, an audit) finishes an entry a crash left unfinished.
+
+A stream's state is the last state object plus the log entries after it: reading it is one
+GET of the state and one GET that finds no next entry, whatever the history (I5).
+
+What readers see. Sluice's readers (``sluice audit``, :func:`sluice.read_dataset`) read the
+batches whose manifest exists, and only the files it lists: a batch entirely, or not at all.
+A plain reader of the prefix (pyarrow, Spark, DuckDB) skips ``_``-names, so it never sees
+staging or uncommitted runs; but it lists ``batch_id=*/`` as the files are copied in, so for
+the moment of that copy (and, after a crash inside it, until the next ingest or audit of the
+sink finishes it) it can see part of a committed batch. Readers that must never see that
+use :func:`sluice.read_dataset`, or an Iceberg table.
+
+Object stores acknowledge a write once it is durable (I9): no ``fsync`` here.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ...queues.config import ConfigError
+from ..failpoints import failpoint
+from ..writing import WriteTargets
+from .base import (
+    BatchRecord,
+    ConcurrentIngestError,
+    Staging,
+    StreamKey,
+    StreamState,
+    check_publishable,
+)
+from .lease import Lease, hold
+from .objects import Objects, PreconditionFailed
+from .parquet import _COORDINATES, QUARANTINE_DIR, RECORD_FILE
+from .s3 import S3Settings, StoreError, s3_error, split_s3
+
+__all__ = ["S3ParquetSink", "S3Staging"]
+
+log = logging.getLogger(__name__)
+
+_KINDS = {"data": "", "quarantine": f"{QUARANTINE_DIR}/"}
+
+
+@dataclass
+class _Run:
+    name: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    committing: bool = False  # the commit was sent: its outcome may be unknown
+    published: bool = False
+
+
+@dataclass(frozen=True)
+class S3Staging(Staging):
+    """A run's staging: ``prefix`` in the bucket, and a local scratch directory."""
+
+    prefix: str = ""
+    run: _Run = field(default_factory=_Run)
+
+
+class S3ParquetSink:
+    """A Parquet dataset under ``s3://BUCKET/PREFIX`` (see the module docstring)."""
+
+    def __init__(self, location: str, settings: S3Settings | None = None) -> None:
+        self.bucket, self.prefix = split_s3(location)
+        self.location = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        self.settings = settings or S3Settings.resolve()
+        self.objects = Objects(self.settings, self.bucket)
+        self._leases: dict[StreamKey, Lease] = {}
+
+    # ---- keys ----------------------------------------------------------------------------
+
+    def _key(self, *parts: str) -> str:
+        return "/".join(p.strip("/") for p in (self.prefix, *parts) if p.strip("/"))
+
+    def _batch(self, batch_id: str) -> str:
+        return self._key(f"batch_id={batch_id}")
+
+    def _stream(self, stream: StreamKey) -> str:
+        return self._key("_sluice", "streams", stream.slug)
+
+    def _entry(self, stream: StreamKey, number: int) -> str:
+        return f"{self._stream(stream)}/log/{number:012d}.json"
+
+    def _uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    # ---- checking ------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """The bucket exists, the credentials may list, write and delete under the prefix, and
+        the server honours ``If-None-Match`` (else the sink could not fence two runs)."""
+        probe = self._key("_sluice", f"probe-{uuid.uuid4().hex[:12]}")
+        client = self.settings.client(attempts=2)
+        try:
+            client.list_objects_v2(Bucket=self.bucket, Prefix=self._key("_sluice") + "/", MaxKeys=1)
+            client.put_object(Bucket=self.bucket, Key=probe, Body=b"", IfNoneMatch="*")
+        except Exception as exc:
+            raise s3_error(exc, self.settings, self.location, "open the sink") from None
+        try:
+            client.put_object(Bucket=self.bucket, Key=probe, Body=b"", IfNoneMatch="*")
+        except Exception as exc:
+            if getattr(exc, "response", {}).get("ResponseMetadata", {}).get(
+                "HTTPStatusCode"
+            ) not in (412, 409):
+                raise s3_error(exc, self.settings, self.location, "write to") from None
+        else:
+            raise ConfigError(
+                f"The S3 server {self.settings.describe()} ignores conditional writes "
+                "(If-None-Match: * let an existing object be replaced), so the Parquet sink "
+                f"cannot make a commit that only one run wins at {self.location}. Use a server "
+                "that supports them (AWS S3, MinIO, SeaweedFS, Cloudflare R2...) or an Iceberg "
+                "table (iceberg://CATALOG/NAMESPACE.TABLE)."
+            )
+        finally:
+            try:
+                client.delete_object(Bucket=self.bucket, Key=probe)
+            except Exception as exc:
+                raise s3_error(exc, self.settings, self.location, "delete in") from None
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def _manifest(self, batch_id: str) -> dict[str, Any] | None:
+        data, _ = self.objects.get_json(f"{self._batch(batch_id)}/{RECORD_FILE}")
+        return data if isinstance(data, dict) else None
+
+    def find(self, batch_id: str) -> BatchRecord | None:
+        manifest = self._manifest(batch_id)
+        return BatchRecord.from_json(manifest) if manifest else None
+
+    def state(self, stream: StreamKey) -> StreamState:
+        return self._state(stream)[0]
+
+    def _state(self, stream: StreamKey) -> tuple[StreamState, int, str | None]:
+        """The stream's state folded up to its last log entry, that entry's number, and the
+        ETag of the state object (None: there is none)."""
+        data, etag = self.objects.get_json(f"{self._stream(stream)}/state.json")
+        state = StreamState.from_json(data["state"]) if data else StreamState()
+        number = int(data["number"]) if data else 0
+        while True:
+            entry, _ = self.objects.get_json(self._entry(stream, number + 1))
+            if entry is None:
+                return state, number, etag
+            state.fold(BatchRecord.from_json(entry["record"]))
+            number += 1
+            state.batches = number  # the log's count, whatever fold() said
+
+    def records(self) -> Iterator[BatchRecord]:
+        for batch in sorted(self.objects.children(f"{self.prefix}/" if self.prefix else "")):
+            name = batch.rstrip("/").rsplit("/", 1)[-1]
+            if name.startswith("batch_id="):
+                manifest = self._manifest(name.removeprefix("batch_id="))
+                if manifest:
+                    yield BatchRecord.from_json(manifest)
+
+    def published_files(self, quarantined: bool = False) -> list[str]:
+        """``bucket/key`` of every file of the committed batches (for :func:`read_dataset`)."""
+        found = []
+        for record in self.records():
+            manifest = self._manifest(record.batch_id) or {}
+            found += self._files(manifest, "quarantine" if quarantined else "data")
+        return found
+
+    def _files(self, manifest: dict[str, Any], kind: str) -> list[str]:
+        batch = self._batch(str(manifest["batch_id"]))
+        names = (manifest.get("files") or {}).get(kind, [])
+        return [f"{self.bucket}/{batch}/{_KINDS[kind]}{name}" for name in names]
+
+    def filesystem(self) -> Any:
+        return self.settings.filesystem()
+
+    def _read(self, paths: list[str], columns: list[str] | None = None) -> pa.Table | None:
+        if not paths:
+            return None
+        filesystem = self.filesystem()
+        return pa.concat_tables(
+            pq.read_table(p, filesystem=filesystem, columns=columns) for p in paths
+        )
+
+    def quarantine_table(self, batch_id: str) -> pa.Table:
+        manifest = self._manifest(batch_id) or {"batch_id": batch_id}
+        table = self._read(self._files(manifest, "quarantine"))
+        return table if table is not None else pa.table({})
+
+    def row_coordinates(self, batch_id: str, quarantined: bool) -> pa.Table:
+        manifest = self._manifest(batch_id) or {"batch_id": batch_id}
+        kind = "quarantine" if quarantined else "data"
+        table = self._read(self._files(manifest, kind), list(_COORDINATES))
+        if table is None:
+            return pa.table({c: pa.array([], t) for c, t in _COORDINATES.items()})
+        return table
+
+    def output_location(self, batch_id: str) -> str:
+        return self._uri(self._batch(batch_id))
+
+    def quarantine_location(self, batch_id: str) -> str:
+        return self._uri(f"{self._batch(batch_id)}/{QUARANTINE_DIR}")
+
+    # ---- a run ---------------------------------------------------------------------------
+
+    @contextmanager
+    def exclusive(self, stream: StreamKey) -> Iterator[None]:
+        with hold(
+            self.objects, self._key("_sluice", "runs", f"{stream.slug}.json"), stream
+        ) as lease:
+            self._leases[stream] = lease
+            try:
+                yield
+            finally:
+                self._leases.pop(stream, None)
+
+    def stage(self, batch_id: str) -> Staging:
+        """A fresh staging prefix. Under a lease taken from a run that ended (released, or
+        died on this machine), what earlier runs of this batch staged is theirs and dead:
+        :meth:`recover` already finished any that committed, so it is deleted."""
+        leftovers = self._key("_sluice", "staging") + f"/{batch_id}-"
+        if all(lease.clean for lease in self._leases.values()):
+            self.objects.delete_prefix(leftovers)
+        run = _Run()
+        scratch = Path(tempfile.mkdtemp(prefix="sluice-s3-"))
+        prefix = f"{leftovers}{run.name}"
+        return S3Staging(batch_id, scratch, scratch, prefix=prefix, run=run)
+
+    def targets(self, staging: Staging, good: pa.Schema, bad: pa.Schema) -> WriteTargets:
+        prefix = _staging(staging).prefix
+        return WriteTargets(
+            self._uri(f"{prefix}/data"),
+            self._uri(f"{prefix}/quarantine"),
+            filesystem=self.settings.filesystem(),
+        )
+
+    def _staged(self, staging: S3Staging, kind: str) -> list[str]:
+        base = f"{staging.prefix}/{kind}/"
+        return sorted(
+            k[len(base) :]
+            for k in self.objects.keys(base)
+            if k.endswith(".parquet") and "/" not in k[len(base) :]
+        )
+
+    def _staged_rows(self, staging: S3Staging, kind: str) -> int:
+        filesystem = self.filesystem()
+        total = 0
+        for name in self._staged(staging, kind):
+            with filesystem.open_input_file(f"{self.bucket}/{staging.prefix}/{kind}/{name}") as f:
+                total += pq.read_metadata(f).num_rows
+        return total
+
+    def staged_counts(self, staging: Staging) -> tuple[int, int]:
+        s3 = _staging(staging)
+        return self._staged_rows(s3, "data"), self._staged_rows(s3, "quarantine")
+
+    def staged_quarantine_reasons(self, staging: Staging) -> dict[str, str]:
+        s3 = _staging(staging)
+        paths = [
+            f"{self.bucket}/{s3.prefix}/quarantine/{n}" for n in self._staged(s3, "quarantine")
+        ]
+        table = self._read(paths, ["message_id", "reason"])
+        if table is None:
+            return {}
+        return dict(zip(*table.to_pydict().values(), strict=True))
+
+    def discard(self, staging: Staging) -> None:
+        """Delete the run's staging, unless its commit may have happened (invariant I8)."""
+        s3 = _staging(staging)
+        shutil.rmtree(s3.scratch, ignore_errors=True)
+        if s3.run.published:
+            return
+        if s3.run.committing:
+            log.warning(
+                "The commit of batch %s to %s may or may not have happened (its answer was "
+                "lost); its staged files are kept. The next ingest or audit of the sink "
+                "finishes the batch if it was committed.",
+                s3.batch_id,
+                self.location,
+            )
+            return
+        try:
+            self.objects.delete_prefix(s3.prefix + "/")
+        except StoreError as exc:
+            log.warning("Could not delete the staging of batch %s: %s", s3.batch_id, exc)
+
+    def publish(self, staging: Staging, record: BatchRecord) -> None:
+        s3 = _staging(staging)
+        shutil.rmtree(s3.scratch, ignore_errors=True)
+        record.published_at = time.time()
+        record.run = s3.run.name
+        stream = record.stream
+        files = {kind: self._staged(s3, kind) for kind in _KINDS}
+        state, number, _ = self._state(stream)
+        try:
+            lease = self._leases.get(stream)
+            if lease is not None and lease.lost:
+                raise ConcurrentIngestError(
+                    f"The lease of {stream.kind} topic '{stream.topic}' on {self.location} was "
+                    f"taken by another run while batch {record.batch_id} was ingested. Nothing "
+                    "was published or committed; run the batch again."
+                )
+            check_publishable(state, record)
+        except ConcurrentIngestError:
+            self.discard(staging)
+            raise
+        failpoint("publish.after_intent")
+        entry = {"record": record.to_json(), "files": files, "staging": s3.prefix}
+        position = number + 1
+        s3.run.committing = True
+        try:
+            self.objects.put_json(self._entry(stream, position), entry, if_none_match=True)
+        except PreconditionFailed:
+            found, _ = self.objects.get_json(self._entry(stream, position))
+            if not found or found.get("record", {}).get("run") != s3.run.name:
+                s3.run.committing = False  # another run's entry: ours did not happen
+                self.discard(staging)
+                raise ConcurrentIngestError(
+                    f"Another ingest of {stream.kind} topic '{stream.topic}' committed batch "
+                    f"{position} of the stream on {self.location} while batch {record.batch_id} "
+                    "was ingested. Nothing was published or committed; run the batch again."
+                ) from None
+            # ours: a retry of a write whose first answer was lost
+        s3.run.published = True
+        failpoint("publish.after_rename")
+        self._finish(stream, position, entry)
+        failpoint("publish.after_state")
+
+    # ---- finishing a committed batch -----------------------------------------------------
+
+    def _finish(self, stream: StreamKey, position: int, entry: dict[str, Any]) -> None:
+        """The steps after a commit, each idempotent, whoever runs them."""
+        record = BatchRecord.from_json(entry["record"])
+        batch = self._batch(record.batch_id)
+        manifest_key = f"{batch}/{RECORD_FILE}"
+        if not self.objects.exists(manifest_key):
+            for kind, names in entry["files"].items():
+                for name in names:
+                    source = f"{entry['staging']}/{kind}/{name}"
+                    self.objects.copy(source, f"{batch}/{_KINDS[kind]}{name}")
+            manifest = {**record.to_json(), "files": entry["files"]}
+            self.objects.put_json(manifest_key, manifest)
+        self._save_state(stream, position)
+        self.objects.delete_prefix(entry["staging"] + "/")
+
+    def _save_state(self, stream: StreamKey, position: int) -> None:
+        """Fold the log up to ``position`` into the state object, unless it is there already
+        (or further: another finisher was quicker)."""
+        for _ in range(10):
+            data, etag = self.objects.get_json(f"{self._stream(stream)}/state.json")
+            state = StreamState.from_json(data["state"]) if data else StreamState()
+            number = int(data["number"]) if data else 0
+            if number >= position:
+                return
+            while number < position:
+                entry, _ = self.objects.get_json(self._entry(stream, number + 1))
+                if entry is None:
+                    return  # cannot happen: entries are never deleted
+                state.fold(BatchRecord.from_json(entry["record"]))
+                number += 1
+                state.batches = number
+            key = {"kind": stream.kind, "topic": stream.topic, "group": stream.group}
+            body = {"stream": key, "number": number, "state": state.to_json()}
+            try:
+                if etag is None:
+                    self.objects.put_json(
+                        f"{self._stream(stream)}/state.json", body, if_none_match=True
+                    )
+                else:
+                    self.objects.put_json(f"{self._stream(stream)}/state.json", body, if_match=etag)
+                return
+            except PreconditionFailed:
+                continue
+
+    def recover(self) -> None:
+        """Finish every committed batch a crash left unfinished: per stream, the log entries
+        after its state object (one GET each, and one that finds none)."""
+        for prefix in self.objects.children(self._key("_sluice", "streams") + "/"):
+            slug = prefix.rstrip("/").rsplit("/", 1)[-1]
+            data, _ = self.objects.get_json(f"{prefix}state.json")
+            number = int(data["number"]) if data else 0
+            while True:
+                entry, _ = self.objects.get_json(f"{prefix}log/{number + 1:012d}.json")
+                if entry is None:
+                    break
+                number += 1
+                record = BatchRecord.from_json(entry["record"])
+                if record.stream.slug == slug:
+                    self._finish(record.stream, number, entry)
+
+    # ---- dead letters --------------------------------------------------------------------
+
+    def dead_letter_progress(self, batch_id: str) -> dict[str, Any] | None:
+        data, _ = self.objects.get_json(self._key("_sluice", "dead_letters", f"{batch_id}.json"))
+        return data if isinstance(data, dict) else None
+
+    def save_dead_letter_progress(self, batch_id: str, progress: dict[str, Any]) -> None:
+        self.objects.put_json(self._key("_sluice", "dead_letters", f"{batch_id}.json"), progress)
+
+
+def _staging(staging: Staging) -> S3Staging:
+    if not isinstance(staging, S3Staging):
+        raise TypeError(f"not an S3 staging area: {staging!r}")
+    return staging
