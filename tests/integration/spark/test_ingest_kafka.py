@@ -199,7 +199,7 @@ def test_bad_arguments_are_named(spark: Any, topic: KafkaTopic, tmp_path: Path) 
     with pytest.raises(ConfigError, match="kafka batch but the source is a mqtt:// source"):
         ingest(spark, spec, tmp_path, source="mqtt://127.0.0.1:1883")
     with pytest.raises(ConfigError, match="not a local directory"):
-        ingest(spark, spec, "s3a://bucket/data", source=topic.source)
+        ingest(spark, spec, "hdfs://namenode/data", source=topic.source)
     with pytest.raises(ValueError, match="does not match its content"):
         ingest(spark, {**spec.to_dict(), "topic": "other"}, tmp_path, source=topic.source)
     assert plan_batch(topic.queue) == spec, "nothing was read or committed"

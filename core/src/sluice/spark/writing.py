@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,7 +136,7 @@ def write_outcomes(
     ``largest_message``: the bytes of the largest message, if known (:func:`batch_rows`)."""
     dirs = {"good": targets.data.rstrip("/"), "bad": targets.quarantine.rstrip("/")}
     attempts = {kind: f"{path}/{ATTEMPTS_DIR}" for kind, path in dirs.items()}
-    lost = f"{attempts['good']}/.task-lost" if is_armed("task.lost") else None
+    lost = _lost_marker() if is_armed("task.lost") else None
     task = _task_writer(
         good_columns,
         bad_columns,
@@ -167,11 +168,23 @@ def write_outcomes(
         for directory in moved:
             sync_directory(directory)
     finally:
+        if lost is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lost)
         for path in attempts.values():
             filesystem, local = resolve(path, targets.filesystem)
             with contextlib.suppress(OSError):  # FileNotFoundError included: nothing written
                 filesystem.delete_dir(local)
     return WriteCounts(counts["good"], counts["bad"], value_bytes, _merge_reports(reports))
+
+
+def _lost_marker() -> str:
+    """Where the tasks of a job armed with ``task.lost`` agree which one dies: a local file
+    (the failpoint is for tests, whose executors share this machine)."""
+    import tempfile
+    import uuid
+
+    return f"{tempfile.gettempdir()}/sluice-task-lost-{uuid.uuid4().hex}"
 
 
 def _merge_reports(reports: list[dict[str, Any]]) -> dict[int, PartitionWrites]:
@@ -316,7 +329,6 @@ def _task_writer(
                 finally:
                     os.close(handle)
         if lost is not None and writers:
-            os.makedirs(os.path.dirname(lost), exist_ok=True)
             try:
                 os.close(os.open(lost, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
             except FileExistsError:
