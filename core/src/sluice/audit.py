@@ -106,7 +106,10 @@ class AuditReport:
                 found.append(f"{where}: {s.doubled} message id(s) written more than once")
             for p in s.partitions:
                 if p.missing:
-                    ranges = ", ".join(f"{r.start}-{r.end - 1}" for r in p.missing[:5])
+                    ranges = ", ".join(
+                        str(r.start) if r.count == 1 else f"{r.start}-{r.end - 1}"
+                        for r in p.missing[:5]
+                    )
                     found.append(
                         f"{where}, partition {p.partition}: {p.missing_count} offset(s) committed "
                         f"but in no batch ({ranges})"

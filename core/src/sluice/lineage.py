@@ -38,6 +38,7 @@ __all__ = [
     "sink_dataset",
     "source_dataset",
     "topic_asset_key",
+    "written_schema",
 ]
 
 #: Schemes of object stores, whose dataset names are object keys (no leading slash).
@@ -187,3 +188,24 @@ def topic_asset_key(kind: str, topic: str) -> list[str]:
     """The path of a topic's asset key in Dagster (``["kafka", "iot.readings"]``): the
     characters an asset key takes, an MQTT filter's ``/``, ``+`` and ``#`` replaced."""
     return [kind, re.sub(r"[^A-Za-z0-9_.\-]", "_", topic.replace("/", "."))]
+
+
+def written_schema(sink: str | os.PathLike[str], output: str | None) -> list[tuple[str, str]]:
+    """(name, type) of the columns an ingest wrote: the Iceberg table's, or those of a
+    published Parquet batch's files at ``output`` (its quarantine left out). Empty when
+    there is nothing to read."""
+    from .spark.sinks import is_iceberg
+
+    if is_iceberg(sink):
+        from .spark.sinks.catalogs import load_iceberg_catalog
+        from .spark.sinks.iceberg import parse_iceberg_uri
+
+        target = parse_iceberg_uri(str(sink))
+        table = load_iceberg_catalog(target.catalog).load_table(target.table)
+        return [(f.name, str(f.field_type)) for f in table.schema().fields]
+    if not output or not Path(output).is_dir():
+        return []
+    import pyarrow.dataset as ds
+
+    schema = ds.dataset(output, format="parquet").schema  # names starting with _ are skipped
+    return [(f.name, str(f.type)) for f in schema]
