@@ -192,8 +192,8 @@ def topic_asset_key(kind: str, topic: str) -> list[str]:
 
 def written_schema(sink: str | os.PathLike[str], output: str | None) -> list[tuple[str, str]]:
     """(name, type) of the columns an ingest wrote: the Iceberg table's, or those of a
-    published Parquet batch's files at ``output`` (its quarantine left out). Empty when
-    there is nothing to read."""
+    published Parquet batch's files at ``output`` (its quarantine left out) and the
+    ``batch_id`` its directory gives the dataset. Empty when there is nothing to read."""
     from .spark.sinks import is_iceberg
 
     if is_iceberg(sink):
@@ -208,4 +208,7 @@ def written_schema(sink: str | os.PathLike[str], output: str | None) -> list[tup
     import pyarrow.dataset as ds
 
     schema = ds.dataset(output, format="parquet").schema  # names starting with _ are skipped
-    return [(f.name, str(f.type)) for f in schema]
+    columns = [(f.name, str(f.type)) for f in schema]
+    if "batch_id" not in schema.names:  # a hive partition: batch_id=<id>/
+        columns.append(("batch_id", "string"))
+    return columns

@@ -218,7 +218,8 @@ def test_lineage_metrics_and_the_audit_of_an_ingest(
     (table,) = completed["outputs"]
     assert (table["namespace"], table["name"]) == ("file", str(sink))
     columns = [f["name"] for f in table["facets"]["schema"]["fields"]]
-    assert columns[:3] == ["device", "temperature", "ts"] and "offset" in columns
+    assert columns[:3] == ["device", "temperature", "ts"] and columns[-1] == "batch_id"
+    assert "offset" in columns
     assert table["outputFacets"]["outputStatistics"]["rowCount"] == 3
     assert table["outputFacets"]["sluice_quarantine"]["rowCount"] == 1
     (batch,) = completed["run"]["facets"]["sluice_batch"]["batches"]

@@ -158,7 +158,7 @@ def _print(streams: list[_Stream], interval: float, count: int | None) -> None:
                     lag.group,
                     lag.lag if lag.lag is not None else "unknown",
                     _seconds(lag.oldest_age),
-                    _seconds(lag.last_batch_age),
+                    None if lag.last_batch_age is None else f"{_seconds(lag.last_batch_age)} ago",
                     lag.error or "",
                 )
             )
