@@ -28,7 +28,11 @@ from typing import Any
 
 from .batch import BatchSpec, OffsetRange
 
-__all__ = ["AuditReport", "PartitionAudit", "StreamAudit", "audit"]
+__all__ = ["SCHEMA_VERSION", "AuditReport", "PartitionAudit", "StreamAudit", "audit"]
+
+#: Version of :meth:`AuditReport.to_dict`'s layout (``sluice audit --json``, documented in the
+#: README); a field is only ever added within a version.
+SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -78,7 +82,44 @@ class AuditReport:
         return all(s.ok for s in self.streams)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sink": self.sink, "ok": self.ok, "streams": [asdict(s) for s in self.streams]}
+        """The JSON of ``sluice audit --json`` (layout :data:`SCHEMA_VERSION`)."""
+        return {
+            "version": SCHEMA_VERSION,
+            "sink": self.sink,
+            "ok": self.ok,
+            "streams": [{**asdict(s), "ok": s.ok} for s in self.streams],
+        }
+
+    def stream(self, kind: str, topic: str, group: str | None) -> StreamAudit | None:
+        """The audit of one stream of the sink (None: the sink holds no batch of it)."""
+        found = [s for s in self.streams if (s.kind, s.topic, s.group) == (kind, topic, group)]
+        return found[0] if found else None
+
+    def problems(self, stream: StreamAudit | None = None) -> list[str]:
+        """What is wrong, one line per stream or partition (empty when the audit passes):
+        the reason a check built on the audit fails with."""
+        found: list[str] = []
+        for s in [stream] if stream is not None else self.streams:
+            where = f"{s.kind} topic '{s.topic}' ({'group' if s.kind == 'kafka' else 'session'} "
+            where += f"'{s.group}')"
+            if s.doubled:
+                found.append(f"{where}: {s.doubled} message id(s) written more than once")
+            for p in s.partitions:
+                if p.missing:
+                    ranges = ", ".join(
+                        str(r.start) if r.count == 1 else f"{r.start}-{r.end - 1}"
+                        for r in p.missing[:5]
+                    )
+                    found.append(
+                        f"{where}, partition {p.partition}: {p.missing_count} offset(s) committed "
+                        f"but in no batch ({ranges})"
+                    )
+                if p.doubled:
+                    found.append(
+                        f"{where}, partition {p.partition}: {p.doubled} offset(s) written more "
+                        "than once"
+                    )
+        return found
 
     def lines(self) -> list[str]:
         """The report as text, one line per partition."""

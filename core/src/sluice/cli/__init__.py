@@ -1,4 +1,5 @@
-"""The ``sluice`` command: embedded brokers, publish, peek, lag, ingest, audit, dead-letter replay.
+"""The ``sluice`` command: embedded brokers, publish, peek, lag, ingest, audit, watch, dead-letter
+replay.
 
 Each command group lives in its own module and imports the queue, Kafka, MQTT and Spark
 libraries only when it runs, so ``sluice --help`` stays fast.
@@ -11,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from . import audit, brokers, dlq, ingest, inspect, publish
+from . import audit, brokers, dlq, ingest, inspect, publish, watch
 from .errors import SluiceGroup, set_debug
 
 __all__ = ["app", "main"]
@@ -47,6 +48,7 @@ app.command("peek")(inspect.peek)
 app.command("lag")(inspect.lag)
 app.command("ingest")(ingest.ingest)
 app.command("audit")(audit.audit)
+app.command("watch")(watch.watch)
 app.add_typer(dlq.app, name="dlq")
 
 

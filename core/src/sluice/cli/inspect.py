@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -212,34 +213,62 @@ def lag(
             help="Kafka URI with the group: kafka://HOST:PORT/TOPIC?group_id=G", show_default=False
         ),
     ],
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the measurement as JSON (layout: README, 'sluice lag --json'), with the "
+            "age of the oldest waiting message.",
+        ),
+    ] = False,
+    sink: Annotated[
+        str | None,
+        typer.Option(help="With --json: also the stream's last batch in this sink."),
+    ] = None,
 ) -> None:
-    """Per partition: the group's committed offset, the end offset and the lag, with the total."""
+    """Per partition: the group's committed offset, the end offset, the lag and how long the
+    oldest waiting message has waited, with the total."""
     target = parse(uri, kinds=("kafka",), command="lag")
     if not target.given("group_id"):
         raise CliError(
             "'sluice lag' measures a consumer group: add ?group_id=NAME to the URI.", usage=True
         )
+    from sluice.errors import TopicNotFoundError
     from sluice.kafka import KafkaMessageQueue
+    from sluice.metrics import measure
 
     queue = target.queue()
     assert isinstance(queue, KafkaMessageQueue)
-    with kafka_connection(queue) as connection:
-        committed, beginnings, ends = connection.group_offsets(queue.topic, queue.group_id)
-    if not ends:
-        raise CliError(_no_topic(target))
-    rows = []
-    for partition, end in sorted(ends.items()):
-        done = committed.get(partition)
-        start = done if done is not None else beginnings.get(partition, 0)
-        rows.append((partition, done, end, max(0, end - start)))
-    total = sum(row[3] for row in rows)
+    try:
+        stream = measure("kafka", queue.config, sink=sink)
+    except TopicNotFoundError:
+        raise CliError(_no_topic(target)) from None
+    if as_json:
+        output.out().print(json.dumps(stream.to_dict(), indent=2))
+        return
+    rows = [
+        (p.partition, p.committed, p.end, p.lag, _age(stream.measured_at, p.oldest_timestamp))
+        for p in stream.partitions or ()
+    ]
     output.table(
-        f"Lag of group '{queue.group_id}' on '{queue.topic}': {total}",
-        ["partition", "committed", "end", "lag"],
+        f"Lag of group '{stream.group}' on '{stream.topic}': {stream.lag}",
+        ["partition", "committed", "end", "lag", "oldest waiting"],
         rows,
     )
     if any(row[1] is None for row in rows):
         output.out().print(
             "'-': no committed offset yet; its lag counts from the beginning of the partition."
         )
-    output.out().print(f"Total lag: {total}")
+    output.out().print(f"Total lag: {stream.lag}")
+
+
+def _age(now: float, timestamp: float | None) -> str | None:
+    """How long ago ``timestamp`` was, for a table cell (None: nothing waits)."""
+    if timestamp is None:
+        return None
+    seconds = max(0.0, now - timestamp)
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

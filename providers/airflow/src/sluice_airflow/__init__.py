@@ -10,6 +10,11 @@
 - ``operators.spark.SparkIngestOperator``: ingests a batch into Parquet with
   ``sluice.spark.ingest`` (in-process or through spark-submit).
 - ``operators.publish.QueuePublishOperator``: publishes messages.
+- ``operators.audit.AuditOperator``: fails the DAG run when the sink disagrees with the broker.
+
+Both ingest and publish operators give apache-airflow-providers-openlineage their inputs and
+outputs (:mod:`sluice_airflow.lineage`); the ingest sends lag and freshness as Airflow metrics
+(:mod:`sluice_airflow.metrics`).
 
 Example DAGs: ``dags_examples/airflow`` in the Sluice repository.
 """

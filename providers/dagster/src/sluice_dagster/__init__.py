@@ -15,6 +15,14 @@ Spark ingest job and asset.
                    "spark": SparkResource()},
     )
 
+Observability: the topic as an external asset upstream of the table, the checks ``audit``
+(``sluice audit`` of the stream) and ``lag`` (fails when the table falls behind), and the
+sensor's lag observations::
+
+    events_topic = topic_asset(KafkaQueueResource(bootstrap="broker:9092", topic="events"))
+    events = make_ingest_asset("events", "kafka", sink="/lake/events", deps=[events_topic])
+    checks = [make_audit_check(events), make_lag_check(events, max_lag=10_000, max_age=600)]
+
 Or, instead of the sensor, a run every hour for what has arrived (skipped when nothing has)::
 
     schedules=[make_ingest_schedule("events_hourly", "kafka", "0 * * * *",
@@ -23,6 +31,7 @@ Or, instead of the sensor, a run every hour for what has arrived (skipped when n
 
 from .assets import make_ingest_asset
 from .jobs import make_ingest_job
+from .observability import make_audit_check, make_lag_check, topic_asset
 from .ops import IngestConfig, ingest_run_config, make_ingest_op
 from .resources import (
     KafkaQueueResource,
@@ -44,9 +53,12 @@ __all__ = [
     "SchemaRegistryResource",
     "SparkResource",
     "ingest_run_config",
+    "make_audit_check",
     "make_ingest_asset",
     "make_ingest_job",
     "make_ingest_op",
     "make_ingest_schedule",
+    "make_lag_check",
     "make_queue_sensor",
+    "topic_asset",
 ]

@@ -25,6 +25,11 @@ MQTT batches drain the persistent session; a failed run leaves its messages unac
 so the next batch takes them again. When the broker cannot be reached, the tick skips with a
 message naming it.
 
+With ``observe`` (the default) a sensor of assets records, at each tick that asks a Kafka
+broker, an ``AssetObservation`` of each asset: the group's lag per partition and the age of
+the oldest waiting message (:func:`~sluice_dagster.observability.lag_observation`), so the
+asset's page plots how far behind it is between materializations.
+
 These are the rules of the one sensing model (:mod:`sluice.sensing`), which Airflow's
 trigger follows too; this sensor sees its runs' states, the trigger reads them from the
 committed offsets.
@@ -36,6 +41,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from dagster import (
+    AssetKey,
+    AssetObservation,
     DagsterInvariantViolationError,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -49,7 +56,9 @@ from dagster import (
 )
 
 from sluice.cursor import BatchCursor, RunState
+from sluice.metrics import kafka_lag
 
+from .observability import lag_observation
 from .requests import (
     BATCH_TAG,
     RUN_KEY_TAG,
@@ -62,7 +71,7 @@ from .requests import (
     queue_resource,
     where,
 )
-from .resources import QueueUnavailableError
+from .resources import QueueResource, QueueUnavailableError
 
 __all__ = ["BATCH_TAG", "RUN_KEY_TAG", "SENSOR_TAG", "make_queue_sensor"]
 
@@ -88,6 +97,7 @@ def make_queue_sensor(
     default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
     description: str | None = None,
     tags: Mapping[str, str] | None = None,
+    observe: bool = True,
 ) -> SensorDefinition:
     """A sensor that requests a run of ``job`` (or of ``asset_selection``) for each batch
     waiting on the queue resource ``resource_key`` (see the module docstring).
@@ -96,11 +106,13 @@ def make_queue_sensor(
     :func:`~sluice_dagster.jobs.make_ingest_job` or
     :func:`~sluice_dagster.assets.make_ingest_asset` reading ``resource_key``. A batch has at
     least ``min_messages`` and at most ``max_messages`` messages (Kafka; for MQTT the most a
-    run drains).
+    run drains). ``observe``: record the lag of ``asset_selection``'s assets at each tick
+    (Kafka; see the module docstring).
     """
     factory = f"make_queue_sensor('{name}')"
     check_targets(factory, job, asset_selection, min_messages, max_messages)
     op_name = ingest_op or ingest_op_name(factory, resource_key, job, asset_selection)
+    observed = (asset_keys(asset_selection) or []) if observe else []
 
     @sensor(
         name=name,
@@ -124,9 +136,11 @@ def make_queue_sensor(
             waiting = plan_waiting(resource, max_messages, min_messages)
         except QueueUnavailableError as exc:
             return SkipReason(str(exc))
+        events = _observations(context, resource, observed)
         decision = cursor.next_request(waiting, state, max_messages, min_messages)
         if isinstance(decision, str):
-            return SkipReason(f"{queue}: {decision}.")
+            skip = SkipReason(f"{queue}: {decision}.")
+            return SensorResult(skip_reason=skip, asset_events=events) if events else skip
         context.log.info(
             f"{queue}: requesting {'again ' if decision.retry else ''}batch "
             f"{decision.spec.batch_id} (run key {decision.run_key})"
@@ -134,9 +148,24 @@ def make_queue_sensor(
         return SensorResult(
             run_requests=[batch_run_request(SENSOR_TAG, name, op_name, decision, tags)],
             cursor=cursor.advance(decision).to_json(),
+            asset_events=events,
         )
 
     return _sensor
+
+
+def _observations(
+    context: SensorEvaluationContext, resource: QueueResource, keys: list[AssetKey]
+) -> list[AssetObservation]:
+    """The lag observation of each of ``keys`` (Kafka; none when it cannot be measured)."""
+    if not keys or resource.KIND != "kafka":
+        return []
+    try:
+        lag = kafka_lag(resource.config())
+    except Exception as exc:  # an observation: the tick goes on without it
+        context.log.warning(f"Could not measure the lag: {resource.scrub(str(exc))}")
+        return []
+    return [lag_observation(key, lag) for key in keys]
 
 
 def _last_run_state(

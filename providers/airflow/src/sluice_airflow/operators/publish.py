@@ -1,4 +1,8 @@
-"""QueuePublishOperator: sends messages to a Kafka topic or an MQTT topic."""
+"""QueuePublishOperator: sends messages to a Kafka topic or an MQTT topic.
+
+With apache-airflow-providers-openlineage installed, its OpenLineage events name the topic
+as the output (``kafka://host:port`` + topic, :mod:`sluice.lineage`) with the messages sent.
+"""
 
 from __future__ import annotations
 
@@ -87,6 +91,7 @@ class QueuePublishOperator(BaseOperator):
         self.value_schema = value_schema
         self.schema_registry = schema_registry
         self.schema_registry_conn_id = schema_registry_conn_id
+        self._sent: int | None = None  # for the lineage events
 
     def _encoded(self, envelopes: list[MessageEnvelope]) -> None:
         """Write each payload in ``value_format`` (in place)."""
@@ -119,6 +124,7 @@ class QueuePublishOperator(BaseOperator):
         return list(messages)
 
     def execute(self, context: Context) -> int:
+        self._sent = None
         envelopes = [to_envelope(m, self.message_type) for m in self._items()]
         self._encoded(envelopes)
         hook = QueueHook(self.conn_id)
@@ -140,4 +146,25 @@ class QueuePublishOperator(BaseOperator):
             finally:
                 queue.close(None)
         self.log.info("Published %d message(s) to %s", len(envelopes), self.topic)
+        self._sent = len(envelopes)
         return len(envelopes)
+
+    # ---- OpenLineage (apache-airflow-providers-openlineage calls these) -----------------------
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """The topic, as the output."""
+        return self._lineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The topic, with the messages sent."""
+        return self._lineage()
+
+    def _lineage(self) -> Any:
+        from sluice.lineage import source_dataset
+
+        from ..lineage import publish_lineage
+
+        hook = QueueHook(self.conn_id)
+        config = hook.config(self.topic, **self.config)
+        with redacted_errors(config):
+            return publish_lineage(source_dataset(hook.kind, config), self._sent)

@@ -17,6 +17,12 @@ when nothing arrives there, or when the ingest's drain comes back empty.
 The XCom value is the ingest summary (counts and ranges, never payloads). The connection's
 password goes to Spark in-process, or to ``spark-submit`` in a file only the current user can
 read: never on a command line, in XCom or in a log.
+
+After each batch the task sends the stream's lag, the age of its oldest waiting message and
+the time of its last batch as Airflow metrics (:mod:`sluice_airflow.metrics`, through
+Airflow's ``Stats``), and, with apache-airflow-providers-openlineage installed, the run's
+OpenLineage events name the topic, the sink, the batch and its counts
+(:mod:`sluice_airflow.lineage`).
 """
 
 from __future__ import annotations
@@ -132,6 +138,9 @@ class SparkIngestOperator(BaseOperator):
     :param config: config keys on top of the connection's for reading the source.
     :param ingest_kwargs: further keyword arguments of :func:`sluice.spark.ingest`
         (``chunk_size``, ``max_value_bytes``, ...).
+    :param metrics: after each batch, measure the stream's lag and the age of its oldest
+        waiting message (Kafka: one look at the broker) and send them with the batch's counts
+        as Airflow metrics (:mod:`sluice_airflow.metrics`); False sends nothing.
     :return: ``IngestResult.to_dict()``; a list of them when the run gathered several batches.
     """
 
@@ -173,6 +182,7 @@ class SparkIngestOperator(BaseOperator):
         max_messages: int | None = None,
         if_nothing_waiting: Literal["skip", "succeed"] = "skip",
         max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED,
+        metrics: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -209,8 +219,11 @@ class SparkIngestOperator(BaseOperator):
         self.max_messages = max_messages
         self.if_nothing_waiting = if_nothing_waiting
         self.max_quarantined = max_quarantined
+        self.metrics = metrics
+        self._ingested: list[tuple[BatchSpec, dict[str, Any]]] = []  # for the lineage events
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
+        self._ingested = []  # this run's own (the task object may be a copy sharing a list)
         if self.batch == WAITING:
             return self._ingest_waiting(context)
         specs = batches_from_context(self.batch, context)
@@ -282,7 +295,89 @@ class SparkIngestOperator(BaseOperator):
             )
         if result.get("lost"):
             self.log.warning("Messages lost to retention (accepted): %s", result["lost"])
+        self._ingested.append((spec, result))
+        self._send_metrics(spec, result)
         return result
+
+    def _send_metrics(self, spec: BatchSpec, result: Mapping[str, Any]) -> None:
+        """The batch's counts, the stream's lag and freshness as Airflow metrics (a metric
+        that cannot be measured is a warning: the batch is written and committed)."""
+        if not self.metrics:
+            return
+        from sluice.metrics import measure
+
+        from ..metrics import send_counts, send_stream
+
+        group = spec.group_id if spec.kind == "kafka" else spec.client_id
+        send_counts(spec.kind, spec.topic, group, result)
+        hook = QueueHook(self.conn_id)
+        if spec.kind == "kafka":  # one try: a broker gone since the commit must not hold the task
+            owner = {"group_id": spec.group_id, "options.max_retries": 1}
+        else:
+            owner = {"client_id": spec.client_id}
+        config = hook.config(spec.topic, **{**self.config, **owner})
+        try:
+            lag = measure(spec.kind, config, self.sink)
+        except Exception as exc:
+            self.log.warning(
+                "Could not measure the lag of %s: %s", spec.topic, redact_text(str(exc), config)
+            )
+            return
+        send_stream(lag)
+        self.log.info(
+            "Stream %s: lag %s, oldest waiting message %s s old, last batch %s",
+            spec.topic,
+            "unknown (MQTT)" if lag.lag is None else lag.lag,
+            "-" if lag.oldest_age is None else round(lag.oldest_age, 1),
+            lag.last_batch_id,
+        )
+
+    # ---- OpenLineage (apache-airflow-providers-openlineage calls these) -----------------------
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """The topic and the sink (and the batch, when it is known before the run)."""
+        return self._lineage(done=False)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The topic, the sink with its schema and the rows written and quarantined, and the
+        batches' ids and offset ranges."""
+        return self._lineage(done=True)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """What the run was to read and write, and the batches it got to."""
+        return self._lineage(done=True)
+
+    def _lineage(self, done: bool) -> Any:
+        from sluice.lineage import source_dataset
+
+        from ..lineage import ingest_lineage
+
+        hook = QueueHook(self.conn_id)
+        kind, source = hook.kind, hook.config(**self.config)
+        with redacted_errors(source):
+            specs = [spec for spec, _ in self._ingested] if done else self._known_batches()
+            topics = [spec.topic for spec in specs] or ([self.topic] if self.topic else [])
+            fields: list[tuple[str, str]] = []
+            if isinstance(self.schema, str) and not done:
+                from sluice.spark.ddl import parse_ddl
+
+                fields = [(f.name, f.dataType.simpleString()) for f in parse_ddl(self.schema)]
+            return ingest_lineage(
+                [source_dataset(kind, source, topic) for topic in topics],
+                self.sink,
+                specs,
+                [result for _, result in self._ingested] if done else [],
+                fields,
+            )
+
+    def _known_batches(self) -> list[BatchSpec]:
+        """The batches a run will ingest, when its (rendered) ``batch`` says so already."""
+        if self.batch in (*_NOTHING, WAITING):
+            return []
+        try:
+            return batches_from_context(self.batch, {})
+        except ValueError:  # not rendered yet, or not a batch: the complete event has it
+            return []
 
     def _options(self) -> dict[str, Any]:
         """The ingest's options (the registry's settings, with its password, included)."""
