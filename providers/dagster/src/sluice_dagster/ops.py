@@ -276,7 +276,7 @@ def ingest_metadata(result: IngestResult, lag: int | None = None) -> dict[str, A
         "skipped": MetadataValue.int(result.skipped),
         "bytes": MetadataValue.int(result.bytes),
         "duration_seconds": MetadataValue.float(float(data["seconds"])),
-        "messages_per_second": MetadataValue.float(round(result.messages_per_second, 1)),
+        "messages_per_second": MetadataValue.float(round(float(result.messages_per_second), 1)),
         "committed": MetadataValue.bool(result.committed),
         "ranges": MetadataValue.json(data["ranges"]),
     }
