@@ -44,6 +44,7 @@ from ..batch import BatchSpec, plan_batch
 from ..brokers import BrokerProcess, start_mosquitto, start_noida
 from ..cursor import BatchCursor
 from ..sensing import next_emission
+from .waiting import wait_until
 
 __all__ = ["FAULTS", "Fault", "Outcome", "Scenario", "faults_for", "run_scenario"]
 
@@ -669,7 +670,6 @@ class _KafkaWorld(_World):
 
     def _recreate(self, chooser: random.Random) -> None:
         from ..brokers import create_kafka_topic
-        from .waiting import wait_until
 
         admin = self._admin()
         try:
@@ -692,8 +692,14 @@ class _KafkaWorld(_World):
         finally:
             admin.close()
         self.partitions += 1
-        self._new_producer()  # its metadata knows the new partition
+        # A new producer learns the partition only once the broker's metadata shows it, which
+        # may take a moment after the admin call returned (seed 1008 sent before it did).
+        wait_until(self._producer_sees_every_partition, 30, 0.2, "the new partition's metadata")
         self.publish(chooser.randint(3, 10), chooser)
+
+    def _producer_sees_every_partition(self) -> bool:
+        self._new_producer()
+        return len(self.producer.partitions_for(self.topic) or ()) >= self.partitions
 
     def accounted(self, missing: list[str]) -> tuple[list[str], int]:
         """A missing id is accounted for when the fault that lost it is one Sluice cannot
