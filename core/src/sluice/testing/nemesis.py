@@ -562,12 +562,19 @@ class _KafkaWorld(_World):
         self._new_producer()
 
     def _new_producer(self) -> None:
+        """A producer that knows every partition of the topic: the broker's metadata may show a
+        new topic or partition only a moment after the admin call returned (soak seeds 1008 and
+        1049 sent to a partition the producer did not know yet)."""
+        wait_until(self._producer_sees_every_partition, 30, 0.2, "the topic's partitions")
+
+    def _producer_sees_every_partition(self) -> bool:
         from kafka import KafkaProducer
 
         if self.producer is not None:
             self.producer.close(5)
         assert self.broker is not None
         self.producer = KafkaProducer(bootstrap_servers=self.broker.bootstrap, linger_ms=5)
+        return len(self.producer.partitions_for(self.topic) or ()) >= self.partitions
 
     def source(self) -> dict[str, Any]:
         assert self.broker is not None
@@ -692,14 +699,8 @@ class _KafkaWorld(_World):
         finally:
             admin.close()
         self.partitions += 1
-        # A new producer learns the partition only once the broker's metadata shows it, which
-        # may take a moment after the admin call returned (seed 1008 sent before it did).
-        wait_until(self._producer_sees_every_partition, 30, 0.2, "the new partition's metadata")
-        self.publish(chooser.randint(3, 10), chooser)
-
-    def _producer_sees_every_partition(self) -> bool:
         self._new_producer()
-        return len(self.producer.partitions_for(self.topic) or ()) >= self.partitions
+        self.publish(chooser.randint(3, 10), chooser)
 
     def accounted(self, missing: list[str]) -> tuple[list[str], int]:
         """A missing id is accounted for when the fault that lost it is one Sluice cannot
