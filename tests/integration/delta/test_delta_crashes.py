@@ -1,9 +1,9 @@
 """The crash matrix on a Delta sink, at the failpoints where a Delta sink differs from the others
 (its files written under the table, its commit, the quarantine commit after it, the offsets'
-commit; after it, and elsewhere, nothing is the sink's own): an ingest SIGKILLed there, then
-run again. Kafka: every message exactly once
-(``sluice audit``), lag 0, every dead letter once, and ONE commit with the stream's ``txn``
-(a rerun after the commit learns it from the log). MQTT: every message id once, none left."""
+commit; the other steps do nothing of the sink's own): an ingest SIGKILLed there, then run
+again. Kafka: every message exactly once (``sluice audit``), lag 0, every dead letter once, and
+ONE commit with the stream's ``txn`` (a rerun after the commit learns it from the log). MQTT:
+every message id once, none left unacknowledged."""
 
 from __future__ import annotations
 
