@@ -15,6 +15,7 @@ import pytest
 
 from sluice.audit import audit
 from sluice.batch import plan_batch
+from sluice.lineage import sink_dataset
 from sluice.queues.config import ConfigError
 from sluice.spark import ingest
 from sluice.spark.sinks import ConcurrentIngestError, StreamKey, open_sink
@@ -158,6 +159,9 @@ def test_one_run_per_stream_and_uris(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown option"):
         DeltaSink(f"delta://{tmp_path}?partition=x")
     assert sink.state(stream).batches == 0 and sink.find("nothing") is None
+    lineage = sink_dataset(f"delta://{tmp_path / 't'}?quarantine=/elsewhere")
+    assert (lineage.dataset.namespace, lineage.dataset.name) == ("file", str(tmp_path / "t"))
+    assert lineage.storage == "delta"
     assert pa.Table.equals(
         sink.row_coordinates("b", False).slice(0, 0), sink.row_coordinates("b", False)
     )
