@@ -231,8 +231,10 @@ def _rows(files: list[Path]) -> int:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    """Replace ``path`` atomically and durably."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Replace ``path`` atomically and durably (a new directory's entry too)."""
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sync_directory(path.parent.parent)
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     temporary.write_text(json.dumps(data, sort_keys=True))
     sync_file(temporary)
