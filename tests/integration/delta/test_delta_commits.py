@@ -111,3 +111,31 @@ def test_a_rerun_after_the_commit_is_recognised_from_the_log(tmp_path: Path) -> 
     fresh.recover()
     assert fresh.find(record.batch_id) == record, "finished from the state the log names"
     assert fresh.state(record.stream).batches == 1
+
+
+def test_the_stream_state_survives_delta_compaction_checkpoints_log_cleanup_and_vacuum(
+    tmp_path: Path,
+) -> None:
+    location = f"delta://{tmp_path / 't'}"
+    sink = DeltaSink(location)
+    for start, end in ((0, 3), (3, 6)):
+        staging, record = staged(sink, "a", start, end, planned_on=start // 3)
+        sink.publish(staging, record)
+    table = DeltaTable(str(tmp_path / "t"))
+    table.optimize.compact()  # one file replaces the batches' files
+    table = DeltaTable(str(tmp_path / "t"))
+    table.create_checkpoint()
+    table.cleanup_metadata()
+    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+
+    fresh = DeltaSink(location)
+    stream = StreamKey("kafka", "t", "a")
+    assert DeltaTable(str(tmp_path / "t")).transaction_version(app_id(stream)) == 2
+    assert fresh.state(stream).written.to_json() == {"0": [[0, 6]]}
+    assert fresh.find(record.batch_id) == record
+    assert fresh.row_coordinates(record.batch_id, False).column("offset").to_pylist() == [3, 4, 5]
+    staging, record = staged(fresh, "a", 6, 9, planned_on=2)
+    fresh.publish(staging, record)
+    assert fresh.state(stream).batches == 3
+    ids = DeltaTable(str(tmp_path / "t")).to_pyarrow_table().column("id").to_pylist()
+    assert sorted(ids) == sorted(f"a-{i}" for i in range(9))

@@ -445,7 +445,13 @@ class DeltaSink:
             by_batch: dict[str, pa.Table] = {}
             if table is not None:
                 wanted = pa.schema([(BATCH_COLUMN, pa.string()), *_COORDINATES.items()])
-                rows = table.to_pyarrow_dataset().to_table(columns=wanted.names).cast(wanted)
+                dataset = table.to_pyarrow_dataset()
+                present = [n for n in wanted.names if n in dataset.schema.names]
+                rows = dataset.to_table(columns=present)
+                for column in wanted:  # a column the table lacks reads as null
+                    if column.name not in present:
+                        rows = rows.append_column(column, pa.nulls(rows.num_rows, column.type))
+                rows = rows.select(wanted.names).cast(wanted)
                 for name in set(rows.column(BATCH_COLUMN).to_pylist()):
                     mask = pc.equal(rows.column(BATCH_COLUMN), name)
                     by_batch[name] = rows.filter(mask).drop_columns([BATCH_COLUMN])
