@@ -615,7 +615,6 @@ class DeltaSink:
         bad = [f for f in _parquet_files(run.quarantine) if _rows([f])]
         for directory in (run.data, run.quarantine):
             _sync_parents(directory, 3)  # <run>, <batch> and sluice/ may be new directories
-        failpoint("publish.after_intent")
         stream = record.stream
         slug = stream.slug
         for number in range(COMMIT_ATTEMPTS):
@@ -643,6 +642,7 @@ class DeltaSink:
             key = {"kind": stream.kind, "topic": stream.topic, "group": stream.group}
             document = {"stream": key, "state": state.to_json(), "pending": pending}
             _write_json(self._stream_dir(slug) / f"{version}.json", document)
+            failpoint("publish.after_intent")  # a state file the log does not name yet
             run.committing = True
             try:
                 self._commit_batch(table, record, version, good)
