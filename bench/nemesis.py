@@ -1,11 +1,11 @@
 """The nemesis soak: many seeded scenarios of ingests while the environment fails.
 
     uv run python bench/nemesis.py [--seeds 200] [--first 1] [--extra 4]
-                                   [--transport kafka|mqtt] [--sink parquet|iceberg]
+                                   [--transport kafka|mqtt] [--sink parquet|iceberg|delta]
     uv run python bench/nemesis.py --seed 17 --transport mqtt --sink iceberg   # replay one
 
 Each seed plays one scenario (sluice.testing.nemesis) on every transport and sink named (all
-four combinations by default, taking turns): every fault of that transport and sink once, in
+six combinations by default, taking turns): every fault of that transport and sink once, in
 the order the seed chooses, then --extra faults chosen by the seed; then the oracle
 (``sluice audit`` and the exact multiset of payload ids). It prints a line per scenario and,
 at the end, scenarios run, faults injected, and messages lost and doubled (must be 0 and 0;
@@ -35,7 +35,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, help="replay this one seed (with one transport/sink)")
     parser.add_argument("--extra", type=int, default=4, help="random faults after one of each")
     parser.add_argument("--transport", choices=["kafka", "mqtt"])
-    parser.add_argument("--sink", choices=["parquet", "iceberg"])
+    parser.add_argument("--sink", choices=["parquet", "iceberg", "delta"])
     parser.add_argument("--keep", action="store_true", help="keep each scenario's directory")
     args = parser.parse_args()
 
@@ -43,7 +43,7 @@ def main() -> int:
     from sluice.testing.nemesis import Scenario, run_scenario
 
     transports = [args.transport] if args.transport else ["kafka", "mqtt"]
-    sinks = [args.sink] if args.sink else ["parquet", "iceberg"]
+    sinks = [args.sink] if args.sink else ["parquet", "iceberg", "delta"]
     kinds = list(itertools.product(transports, sinks))
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     say("starting Spark (local[2])")

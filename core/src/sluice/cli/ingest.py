@@ -72,7 +72,8 @@ def ingest(
         str,
         typer.Option(
             help="Directory of the Parquet dataset (the batch goes to <sink>/batch_id=<id>/), "
-            "or an Apache Iceberg table: iceberg://CATALOG/NAMESPACE.TABLE.",
+            "an Apache Iceberg table: iceberg://CATALOG/NAMESPACE.TABLE, or a Delta Lake "
+            "table: delta://PATH.",
             show_default=False,
         ),
     ],

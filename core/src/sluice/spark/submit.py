@@ -82,7 +82,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--sink",
         required=True,
-        help="dataset directory, or an Iceberg table iceberg://CATALOG/NAMESPACE.TABLE",
+        help="dataset directory, an Iceberg table iceberg://CATALOG/NAMESPACE.TABLE, or a "
+        "Delta table delta://PATH",
     )
     p.add_argument(
         "--source", required=True, help="queue URI or JSON config, itself, @file or env:VAR"

@@ -1,7 +1,8 @@
 """The nemesis: ingests that run while the environment fails, composed by a seed and checked
 by ``sluice audit`` and the exact multiset of payloads (docs/fault-model.md).
 
-A :class:`Scenario` is a transport (Kafka or MQTT), a sink (Parquet or Iceberg) and a seed.
+A :class:`Scenario` is a transport (Kafka or MQTT), a sink (Parquet, Iceberg or Delta) and a
+seed.
 :func:`run_scenario` starts brokers of its own (so it may restart, truncate and recreate
 them), then plays rounds. Each round publishes messages with unique ids (some malformed, for
 the quarantine), lets the sensing model decide what to emit (:func:`sluice.sensing.next_emission`
@@ -51,7 +52,7 @@ __all__ = ["FAULTS", "Fault", "Outcome", "Scenario", "faults_for", "run_scenario
 log = logging.getLogger(__name__)
 
 Transport = Literal["kafka", "mqtt"]
-SinkKind = Literal["parquet", "iceberg"]
+SinkKind = Literal["parquet", "iceberg", "delta"]
 
 SCHEMA = "id STRING, device STRING, temperature DOUBLE"
 #: Milliseconds a broker request may take in a scenario (a stalled read fails after this).
@@ -67,7 +68,7 @@ class Fault:
     name: str
     steps: tuple[str, ...]  # failpoints it can be injected at
     transports: tuple[Transport, ...] = ("kafka", "mqtt")
-    sinks: tuple[SinkKind, ...] = ("parquet", "iceberg")
+    sinks: tuple[SinkKind, ...] = ("parquet", "iceberg", "delta")
     description: str = ""
 
 
@@ -300,11 +301,11 @@ class _World:
         self.workdir = workdir
         self.name = f"nemesis-{scenario.seed}-{scenario.transport}-{scenario.sink}"
         self.catalog = f"nemesis{scenario.seed}{scenario.transport}"
-        self.sink = (
-            str(workdir / "sink")
-            if scenario.sink == "parquet"
-            else f"iceberg://{self.catalog}/nemesis.readings"
-        )
+        self.sink = {
+            "parquet": str(workdir / "sink"),
+            "iceberg": f"iceberg://{self.catalog}/nemesis.readings",
+            "delta": f"delta://{workdir / 'sink'}",
+        }[scenario.sink]
         self.outcome = Outcome(scenario)
         self.published: list[str] = []
         self.counter = 0
@@ -876,9 +877,12 @@ class _MqttWorld(_World):
 def sink_ids(sink: str) -> Counter[str]:
     """How many times each payload id is in the sink: good rows by their ``id`` column,
     quarantined ones by the id inside their value."""
-    from ..spark.sinks import is_iceberg
+    from ..spark.sinks import is_delta, is_iceberg
 
-    good, bad = _iceberg_rows(sink) if is_iceberg(sink) else _parquet_rows(Path(sink))
+    if is_delta(sink):
+        good, bad = _delta_rows(sink)
+    else:
+        good, bad = _iceberg_rows(sink) if is_iceberg(sink) else _parquet_rows(Path(sink))
     found: Counter[str] = Counter(i for i in good if i is not None)
     for value in bad:
         match = _ID_IN_VALUE.search(value or b"")
@@ -913,4 +917,20 @@ def _iceberg_rows(sink: str) -> tuple[list[str | None], list[bytes | None]]:
         table = opened._load(identifier)
         if table is not None and table.current_snapshot() is not None:
             into += table.scan(selected_fields=(column,)).to_arrow().column(column).to_pylist()
+    return good, bad
+
+
+def _delta_rows(sink: str) -> tuple[list[str | None], list[bytes | None]]:
+    from deltalake import DeltaTable
+
+    from ..spark.sinks.delta import parse_delta_uri
+
+    target = parse_delta_uri(sink)
+    good: list[str | None] = []
+    bad: list[bytes | None] = []
+    for path, column, into in ((target.table, "id", good), (target.quarantine, "value", bad)):
+        if (path / "_delta_log").is_dir():
+            into += (
+                DeltaTable(str(path)).to_pyarrow_table(columns=[column]).column(column).to_pylist()
+            )
     return good, bad

@@ -53,7 +53,7 @@ class IngestConfig(StrictFields, Config):
     )
     sink: str | None = Field(
         default=None,
-        description="Parquet dataset directory, or iceberg://CATALOG/NAMESPACE.TABLE.",
+        description="Parquet dataset directory, iceberg://CATALOG/NAMESPACE.TABLE or delta://PATH.",
     )
     schema_ddl: str | None = Field(
         default=None, description="Spark DDL of the JSON payload, e.g. 'id INT, name STRING'."
@@ -81,7 +81,7 @@ class IngestSettings(StrictFields, Config):
 
     resource_key: str = Field(description="Key of the queue resource the batch is read from.")
     sink: str = Field(
-        description="Parquet dataset directory, or iceberg://CATALOG/NAMESPACE.TABLE."
+        description="Parquet dataset directory, iceberg://CATALOG/NAMESPACE.TABLE or delta://PATH."
     )
     schema_ddl: str | None = Field(
         default=None,

@@ -19,6 +19,7 @@ __all__ = [
     "Staging",
     "StreamKey",
     "StreamState",
+    "is_delta",
     "is_iceberg",
     "open_sink",
 ]
@@ -28,7 +29,20 @@ def open_sink(location: str | os.PathLike[str] | Sink) -> Sink:
     """The sink at ``location``: ``iceberg://CATALOG/NAMESPACE.TABLE`` is an Apache Iceberg
     table (:mod:`.iceberg`, needs ``sluice-core[iceberg]``); ``s3://BUCKET/PREFIX`` a Parquet
     dataset on S3 (:mod:`.parquet_s3`, needs ``sluice-core[s3]``); a directory (or ``file://``
-    URI) a Parquet dataset."""
+    URI) a Parquet dataset; ``delta://PATH``, or a directory holding a ``_delta_log``, a Delta
+    Lake table (:mod:`.delta`, needs ``sluice-core[delta]``)."""
+    if is_delta(location):
+        try:
+            import deltalake  # noqa: F401
+
+            from .delta import DeltaSink
+        except ImportError as exc:
+            raise ConfigError(
+                f"The sink {location} is a Delta Lake table, which needs deltalake ({exc}): "
+                "pip install 'sluice-core[delta]'."
+            ) from None
+        assert isinstance(location, (str, os.PathLike))
+        return DeltaSink(location)
     if isinstance(location, str) and location.lower().startswith(("s3://", "s3a://")):
         try:
             import botocore  # noqa: F401
@@ -59,3 +73,11 @@ def open_sink(location: str | os.PathLike[str] | Sink) -> Sink:
 def is_iceberg(location: object) -> bool:
     """Whether ``location`` names an Iceberg table (``iceberg://...``)."""
     return isinstance(location, str) and location.lower().startswith("iceberg://")
+
+
+def is_delta(location: object) -> bool:
+    """Whether ``location`` names a Delta table (``delta://...``, or a local directory that
+    holds a ``_delta_log``)."""
+    from .delta import is_delta as named_delta
+
+    return named_delta(location)

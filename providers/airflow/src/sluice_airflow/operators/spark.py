@@ -98,7 +98,8 @@ class SparkIngestOperator(BaseOperator):
 
     :param conn_id: the ``sluice_kafka`` / ``sluice_mqtt`` connection the batch was sensed on.
     :param sink: the dataset directory (templated); output goes to ``<sink>/batch_id=<id>/``.
-        Or an Apache Iceberg table, ``iceberg://CATALOG/NAMESPACE.TABLE``.
+        Or an Apache Iceberg table, ``iceberg://CATALOG/NAMESPACE.TABLE``, or a Delta Lake
+        table, ``delta://PATH``.
     :param batch: the BatchSpec, its dict or JSON (templated; default: the XCom of task
         ``wait_for_messages``); empty: take the batches from the triggering asset events;
         ``"waiting"``: plan the batch that waits on ``topic`` when the task runs (a DAG on a
