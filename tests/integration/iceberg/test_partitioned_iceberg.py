@@ -75,7 +75,9 @@ def test_a_partitioned_table_holds_one_partition_value_per_file_and_prunes_by_da
     assert table.scan(row_filter=one_day).to_arrow().num_rows == 15
     # and a bucket's files only
     in_bucket = list(table.scan(row_filter=EqualTo("device", "dev-3")).plan_files())
-    assert {t.file.partition[1] for t in in_bucket} == set(bucket.values(_strings("dev-3")).to_pylist())
+    assert {t.file.partition[1] for t in in_bucket} == set(
+        bucket.values(_strings("dev-3")).to_pylist()
+    )
     assert sorted(r["temperature"] for r in table_rows(sqlite_lake)) == [i / 10 for i in range(45)]
     assert audit(sink, topic.source).ok
 
