@@ -179,6 +179,7 @@ class ParquetSink:
             probe = self.root / f".sluice-probe-{uuid.uuid4().hex[:8]}"
             probe.write_bytes(b"")
             probe.unlink()
+            self.dataset_partitioning()  # another spec than the dataset's fails here
         except OSError as exc:
             raise ConfigError(
                 f"The sink {self.root} is not writable ({exc.strerror or exc}): choose a "
