@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sluice.audit import audit
+from sluice.batch import plan_batch
 from sluice.queues import ConfigError
 from sluice.spark import ingest
 from sluice.spark.partitioning import PartitionTerm
@@ -57,14 +58,8 @@ def test_a_partitioned_table_holds_one_partition_value_per_file_and_prunes_by_da
         ("ts_day", "day"),
         ("device_bucket", "bucket[4]"),
     ]
-    tasks = list(table.scan().plan_files())
-    day, bucket = PartitionTerm("day", "ts"), PartitionTerm("bucket", "device", 4)
-    for task in tasks:  # each file's rows have the one partition value its entry records
-        import pyarrow.parquet as pq
-
-        rows = pq.read_table(task.file.file_path.removeprefix("file://"))
-        assert set(day.values(rows["ts"]).to_pylist()) == {task.file.partition[0]}
-        assert set(bucket.values(rows["device"]).to_pylist()) == {task.file.partition[1]}
+    tasks = assert_one_partition_value_per_file(table)
+    bucket = PartitionTerm("bucket", "device", 4)
     # pruning: a filter on one day plans that day's files only
     start = datetime.datetime.combine(DAYS[1], datetime.time()).isoformat() + "+00:00"
     end = datetime.datetime.combine(DAYS[2], datetime.time()).isoformat() + "+00:00"
@@ -110,3 +105,45 @@ def _strings(*values: str) -> Any:
     import pyarrow as pa
 
     return pa.array(values)
+
+
+# before the commit point, and between it and the Kafka commit (publish.after_rename is the
+# same for the table as commit.before; the unpartitioned crash matrix covers every point)
+@pytest.mark.parametrize("point", ["publish.after_intent", "commit.before"])
+def test_a_partitioned_ingest_killed_at_publish_or_commit_then_rerun_is_exactly_once(
+    spark: Any, topic: KafkaTopic, sqlite_lake: Lake, point: str
+) -> None:
+    from ..spark.crashes import assert_exactly_once, run_child
+
+    topic.send([reading(i) for i in range(12)] + [b"not json"])
+    spec = topic.plan()
+    sink = sqlite_lake.sink(query="?partition_by=day(ts),bucket(2,device)")
+    options = {"source": topic.source, "schema": SCHEMA}
+
+    code, stderr = run_child(spark, {"spec": spec.to_dict(), "sink": sink, **options}, point)
+    assert code == -9, f"the ingest did not die at {point}: {stderr[-2000:]}"
+    ingest(spark, spec, sink, **options)
+
+    assert_exactly_once(audit(sink, topic.source), 13)
+    assert sorted(r["temperature"] for r in table_rows(sqlite_lake)) == [i / 10 for i in range(12)]
+    assert len(table_rows(sqlite_lake, "readings__quarantine")) == 1
+    assert plan_batch(topic.queue) is None, "lag 0: everything is committed"
+    assert_one_partition_value_per_file(sqlite_lake.table())
+
+
+def assert_one_partition_value_per_file(table: Any) -> list[Any]:
+    """Each data file's rows have the one partition value its manifest entry records (and no
+    file is in the table twice); returns the scan's tasks."""
+    import pyarrow.parquet as pq
+
+    from sluice.spark.partitioning import Partitioning
+
+    spec = Partitioning.of_iceberg(table.spec(), table.schema())
+    tasks = list(table.scan().plan_files())
+    assert len({t.file.file_path for t in tasks}) == len(tasks)
+    for task in tasks:
+        rows = pq.read_table(task.file.file_path.removeprefix("file://"))
+        for number, term in enumerate(spec.terms):
+            values = set(term.values(rows[term.column]).to_pylist())
+            assert values == {task.file.partition[number]}, task.file.file_path
+    return tasks

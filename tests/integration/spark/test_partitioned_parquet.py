@@ -83,10 +83,3 @@ def test_a_partitioned_dataset_has_hive_directories_in_each_batch_that_readers_s
     with pytest.raises(ConfigError, match=r"partitioned by day\(ts\),truncate\(4,device\)"):
         ingest(spark, topic.plan(), str(sink), source=topic.source, schema=SCHEMA,
                partition_by="month(ts)")  # fmt: skip
-    # and a dataset of unpartitioned batches is not partitioned later
-    plain = tmp_path / "plain"
-    ingest(spark, topic.plan(), str(plain), source=topic.source, schema=SCHEMA)
-    topic.send([reading(23)])
-    with pytest.raises(ConfigError, match="holds unpartitioned batches"):
-        ingest(spark, topic.plan(), str(plain), source=topic.source, schema=SCHEMA,
-               partition_by="day(ts)")  # fmt: skip
