@@ -9,12 +9,15 @@ Tables. Created on the first ingest from the good rows' schema: the payload fiel
 message columns (key, value, topic, partition, offset, timestamp, headers, message_id) and a
 ``batch_id`` column (the quarantine table: the message columns, ``reason`` and ``batch_id``).
 Every field is optional. A new field in a later batch is added (``union_by_name``); a field
-whose type changes is refused with a :class:`ConfigError` naming it. The tables are
-*unpartitioned*: pyiceberg's ``add_files`` takes a file's partition from its column
-statistics, so each file must hold one partition value, and a batch's files span
-days and partitions; a scan of one batch is pruned anyway, by the ``batch_id`` column's
-statistics (kept in full: every data file holds one batch). A spec of ``identity(batch_id)``
-would work too; ``day(timestamp)`` would not.
+whose type changes is refused with a :class:`ConfigError` naming it. A scan of one batch is
+pruned by the ``batch_id`` column's statistics (kept in full: every data file holds one batch).
+
+Partitioning. ``?partition_by=day(timestamp),bucket(16,device)`` (or ``partition_by=``,
+:mod:`..partitioning`) creates the main table with that spec; an existing table's spec is
+followed, and a different one given is a :class:`ConfigError` (Sluice never evolves a spec).
+The writing tasks put each partition value's rows in files of their own, and the commit adds
+them with their partition values (:func:`_add_partitioned_files`; pyiceberg's ``add_files``
+cannot infer a bucket from column statistics). The quarantine table is unpartitioned.
 
 Commit protocol (docs/architecture.md, "The Iceberg sink"):
 
