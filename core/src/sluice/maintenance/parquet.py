@@ -255,9 +255,15 @@ def compact_parquet(
                 f"({group.size / 1024**2:.1f} MiB)"
             )
             staged = _stage(sink, group, compaction)
-            failpoint("compact.before_commit")
-            result.attempts += 1
-            if not _commit(sink, group, compaction, staged):
+            try:
+                failpoint("compact.before_commit")
+                result.attempts += 1
+                committed = _commit(sink, group, compaction, staged)
+            except BaseException:
+                if not (sink.root / f"batch_id={compacted.MERGED_PREFIX}{compaction}").exists():
+                    shutil.rmtree(staged, ignore_errors=True)
+                raise
+            if not committed:
                 shutil.rmtree(staged, ignore_errors=True)
                 result.gave_up = (
                     "another compaction replaced some of the same directories meanwhile; "
