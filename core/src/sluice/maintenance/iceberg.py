@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..queues.config import ConfigError
 from ..spark.failpoints import failpoint
 from ..spark.sinks.iceberg import (
     COMMIT_ATTEMPTS,
@@ -93,10 +94,19 @@ def _groups(files: list[tuple[int, DataFile]], target: int, min_files: int) -> l
     return [g for g in groups if len(g) >= min_files]
 
 
+def _require_table(sink: IcebergSink) -> None:
+    if sink._load(sink.target.table) is None:
+        raise ConfigError(
+            f"The Iceberg table {'.'.join(sink.target.table)} does not exist in catalog "
+            f"'{sink.target.catalog}': check the sink's name (the one given to the ingest)."
+        )
+
+
 def compact_iceberg(
     sink: IcebergSink, target: int, min_files: int, say: Progress
 ) -> CompactionResult:
     result = CompactionResult(sink.location)
+    _require_table(sink)
     sink.recover()
     for identifier in (sink.target.table, sink.target.quarantine):
         name = ".".join(identifier)
@@ -245,6 +255,7 @@ def expire_iceberg(
     sink: IcebergSink, age: float, orphan_age: float, dry_run: bool, say: Progress
 ) -> ExpiryResult:
     result = ExpiryResult(sink.location, dry_run)
+    _require_table(sink)
     sink.recover()
     main = sink._load(sink.target.table)
     pending = set(_pending(main)) if main is not None else set()
@@ -295,7 +306,8 @@ def _expire_table(
         log.metadata_file for log in table.metadata.metadata_log if log.timestamp_ms < cutoff_ms
     }
     known |= old_metadata
-    reachable = kept | {current_metadata}
+    logged = {log.metadata_file for log in table.metadata.metadata_log} - old_metadata
+    reachable = kept | logged | {current_metadata}
     reachable |= {f.statistics_path for f in table.metadata.statistics}
     result.snapshots_expired += len(expired)
     if expired and not dry_run:
