@@ -4,7 +4,8 @@ A compaction merges several batch directories (or earlier merged ones) of a Parq
 one *merged* directory, ``batch_id=compacted-<id>/``: one data file and one quarantine file,
 the rows of each batch one contiguous slice of them, in publish order, and a manifest
 (``_sluice_compaction.json``) listing each batch's record and slices. The directories it
-replaces are moved aside into ``_sluice/superseded/<id>/`` (``sluice expire`` deletes them).
+replaces are moved aside, file by file, into ``_sluice/superseded/<id>/`` (``sluice expire``
+deletes them).
 
 ::
 
@@ -14,7 +15,7 @@ replaces are moved aside into ``_sluice/superseded/<id>/`` (``sluice expire`` de
     <sink>/_sluice/compacted/<hash of batch id>.json               a batch's record and slice
     <sink>/_sluice/compactions/<id>.json                           a compaction under way
     <sink>/_sluice/compactions/<id>/                               its merged directory, staged
-    <sink>/_sluice/superseded/<id>/batch_id=.../                   what it replaced
+    <sink>/_sluice/superseded/<id>/batch_id=...__<file>             what it replaced (flat)
 
 The rename of the staged merged directory into place is the commit point. Then, under the
 sink's lock, each batch's entry in ``_sluice/compacted/`` is written (pointing at the merged
@@ -56,6 +57,7 @@ __all__ = [
 ]
 
 MANIFEST_FILE = "_sluice_compaction.json"
+RECORD_FILE = "_sluice_batch.json"  # a batch directory's record (sluice.spark.sinks.parquet)
 MERGED_PREFIX = "compacted-"
 GOOD_FILE = "part-00000.parquet"
 QUARANTINE_DIR = "_quarantine"
@@ -157,14 +159,31 @@ def finish(root: Path, intent: Path) -> bool:
     superseded = _meta(root) / "superseded" / data["id"]
     superseded.mkdir(parents=True, exist_ok=True)
     for source in data["sources"]:
-        if (root / source).exists():
-            os.rename(root / source, superseded / source)
+        _set_aside(root, root / source, superseded)
     sync_directory(superseded)
     sync_directory(root)
     failpoint("compact.after_supersede")
     intent.unlink()
     sync_directory(intent.parent)
     return True
+
+
+def _set_aside(root: Path, directory: Path, superseded: Path) -> None:
+    """Move the files of a replaced directory into the one flat directory ``superseded``
+    (``batch_id=X__part-0.parquet``...): readers that list the dataset recursively (pyarrow)
+    would otherwise walk a thousand directories under ``_sluice`` until expiry. Its record
+    (or manifest) goes first, so Sluice's readers turn to the batch's entry before any row
+    moves; a crash midway is finished by the next :func:`finish`."""
+    if not directory.exists():
+        return
+    first = [directory / RECORD_FILE, directory / MANIFEST_FILE]
+    rest = sorted(directory.rglob("*"), key=lambda p: len(p.parts), reverse=True)
+    for path in [*first, *(p for p in rest if p not in first)]:
+        if path.is_dir():
+            path.rmdir()
+        elif path.exists():
+            os.replace(path, superseded / "__".join(path.relative_to(root).parts))
+    directory.rmdir()
 
 
 def finish_all(root: Path) -> None:
