@@ -138,10 +138,13 @@ class ExpiryResult:
 
     def lines(self) -> list[str]:
         verb = "would remove" if self.dry_run else "removed"
+        snapshots = (
+            f"{self.snapshots_expired} snapshot(s), " if self.sink.startswith("iceberg:") else ""
+        )
         out = [
-            f"{self.sink}: {verb} {self.snapshots_expired} snapshot(s), "
-            f"{self.files_deleted} superseded file(s) or directories and {self.orphans_deleted} "
-            f"file(s) of crashed runs ({self.bytes_deleted / 1024**2:.1f} MiB)"
+            f"{self.sink}: {verb} {snapshots}{self.files_deleted} superseded file(s) and "
+            f"{self.orphans_deleted} file(s) of crashed runs ({self.bytes_deleted / 1024**2:.1f} "
+            "MiB)"
         ]
         if self.kept_young:
             out.append(
