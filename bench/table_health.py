@@ -13,7 +13,9 @@ a broker: 1,000 Spark ingests would time Spark, not the table.
 For each, it prints the data file count, the snapshot count (Iceberg; the Parquet sink's
 batch directories), and the best of --repeat timings of a one-day filter query
 (``timestamp`` in one day; count and average of ``temperature``): pyarrow.dataset over the
-Parquet dataset (discovery included), a pyiceberg scan of the table (loading it included).
+Parquet dataset's directory (discovery included: it lists ``_sluice`` too), and
+``sluice.read_dataset`` (the batch directories' files only); a pyiceberg scan of the table
+(loading it included).
 Then ``compact`` (target 128MB, min 5 files), the same figures; ``expire --older-than 0s``,
 the same again. Goal: after compaction, the query within 1.5x of the one-batch layout.
 """
@@ -82,7 +84,7 @@ def publish(location: str, batches: int, per_batch: int, days: int) -> float:
 
 
 def best(query: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    times, answer = [], None
+    times, answer = [], query()  # warm: imports and caches are not the layout's cost
     for _ in range(repeat):
         started = time.perf_counter()
         answer = query()
@@ -108,8 +110,20 @@ def parquet_figures(root: Path, day: int, repeat: int) -> dict[str, Any]:
         )
         return table.num_rows, float(pc.mean(table.column("temperature")).as_py() or 0)
 
+    def through_sluice() -> tuple[int, float]:
+        from sluice.datasets import read_dataset
+
+        field = pc.field("timestamp")
+        table = read_dataset(root).to_table(
+            columns=["temperature"], filter=(field >= pa.scalar(low)) & (field < pa.scalar(high))
+        )
+        return table.num_rows, float(pc.mean(table.column("temperature")).as_py() or 0)
+
     seconds, answer = best(query, repeat)
+    sluice_seconds, sluice_answer = best(through_sluice, repeat)
+    assert sluice_answer == answer, (sluice_answer, answer)
     return {
+        "sluice_query": sluice_seconds,
         "files": len(list(root.glob("batch_id=*/*.parquet"))),
         "snapshots": f"{sum(1 for d in root.glob('batch_id=*') if any(d.glob('*.parquet')))} dirs",
         "query": seconds,
@@ -212,6 +226,12 @@ def show(header: str, results: list[tuple[str, str, dict[str, Any]]], batches: i
             f"{f['answer'][1]:.3f})",
             flush=True,
         )
+    if "sluice_query" in results[0][2]:
+        print("the same query through sluice.read_dataset (the batch directories' files only):")
+        baseline = results[0][2]["sluice_query"]
+        for kind, layout, f in results:
+            ratio = f["sluice_query"] / baseline
+            print(f"{kind:8} {layout:24} {f['sluice_query'] * 1000:>9.1f} ms  {ratio:.2f}x")
     answers = {f["answer"] for _, _, f in results}
     assert len(answers) == 1, f"every layout answers the same: {answers}"
 
