@@ -1,5 +1,5 @@
-"""The ``sluice`` command: embedded brokers, publish, peek, lag, ingest, audit, watch, dead-letter
-replay.
+"""The ``sluice`` command: embedded brokers, publish, peek, lag, ingest, audit, watch, compact,
+expire, dead-letter replay.
 
 Each command group lives in its own module and imports the queue, Kafka, MQTT and Spark
 libraries only when it runs, so ``sluice --help`` stays fast.
@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from . import audit, brokers, dlq, ingest, inspect, publish, watch
+from . import audit, brokers, dlq, ingest, inspect, maintenance, publish, watch
 from .errors import SluiceGroup, set_debug
 
 __all__ = ["app", "main"]
@@ -49,6 +49,8 @@ app.command("lag")(inspect.lag)
 app.command("ingest")(ingest.ingest)
 app.command("audit")(audit.audit)
 app.command("watch")(watch.watch)
+app.command("compact")(maintenance.compact)
+app.command("expire")(maintenance.expire)
 app.add_typer(dlq.app, name="dlq")
 
 

@@ -22,7 +22,15 @@ import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["FAILPOINTS", "TASK_FAILPOINTS", "FailpointError", "armed", "failpoint", "is_armed"]
+__all__ = [
+    "FAILPOINTS",
+    "MAINTENANCE_FAILPOINTS",
+    "TASK_FAILPOINTS",
+    "FailpointError",
+    "armed",
+    "failpoint",
+    "is_armed",
+]
 
 ENVIRONMENT_VARIABLE = "SLUICE_FAILPOINTS"
 
@@ -46,6 +54,15 @@ FAILPOINTS = (
 #: before reporting them, as an executor lost at that moment would.
 TASK_FAILPOINTS = ("task.lost",)
 
+#: Steps of ``sluice compact`` and ``sluice expire`` (:mod:`sluice.maintenance`), in order.
+MAINTENANCE_FAILPOINTS = (
+    "compact.before_commit",  # the merged files are written, nothing is committed
+    "compact.after_intent",  # Parquet: the intent is recorded, the merged directory not in place
+    "compact.after_commit",  # committed (Iceberg: the snapshot; Parquet: the merged directory)
+    "compact.after_supersede",  # Parquet: the compacted directories are moved aside
+    "expire.after_commit",  # Iceberg: snapshots expired, their files not yet deleted
+)
+
 
 class FailpointError(RuntimeError):
     """Raised by a failpoint armed with ``=raise``."""
@@ -55,10 +72,11 @@ def _parse(text: str) -> dict[str, str]:
     points: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, action = item.partition("=")
-        if name not in FAILPOINTS + TASK_FAILPOINTS:
+        known = FAILPOINTS + TASK_FAILPOINTS + MAINTENANCE_FAILPOINTS
+        if name not in known:
             raise ValueError(
                 f"{ENVIRONMENT_VARIABLE} names an unknown failpoint {name!r}; "
-                f"known: {', '.join(FAILPOINTS + TASK_FAILPOINTS)}"
+                f"known: {', '.join(known)}"
             )
         if action not in ("", "kill", "raise"):
             raise ValueError(f"failpoint {name!r}: action must be 'kill' or 'raise'")

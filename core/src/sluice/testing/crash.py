@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["attached_session", "gateway_environment", "run_child"]
+__all__ = ["attached_session", "gateway_environment", "run_child", "run_command"]
 
 PORT, SECRET = "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET"
 
@@ -85,6 +85,21 @@ def run_child(
             os.kill(child.pid, signal.SIGKILL)
             child.wait(30)
     return child.returncode, stderr
+
+
+def run_command(arguments: list[str], failpoint: str = "") -> tuple[int, str]:
+    """Run ``sluice ARGUMENTS`` (``compact``, ``expire``: no Spark) in a child process that
+    dies by SIGKILL at ``failpoint``; return its exit code and stderr."""
+    env = {**os.environ, "SLUICE_FAILPOINTS": failpoint}
+    child = subprocess.run(
+        [sys.executable, "-c", "from sluice.cli import main; main()", *arguments],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=180,
+    )
+    return child.returncode, child.stderr
 
 
 def main() -> None:

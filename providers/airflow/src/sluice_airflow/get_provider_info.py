@@ -67,6 +67,7 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Sluice",
                 "python-modules": [
                     "sluice_airflow.operators.audit",
+                    "sluice_airflow.operators.maintenance",
                     "sluice_airflow.operators.publish",
                     "sluice_airflow.operators.spark",
                 ],

@@ -23,6 +23,9 @@ sensor's lag observations::
     events = make_ingest_asset("events", "kafka", sink="/lake/events", deps=[events_topic])
     checks = [make_audit_check(events), make_lag_check(events, max_lag=10_000, max_age=600)]
 
+Keeping the table fast: ``make_maintenance_job("events_maintenance", sink="/lake/events")``
+(``sluice compact`` then ``sluice expire``) and ``make_maintenance_schedule(job, "0 3 * * *")``.
+
 Or, instead of the sensor, a run every hour for what has arrived (skipped when nothing has)::
 
     schedules=[make_ingest_schedule("events_hourly", "kafka", "0 * * * *",
@@ -31,6 +34,7 @@ Or, instead of the sensor, a run every hour for what has arrived (skipped when n
 
 from .assets import make_ingest_asset
 from .jobs import make_ingest_job
+from .maintenance import make_maintenance_job, make_maintenance_schedule
 from .observability import make_audit_check, make_lag_check, topic_asset
 from .ops import IngestConfig, ingest_run_config, make_ingest_op
 from .resources import (
@@ -59,6 +63,8 @@ __all__ = [
     "make_ingest_op",
     "make_ingest_schedule",
     "make_lag_check",
+    "make_maintenance_job",
+    "make_maintenance_schedule",
     "make_queue_sensor",
     "topic_asset",
 ]

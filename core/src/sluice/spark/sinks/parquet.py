@@ -64,6 +64,7 @@ from ..durable import sync_directory, sync_file
 from ..failpoints import failpoint
 from ..partitioning import Partitioning, PartitionSpecError
 from ..writing import WriteTargets
+from . import compacted
 from .base import (
     BatchRecord,
     ConcurrentIngestError,
@@ -201,22 +202,37 @@ class ParquetSink:
 
     def find(self, batch_id: str) -> BatchRecord | None:
         data = _read_json(self.output_dir(batch_id) / RECORD_FILE)
-        return BatchRecord.from_json(data) if data else None
+        if not data:  # merged by sluice compact: the record is in its entry
+            return compacted.record(self.root, batch_id)
+        return BatchRecord.from_json(data)
 
     def state(self, stream: StreamKey) -> StreamState:
         data = _read_json(self._stream_file(stream))
         return StreamState.from_json(data["state"]) if data else StreamState()
 
     def records(self) -> Iterator[BatchRecord]:
+        seen = set()
         for directory in sorted(self.root.glob("batch_id=*")):
             data = _read_json(directory / RECORD_FILE)
             if data:
+                seen.add(data["batch_id"])
                 yield BatchRecord.from_json(data)
+        for entry in compacted.entries(self.root):  # batches merged by sluice compact
+            if entry["batch_id"] not in seen:
+                yield BatchRecord.from_json(entry["record"])
 
     def quarantine_table(self, batch_id: str) -> pa.Table:
+        if not (self.output_dir(batch_id) / RECORD_FILE).exists():
+            merged = compacted.rows(self.root, batch_id, True)
+            if merged is not None:
+                return merged
         return pq.read_table(self.quarantine_dir(batch_id))
 
     def row_coordinates(self, batch_id: str, quarantined: bool) -> pa.Table:
+        if not (self.output_dir(batch_id) / RECORD_FILE).exists():
+            merged = compacted.rows(self.root, batch_id, quarantined, list(_COORDINATES))
+            if merged is not None:
+                return merged
         directory = self.quarantine_dir(batch_id) if quarantined else self.output_dir(batch_id)
         files = good_files(directory) if not quarantined else sorted(directory.glob("*.parquet"))
         if not files:
@@ -322,10 +338,11 @@ class ParquetSink:
             intent.unlink()
 
     def recover(self) -> None:
-        if not any((self._meta / "intents").glob("*.json")):
+        if not any((self._meta / "intents").glob("*.json")) and not compacted.intents(self.root):
             return
         with self._locked():
             self._fold_intents()
+            compacted.finish_all(self.root)  # a compaction that crashed (sluice compact)
 
     def _fold_intents(self) -> None:
         """Fold in the batches of intents that crashed runs left (under the lock)."""

@@ -1,0 +1,240 @@
+"""Table health: many small batches, before and after ``sluice compact`` (and ``sluice
+expire``), against the same rows written once as one batch; for each sink, in one run.
+
+    uv run python bench/table_health.py [--batches 1000] [--rows 200] [--days 10] [--repeat 5]
+
+Writes --batches batches of --rows rows (readings of 8 devices, timestamps spread evenly over
+--days days, in order) into a Parquet dataset and into an Iceberg table (SQLite catalog,
+local warehouse), and the same rows as ONE batch into a second dataset and table. The
+batches go straight through each sink's publish path (``sluice.testing.batches``: staged as
+one Parquet file per batch, recorded and published as an ingest does), not through Spark and
+a broker: 1,000 Spark ingests would time Spark, not the table.
+
+For each, it prints the data file count, the snapshot count (Iceberg; the Parquet sink's
+batch directories), and the best of --repeat timings of a one-day filter query
+(``timestamp`` in one day; count and average of ``temperature``): pyarrow.dataset over the
+Parquet dataset's directory (discovery included: it lists ``_sluice`` too), and
+``sluice.read_dataset`` (the batch directories' files only); a pyiceberg scan of the table
+(loading it included).
+Then ``compact`` (target 128MB, min 5 files), the same figures; ``expire --older-than 0s``,
+the same again. Goal: after compaction, the query within 1.5x of the one-batch layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def rows(first: int, count: int, total: int, days: int) -> pa.Table:
+    span = days * 86400 / total
+    offsets = list(range(first, first + count))
+    return pa.table(
+        {
+            "device": [f"sensor-{o % 8}" for o in offsets],
+            "temperature": [20.0 + (o % 100) / 10 for o in offsets],
+            "key": [f"k{o}".encode() for o in offsets],
+            "value": [b"x" * 120 for _ in offsets],
+            "topic": ["readings"] * count,
+            "partition": pa.array([0] * count, pa.int32()),
+            "offset": pa.array(offsets, pa.int64()),
+            "timestamp": pa.array(
+                [START + dt.timedelta(seconds=o * span) for o in offsets],
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
+
+
+def publish(location: str, batches: int, per_batch: int, days: int) -> float:
+    from sluice.batch import BatchSpec, OffsetRange
+    from sluice.spark.sinks import open_sink
+    from sluice.testing.batches import publish_rows
+
+    sink = open_sink(location)
+    total = batches * per_batch
+    started = time.perf_counter()
+    for n in range(batches):
+        first = n * per_batch
+        spec = BatchSpec(
+            "kafka",
+            "readings",
+            group_id="bench",
+            ranges=(OffsetRange(0, first, first + per_batch),),
+        )
+        publish_rows(sink, spec, rows(first, per_batch, total, days))
+        if batches > 1 and (n + 1) % max(1, batches // 10) == 0:
+            say(f"  {location}: {n + 1}/{batches} batches")
+    return time.perf_counter() - started
+
+
+def best(query: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    times, answer = [], query()  # warm: imports and caches are not the layout's cost
+    for _ in range(repeat):
+        started = time.perf_counter()
+        answer = query()
+        times.append(time.perf_counter() - started)
+    return min(times), answer
+
+
+def day_bounds(day: int) -> tuple[dt.datetime, dt.datetime]:
+    return START + dt.timedelta(days=day), START + dt.timedelta(days=day + 1)
+
+
+def parquet_figures(root: Path, day: int, repeat: int) -> dict[str, Any]:
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    low, high = day_bounds(day)
+
+    def query() -> tuple[int, float]:
+        dataset = ds.dataset(root, format="parquet", partitioning="hive")
+        field = pc.field("timestamp")
+        table = dataset.to_table(
+            columns=["temperature"], filter=(field >= pa.scalar(low)) & (field < pa.scalar(high))
+        )
+        return table.num_rows, float(pc.mean(table.column("temperature")).as_py() or 0)
+
+    def through_sluice() -> tuple[int, float]:
+        from sluice.datasets import read_dataset
+
+        field = pc.field("timestamp")
+        table = read_dataset(root).to_table(
+            columns=["temperature"], filter=(field >= pa.scalar(low)) & (field < pa.scalar(high))
+        )
+        return table.num_rows, float(pc.mean(table.column("temperature")).as_py() or 0)
+
+    seconds, answer = best(query, repeat)
+    sluice_seconds, sluice_answer = best(through_sluice, repeat)
+    assert sluice_answer == answer, (sluice_answer, answer)
+    return {
+        "sluice_query": sluice_seconds,
+        "files": len(list(root.glob("batch_id=*/*.parquet"))),
+        "snapshots": f"{sum(1 for d in root.glob('batch_id=*') if any(d.glob('*.parquet')))} dirs",
+        "query": seconds,
+        "answer": answer,
+    }
+
+
+def iceberg_figures(catalog: Any, name: str, day: int, repeat: int) -> dict[str, Any]:
+    import pyarrow.compute as pc
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+
+    low, high = day_bounds(day)
+
+    def query() -> tuple[int, float]:
+        table = catalog.load_table(name)
+        row_filter = And(
+            GreaterThanOrEqual("timestamp", low.isoformat()),
+            LessThan("timestamp", high.isoformat()),
+        )
+        result = table.scan(row_filter=row_filter, selected_fields=("temperature",)).to_arrow()
+        return result.num_rows, float(pc.mean(result.column("temperature")).as_py() or 0)
+
+    seconds, answer = best(query, repeat)
+    table = catalog.load_table(name)
+    return {
+        "files": len(list(table.scan().plan_files())),
+        "snapshots": len(table.snapshots()),
+        "query": seconds,
+        "answer": answer,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--batches", type=int, default=1000)
+    parser.add_argument("--rows", type=int, default=200, help="rows per batch")
+    parser.add_argument("--days", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--sinks", default="parquet,iceberg", help="which sinks, comma-separated (default both)"
+    )
+    args = parser.parse_args()
+    day = args.days // 2
+
+    from sluice.maintenance import compact, expire
+
+    work = Path(tempfile.mkdtemp(prefix="sluice-bench-health-"))
+    prefix = "PYICEBERG_CATALOG__HEALTH__"
+    os.environ[prefix + "TYPE"] = "sql"
+    os.environ[prefix + "URI"] = f"sqlite:///{work / 'catalog.db'}"
+    os.environ[prefix + "WAREHOUSE"] = (work / "warehouse").as_uri()
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog("health")
+    total = args.batches * args.rows
+    say(
+        f"{args.batches} batches of {args.rows} rows ({total} rows over {args.days} days) in {work}"
+    )
+
+    header = f"{'sink':8} {'layout':24} {'files':>6} {'snapshots':>10} {'1-day query':>12}  ratio"
+    for kind in args.sinks.split(","):
+        results: list[tuple[str, str, dict[str, Any]]] = []
+        small = str(work / "parquet-small") if kind == "parquet" else "iceberg://health/b.small"
+        once = str(work / "parquet-once") if kind == "parquet" else "iceberg://health/b.once"
+        say(f"{kind}: publishing {args.batches} small batches")
+        seconds = publish(small, args.batches, args.rows, args.days)
+        say(f"{kind}: {args.batches} batches in {seconds:.1f} s; the same rows as one batch")
+        publish(once, 1, total, args.days)
+
+        def figures(location: str, kind: str = kind) -> dict[str, Any]:
+            if kind == "parquet":
+                return parquet_figures(Path(location), day, args.repeat)
+            return iceberg_figures(catalog, location.rpartition("/")[2], day, args.repeat)
+
+        results.append((kind, "one batch", figures(once)))
+        results.append((kind, f"{args.batches} batches", figures(small)))
+        started = time.perf_counter()
+        compacted = compact(small, "128MB", 5, progress=say)
+        took = time.perf_counter() - started
+        results.append((kind, f"compacted ({took:.1f} s)", figures(small)))
+        started = time.perf_counter()
+        expire(small, 0, progress=say)
+        took = time.perf_counter() - started
+        results.append((kind, f"+ expired ({took:.1f} s)", figures(small)))
+        assert compacted.files_after < compacted.files_before
+
+        show(header, results, args.batches)
+
+
+def show(header: str, results: list[tuple[str, str, dict[str, Any]]], batches: int) -> None:
+    print(f"\n{header}", flush=True)
+    baseline = results[0][2]["query"]
+    for kind, layout, f in results:
+        ratio = f["query"] / baseline
+        print(
+            f"{kind:8} {layout:24} {f['files']:>6} {f['snapshots']!s:>10} "
+            f"{f['query'] * 1000:>9.1f} ms  {ratio:.2f}x  (rows, mean: {f['answer'][0]}, "
+            f"{f['answer'][1]:.3f})",
+            flush=True,
+        )
+    if "sluice_query" in results[0][2]:
+        print("the same query through sluice.read_dataset (the batch directories' files only):")
+        baseline = results[0][2]["sluice_query"]
+        for kind, layout, f in results:
+            ratio = f["sluice_query"] / baseline
+            print(f"{kind:8} {layout:24} {f['sluice_query'] * 1000:>9.1f} ms  {ratio:.2f}x")
+    answers = {f["answer"] for _, _, f in results}
+    assert len(answers) == 1, f"every layout answers the same: {answers}"
+
+
+if __name__ == "__main__":
+    main()

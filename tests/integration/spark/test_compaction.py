@@ -1,0 +1,200 @@
+"""``sluice compact`` and ``sluice expire`` on a Parquet sink (issue 26): the audit, reruns and
+MQTT de-duplication work the same before and after; an ingest committing during a compaction
+is neither lost nor doubled; a compaction killed at any of its failpoints leaves the sink as
+before or as after; expiry removes what a compaction replaced and crashed runs' staging, never
+a live run's."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from sluice.audit import audit
+from sluice.batch import BatchSpec
+from sluice.maintenance import compact, expire
+from sluice.spark import ingest
+from sluice.spark.failpoints import MAINTENANCE_FAILPOINTS, armed
+from sluice.spark.sinks import ConcurrentIngestError, StreamKey, open_sink
+from sluice.testing.batches import publish_rows
+from sluice.testing.crash import run_command
+
+from .conftest import SCHEMA, KafkaTopic, dataset_rows, reading
+from .crashes import assert_exactly_once
+
+PARQUET_POINTS = [p for p in MAINTENANCE_FAILPOINTS if p.startswith("compact.")]
+
+
+def data_files(sink: Path) -> list[Path]:
+    return sorted(sink.glob("batch_id=*/*.parquet"))
+
+
+def test_compaction_keeps_the_audit_reruns_and_the_state(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    sink = tmp_path / "sink"
+    options = {"source": topic.source, "schema": SCHEMA}
+    specs = []
+    for n in range(2):
+        topic.send([reading(10 * n + i) for i in range(10)] + ([b"not json"] if n == 1 else []))
+        specs.append(topic.plan())
+        ingest(spark, specs[-1], sink, **options)
+    assert_exactly_once(audit(sink, topic.source), 21)
+    stream = StreamKey.of(specs[0])
+    before = open_sink(sink).state(stream)
+    assert len(data_files(sink)) >= 2
+
+    result = compact(sink, "1MB", min_files=2)
+
+    assert (result.batches, result.files_after) == (2, 1), result.lines()
+    assert len(data_files(sink)) == 1
+    assert open_sink(sink).state(stream).to_json() == before.to_json()
+    assert_exactly_once(audit(sink, topic.source), 21)
+    assert len(open_sink(sink).quarantine_table(specs[1].batch_id)) == 1
+
+    expired = expire(sink, 0)
+
+    assert expired.files_deleted > 0
+    assert not list((sink / "_sluice" / "superseded").glob("*/*"))
+    rerun = ingest(spark, specs[-1], sink, **options)  # the last batch, compacted and expired
+    assert (rerun.written, rerun.skipped) == (0, specs[-1].message_count)
+    assert open_sink(sink).find(specs[-1].batch_id) is not None
+    temperatures = sorted(r["temperature"] for r in dataset_rows(sink) if r["temperature"])
+    assert temperatures == [i / 10 for i in range(1, 20)]
+    report = audit(sink, topic.source)
+    assert_exactly_once(report, 21)
+    assert report.streams[0].batches == 2
+
+
+def test_an_ingest_committing_during_a_compaction_is_kept_once(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    """An ingest publishes between the compaction's read and its commit: its batch is not part
+    of the compaction and stays; nothing is lost or doubled."""
+    sink = tmp_path / "sink"
+    options = {"source": topic.source, "schema": SCHEMA}
+    for n in range(3):
+        topic.send([reading(10 * n + i) for i in range(10)])
+        ingest(spark, topic.plan(), sink, **options)
+    topic.send([reading(30 + i) for i in range(10)])
+    during = topic.plan()
+
+    with armed("compact.before_commit", lambda: ingest(spark, during, sink, **options)):
+        result = compact(sink, "1MB", min_files=2)
+
+    assert result.batches == 3 and not result.gave_up
+    assert open_sink(sink).find(during.batch_id) is not None
+    assert len(data_files(sink)) == 2
+    assert_exactly_once(audit(sink, topic.source), 40)
+
+
+def mqtt_rows(batch: int, count: int = 4) -> tuple[pa.Table, pa.Table | None]:
+    moment = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(hours=batch)
+    good = pa.table(
+        {
+            "temperature": [float(batch * 10 + i) for i in range(count)],
+            "timestamp": pa.array([moment] * count, pa.timestamp("us", tz="UTC")),
+            "partition": pa.array([0] * count, pa.int32()),
+            "offset": pa.array([-1] * count, pa.int64()),
+            "message_id": [f"m{batch}-{i}" for i in range(count)],
+        }
+    )
+    bad = None
+    if batch % 2 == 0:
+        bad = pa.table(
+            {
+                "value": [b"not json"],
+                "partition": pa.array([0], pa.int32()),
+                "offset": pa.array([-1], pa.int64()),
+                "message_id": [f"bad{batch}"],
+                "reason": ["invalid JSON"],
+            }
+        )
+    return good, bad
+
+
+def small_mqtt_sink(location: str | Path, batches: int = 4) -> list[BatchSpec]:
+    """``batches`` small MQTT batches published through the sink's publish path (no broker:
+    the audit of MQTT batches needs none)."""
+    sink = open_sink(location)
+    specs = []
+    for n in range(batches):
+        spec = BatchSpec("mqtt", "sensors/#", client_id="maintenance", max_messages=10, sequence=n)
+        publish_rows(sink, spec, *mqtt_rows(n))
+        specs.append(spec)
+    return specs
+
+
+def test_a_second_compaction_at_once_is_refused_and_touches_nothing(tmp_path: Path) -> None:
+    sink = tmp_path / "sink"
+    small_mqtt_sink(sink)
+    refused: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            compact(sink, "1MB", min_files=2)
+        except ConcurrentIngestError as exc:
+            refused.append(exc)
+
+    with armed("compact.before_commit", second):
+        result = compact(sink, "1MB", min_files=2)
+
+    assert refused and "Another sluice compact is running" in str(refused[0])
+    assert (result.batches, result.files_written, result.gave_up) == (4, 1, None)
+    assert not list((sink / "_sluice" / "compactions").glob("*")), "no staging left"
+    report = audit(sink)
+    assert report.ok and (report.streams[0].messages, report.streams[0].batches) == (18, 4)
+
+
+@pytest.mark.parametrize("point", PARQUET_POINTS)
+def test_a_compaction_killed_at_each_failpoint_leaves_the_sink_before_or_after(
+    tmp_path: Path, point: str
+) -> None:
+    sink = tmp_path / "sink"
+    specs = small_mqtt_sink(sink)
+    before = audit(sink)
+    assert before.ok
+
+    code, stderr = run_command(["compact", str(sink), "--min-files", "2"], point)
+
+    assert code == -9, stderr[-2000:]
+    report = audit(sink)  # recovers: rolls the compaction forward or back
+    assert report.ok, "\n".join(report.lines())
+    assert (report.streams[0].messages, report.streams[0].batches) == (18, 4)
+    merged = list(sink.glob("batch_id=compacted-*"))
+    originals = [s for s in specs if (sink / f"batch_id={s.batch_id}").exists()]
+    assert (len(merged), len(originals)) in ((0, 4), (1, 0)), "before or after"
+    committed = point not in ("compact.before_commit", "compact.after_intent")
+    assert (len(merged) == 1) == committed
+    result = compact(sink, "1MB", min_files=2)
+    assert len(data_files(sink)) == 1, result.lines()
+    assert audit(sink).ok
+    assert open_sink(sink).find(specs[-1].batch_id) is not None
+
+
+def test_expiry_removes_crashed_runs_staging_but_never_a_live_runs(tmp_path: Path) -> None:
+    sink_path = tmp_path / "sink"
+    specs = small_mqtt_sink(sink_path, 2)
+    sink = open_sink(sink_path)
+    crashed = sink.stage("crashed-batch")
+    (crashed.directory / "part-0.parquet").write_bytes(b"left by a killed run")
+    an_hour_ago = time.time() - 3600
+    for path in (crashed.directory, crashed.scratch, crashed.directory / "part-0.parquet"):
+        os.utime(path, (an_hour_ago, an_hour_ago))
+    live_spec = BatchSpec("mqtt", "other/#", client_id="live", max_messages=10, sequence=1)
+
+    with sink.exclusive(StreamKey.of(live_spec)):
+        live = sink.stage(live_spec.batch_id)
+        (live.directory / "part-0.parquet").write_bytes(b"being written")
+        dry = expire(sink_path, "30m", dry_run=True)
+        result = expire(sink_path, "0s")  # even with no minimum age, the lock protects it
+        assert live.directory.exists() and (live.directory / "part-0.parquet").exists()
+
+    assert dry.orphans_deleted == result.orphans_deleted == 1
+    assert not crashed.directory.exists() and not crashed.scratch.exists()
+    assert audit(sink_path).ok and sink.find(specs[0].batch_id) is not None
