@@ -12,6 +12,7 @@ import pytest
 
 from sluice.audit import audit
 from sluice.batch import plan_batch
+from sluice.maintenance import compact
 from sluice.queues import ConfigError
 from sluice.spark import ingest
 from sluice.spark.partitioning import PartitionTerm
@@ -73,6 +74,14 @@ def test_a_partitioned_table_holds_one_partition_value_per_file_and_prunes_by_da
     assert {t.file.partition[1] for t in in_bucket} == set(
         bucket.values(_strings("dev-3")).to_pylist()
     )
+    assert sorted(r["temperature"] for r in table_rows(sqlite_lake)) == [i / 10 for i in range(45)]
+    assert audit(sink, topic.source).ok
+
+    # compaction merges the two batches' files of each partition value, and only those
+    compacted = compact(sink, "1MB", min_files=2)
+    assert compacted.tables[f"{sqlite_lake.namespace}.readings"]["after"] < len(tasks)
+    after = assert_one_partition_value_per_file(sqlite_lake.table())
+    assert {t.file.partition for t in after} == {t.file.partition for t in tasks}
     assert sorted(r["temperature"] for r in table_rows(sqlite_lake)) == [i / 10 for i in range(45)]
     assert audit(sink, topic.source).ok
 

@@ -155,6 +155,9 @@ def _compact_table(
         size = sum(f.file_size_in_bytes for f in group)
         say(f"{name}: group {number}/{len(groups)}: {len(group)} files, {size / 1024**2:.1f} MiB")
         rows = scan.to_table([FileScanTask(f) for f in group])
+        if table.spec().fields:  # a group is one partition value: one file of it
+            written.append(_partition_file(table, rows, group[0], f"{write_id}-{number}"))
+            continue
         written += _dataframe_to_data_files(
             table.metadata,
             rows,
@@ -205,6 +208,26 @@ def _compact_table(
     result.files_written += len(written)
     say(f"{name}: {len(old)} files rewritten into {len(written)} in one snapshot")
     return counts
+
+
+def _partition_file(table: Table, rows: Any, like: DataFile, name: str) -> DataFile:
+    """The rows of one partition value as one data file in ``like``'s partition. (pyiceberg's
+    writer would compute the partition from the rows, which needs pyiceberg-core; the values
+    are the merged files' own.)"""
+    import pyarrow.parquet as pq
+
+    from ..spark.sinks.iceberg import parquet_data_file
+
+    path = f"{table.location().rstrip('/')}/data/compacted-{name}.parquet"
+    with table.io.new_output(path).create(overwrite=False) as stream:
+        pq.write_table(rows, stream)
+    source = table.io.new_input(path)
+    with source.open() as handle:
+        footer = pq.ParquetFile(handle).metadata
+    entry: DataFile = parquet_data_file(
+        table.metadata, path, len(source), footer, like.partition, like.spec_id
+    )
+    return entry
 
 
 def _delete(sink: IcebergSink, uris: list[str]) -> None:

@@ -878,12 +878,6 @@ def _add_partitioned_files(
     file's partition value is computed from its rows (the partition source columns only) and
     checked to be one value (the writing job split the rows so); the file's statistics are
     pyiceberg's, as in ``add_files``."""
-    from pyiceberg.io.pyarrow import (
-        compute_statistics_plan,
-        data_file_statistics_from_parquet_metadata,
-        parquet_path_to_id_mapping,
-    )
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.table import TableProperties
     from pyiceberg.typedef import Record
 
@@ -912,28 +906,47 @@ def _add_partitioned_files(
                     "one: it cannot be added to a partitioned table"
                 )
             values.append(_internal(distinct[0]))
-        statistics = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=footer,
-            stats_columns=compute_statistics_plan(schema, metadata.properties),
-            parquet_column_mapping=parquet_path_to_id_mapping(schema),
-        )
         data_files.append(
-            DataFile.from_args(
-                content=DataFileContent.DATA,
-                file_path=path,
-                file_format=FileFormat.PARQUET,
-                partition=Record(*values),
-                file_size_in_bytes=len(source),
-                sort_order_id=None,
-                spec_id=metadata.default_spec_id,
-                equality_ids=None,
-                key_metadata=None,
-                **statistics.to_serialized_dict(),
+            parquet_data_file(
+                metadata, path, len(source), footer, Record(*values), metadata.default_spec_id
             )
         )
     with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
         for data_file in data_files:
             append.append_data_file(data_file)
+
+
+def parquet_data_file(
+    metadata: Any, path: str, size: int, footer: Any, partition: Any, spec_id: int
+) -> Any:
+    """The manifest entry of the Parquet file at ``path`` (its ``footer``: pyarrow's
+    FileMetaData) in partition ``partition`` of spec ``spec_id``, with pyiceberg's statistics,
+    as ``add_files`` makes it."""
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    schema = metadata.schema()
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=footer,
+        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=partition,
+        file_size_in_bytes=size,
+        sort_order_id=None,
+        spec_id=spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
 
 
 def _internal(value: Any) -> Any:
