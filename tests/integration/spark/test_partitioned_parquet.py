@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sluice.audit import audit
+from sluice.maintenance import compact
 from sluice.queues import ConfigError
 from sluice.spark import ingest
 from sluice.testing.plugin import Broker
@@ -83,3 +84,9 @@ def test_a_partitioned_dataset_has_hive_directories_in_each_batch_that_readers_s
     with pytest.raises(ConfigError, match=r"partitioned by day\(ts\),truncate\(4,device\)"):
         ingest(spark, topic.plan(), str(sink), source=topic.source, schema=SCHEMA,
                partition_by="month(ts)")  # fmt: skip
+
+    # compaction would flatten the layout: refused, naming why, and nothing moves
+    files = sorted(sink.rglob("*.parquet"))
+    with pytest.raises(ConfigError, match="partitioned"):
+        compact(str(sink), "1MB", min_files=2)
+    assert sorted(sink.rglob("*.parquet")) == files

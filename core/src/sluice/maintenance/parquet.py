@@ -47,7 +47,7 @@ from ..spark.durable import sync_directory, sync_file
 from ..spark.failpoints import failpoint
 from ..spark.sinks import compacted
 from ..spark.sinks.base import ConcurrentIngestError
-from ..spark.sinks.parquet import RECORD_FILE, ParquetSink
+from ..spark.sinks.parquet import RECORD_FILE, ParquetSink, good_files
 from . import CompactionResult, ExpiryResult, Progress
 
 __all__ = ["compact_parquet", "expire_parquet"]
@@ -92,6 +92,8 @@ def _units(sink: ParquetSink) -> list[_Unit]:
     found = []
     for directory in sorted(sink.root.glob("batch_id=*")):
         good = sorted(directory.glob("*.parquet"))
+        if good_files(directory) != good:  # partition directories: never merged flat
+            continue
         bad = sorted((directory / compacted.QUARANTINE_DIR).glob("*.parquet"))
         size = sum(f.stat().st_size for f in good)
         record = directory / RECORD_FILE
@@ -237,6 +239,12 @@ def compact_parquet(
 ) -> CompactionResult:
     if not sink.root.is_dir():
         raise ConfigError(f"{sink.root} is not a directory: give the sink of an ingest.")
+    if spec := sink.dataset_partitioning():
+        raise ConfigError(
+            f"The dataset {sink.root} is partitioned by {spec}: Sluice does not compact "
+            "partitioned Parquet datasets yet (a merged batch would lose the directory layout). "
+            "Partition an Iceberg table instead, which compacts per partition value."
+        )
     result = CompactionResult(sink.location)
     with _compaction_lock(sink):
         sink.recover()
