@@ -5,6 +5,8 @@ of the refused run is left); and a rerun after the commit recognised from the lo
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from sluice.batch import BatchSpec, OffsetRange
+from sluice.maintenance import compact, expire
 from sluice.spark.sinks import BatchRecord, ConcurrentIngestError, StreamKey
 from sluice.spark.sinks.delta import DeltaSink, app_id
 
@@ -113,7 +116,7 @@ def test_a_rerun_after_the_commit_is_recognised_from_the_log(tmp_path: Path) -> 
     assert fresh.state(record.stream).batches == 1
 
 
-def test_the_stream_state_survives_delta_compaction_checkpoints_log_cleanup_and_vacuum(
+def test_the_stream_state_survives_sluice_compact_and_expire(
     tmp_path: Path,
 ) -> None:
     location = f"delta://{tmp_path / 't'}"
@@ -121,12 +124,19 @@ def test_the_stream_state_survives_delta_compaction_checkpoints_log_cleanup_and_
     for start, end in ((0, 3), (3, 6)):
         staging, record = staged(sink, "a", start, end, planned_on=start // 3)
         sink.publish(staging, record)
-    table = DeltaTable(str(tmp_path / "t"))
-    table.optimize.compact()  # one file replaces the batches' files
-    table = DeltaTable(str(tmp_path / "t"))
-    table.create_checkpoint()
-    table.cleanup_metadata()
-    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    # files of crashed runs: an old one is removed, a young one (a live run's?) is kept
+    runs = tmp_path / "t" / "sluice"
+    old, young = runs / "x" / "old.parquet", runs / "y.parquet"
+    for orphan in (old, young):
+        orphan.parent.mkdir(parents=True, exist_ok=True)
+        orphan.write_bytes(b"PAR1")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    compacted = compact(location, "1MB", min_files=2)  # one file replaces the batches' files
+    assert compacted.tables["table"] == {"before": 2, "after": 1}, compacted.lines()
+    assert len(DeltaTable(str(tmp_path / "t")).file_uris()) == 1
+    expired = expire(location, 0, min_age="1h")
+    assert expired.files_deleted == 2 and expired.orphans_deleted == 1, expired.lines()
+    assert not old.exists() and young.exists()
 
     fresh = DeltaSink(location)
     stream = StreamKey("kafka", "t", "a")

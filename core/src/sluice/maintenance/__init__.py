@@ -14,6 +14,7 @@ forward.
   where it cannot reach (Iceberg: table properties and record files beside the table;
   Parquet: ``_sluice/streams`` and ``_sluice/compacted``), and a file a live run may still
   write is never removed (the per-stream run lock, and a minimum age).
+- Delta tables: delta-rs's compaction and checkpoint, and its vacuum (:mod:`.delta`).
 
 Both say what they do through ``progress(message)``; errors a user can cause are
 :class:`~sluice.queues.config.ConfigError` naming the fix.
@@ -189,6 +190,12 @@ def compact(
         from .iceberg import compact_iceberg
 
         return compact_iceberg(opened, size, min_files, say)
+    from ..spark.sinks.delta import DeltaSink
+
+    if isinstance(opened, DeltaSink):
+        from .delta import compact_delta
+
+        return compact_delta(opened, size, min_files, say)
     raise ConfigError(_unsupported(sink))
 
 
@@ -218,12 +225,19 @@ def expire(
         from .iceberg import expire_iceberg
 
         return expire_iceberg(opened, age, max(age, floor), dry_run, say)
+    from ..spark.sinks.delta import DeltaSink
+
+    if isinstance(opened, DeltaSink):
+        from .delta import expire_delta
+
+        return expire_delta(opened, age, floor, dry_run, say)
     raise ConfigError(_unsupported(sink))
 
 
 def _unsupported(sink: str | os.PathLike[str]) -> str:
     return (
-        f"{sink}: compaction and expiry work on local Parquet datasets and Iceberg tables; a "
+        f"{sink}: compaction and expiry work on local Parquet datasets, Iceberg and Delta "
+        "tables; a "
         "Parquet dataset on S3 is not supported yet (ingest into an Iceberg table on S3 to "
         "have its files compacted)."
     )

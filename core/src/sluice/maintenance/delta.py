@@ -1,0 +1,102 @@
+"""Compaction and expiry of a Delta sink (:mod:`sluice.spark.sinks.delta`), on delta-rs.
+
+- Compaction is delta-rs's ``optimize.compact``: one commit per table (the table and its
+  quarantine table) that replaces small files by files of the target size, then a
+  checkpoint. The stream's ``txn`` versions are part of the table's state, which a compaction
+  and a checkpoint carry forward; the stream state and batch records live under ``_sluice/``,
+  which no Delta operation touches. An ingest that commits meanwhile is a conflict delta-rs
+  resolves for appends (a compaction only removes files an append did not add).
+- Expiry is delta-rs's ``vacuum`` in its "lite" mode (files a commit removed, older than the
+  cutoff) and the log's clean-up. Files of crashed runs (under ``sluice/`` in each table, never
+  in the log) are removed only when they are older than the minimum age and than the start of
+  every run lock held now, as for Parquet datasets.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from ..spark.sinks.delta import DeltaSink
+from . import CompactionResult, ExpiryResult, Progress
+
+
+def _tables(sink: DeltaSink) -> list[tuple[str, Any]]:
+    found = []
+    for name, path in (("table", sink.target.table), ("quarantine", sink.target.quarantine)):
+        table = sink._load(path)
+        if table is not None:
+            found.append((name, table))
+    return found
+
+
+def compact_delta(sink: DeltaSink, target: int, min_files: int, say: Progress) -> CompactionResult:
+    from ..queues.config import ConfigError
+
+    tables = _tables(sink)
+    if not tables:
+        raise ConfigError(f"{sink.location}: no Delta table there yet: give the sink of an ingest.")
+    result = CompactionResult(sink.location)
+    for name, table in tables:
+        before = len(table.file_uris())
+        result.files_before += before
+        if before < min_files:
+            say(f"{name}: {before} data files, fewer than {min_files}: not compacted")
+            result.files_after += before
+            continue
+        say(f"{name}: {before} data files, merging into files of {target / 1024**2:.0f} MiB")
+        metrics = table.optimize.compact(target_size=target)
+        result.attempts += 1
+        table.create_checkpoint()
+        after = len(table.file_uris())
+        result.files_after += after
+        result.files_rewritten += int(metrics.get("numFilesRemoved", 0))
+        result.files_written += int(metrics.get("numFilesAdded", 0))
+        result.tables[name] = {"before": before, "after": after}
+        say(f"{name}: {before} -> {after} data files in one commit, then a checkpoint")
+    return result
+
+
+def _run_files(root: Path) -> list[Path]:
+    runs = root / "sluice"
+    return sorted(p for p in runs.rglob("*") if p.is_file()) if runs.is_dir() else []
+
+
+def expire_delta(
+    sink: DeltaSink, age: float, floor: float, dry_run: bool, say: Progress
+) -> ExpiryResult:
+    from .parquet import _held_since
+
+    result = ExpiryResult(sink.location, dry_run=dry_run)
+    hours = math.ceil(age / 3600)
+    held = _held_since(sink.root / "_sluice" / "runs")
+    oldest_live = min(held.values(), default=time.time())
+    orphan_before = min(time.time() - max(age, floor), oldest_live)
+    for name, table in _tables(sink):
+        removed = table.vacuum(
+            retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False
+        )
+        result.files_deleted += len(removed)
+        result.paths += [str(p) for p in removed]
+        if not dry_run:
+            table.cleanup_metadata()
+        root = Path(table.table_uri.removeprefix("file://"))
+        known = {Path(u.removeprefix("file://")) for u in table.file_uris()}
+        tombstoned = table.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False)
+        known |= {root / p for p in tombstoned}
+        for path in _run_files(root):
+            if path in known:
+                continue
+            stamp = path.stat().st_mtime
+            if stamp >= orphan_before:
+                result.kept_young += 1
+                continue
+            result.orphans_deleted += 1
+            result.bytes_deleted += path.stat().st_size
+            result.paths.append(str(path))
+            if not dry_run:
+                path.unlink()
+        say(f"{name}: vacuumed files removed before {hours} h ago, and crashed runs' files")
+    return result
