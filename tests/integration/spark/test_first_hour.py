@@ -30,7 +30,7 @@ def test_max_quarantined_fails_the_batch_before_publish_and_commit(
     assert (result.written, result.quarantined, result.committed) == (6, 4, True)
 
 
-def test_workers_that_cannot_import_pyarrow_are_named_before_anything_is_read(
+def test_workers_that_cannot_import_pyarrow_are_named_before_anything_is_written(
     spark: Any, topic: KafkaTopic, tmp_path: Path
 ) -> None:
     bare = tmp_path / "bare"  # a Python without pyarrow, pandas or Sluice
@@ -50,5 +50,6 @@ def test_workers_that_cannot_import_pyarrow_are_named_before_anything_is_read(
         spark._sluice_python_workers_checked = checked
     said = str(caught.value)
     assert "cannot import pyarrow, pandas, sluice" in said and str(bare) in said, said
-    assert "PYSPARK_PYTHON" in said and "Nothing was read or committed" in said
-    assert topic.plan().batch_id == spec.batch_id  # nothing read or committed
+    assert "PYSPARK_PYTHON" in said and "Nothing was written or committed" in said
+    assert topic.plan().batch_id == spec.batch_id  # nothing committed
+    assert not list((tmp_path / "lake").glob("batch_id=*"))  # nothing published

@@ -61,7 +61,7 @@ from .records import RAW_SCHEMA_DDL, largest_message_bytes
 from .remaining import commit_targets, live_commits, remaining
 from .result import IngestResult
 from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
-from .workers import check_python_workers
+from .workers import WorkersCheck
 from .writing import WriteCounts, write_outcomes
 
 __all__ = [
@@ -156,7 +156,8 @@ def ingest(
     ``max_quarantined`` (a ratio of the messages read, or a count; default: more than half;
     None: no limit) fails the batch before it is published, with
     :class:`~sluice.errors.QuarantineLimitError` (:mod:`.guard`). The session's Python workers
-    are checked once per session before anything is read (:mod:`.workers`). ``progress``
+    are checked once per session, in the background while the batch is read on the driver,
+    and before anything is written (:mod:`.workers`). ``progress``
     gets every phase (:mod:`.progress`). Returns counts and ranges, never payloads.
     """
     started = time.monotonic()
@@ -209,8 +210,13 @@ def ingest(
     )
     job.sink.check()
     job.report(IngestEvent("starting", 0, None, batch_id=spec.batch_id))
-    check_python_workers(spark)
-    result = job.run_kafka(mode) if spec.kind == "kafka" else job.run_mqtt()
+    job.workers = WorkersCheck(spark)  # in the background, while the batch is read
+    try:
+        result = job.run_kafka(mode) if spec.kind == "kafka" else job.run_mqtt()
+    except BaseException:
+        job.workers.wait(raise_error=False)
+        raise
+    job.workers.wait()
     result.seconds = time.monotonic() - started
     return result
 
@@ -278,6 +284,7 @@ class _Job:
     fail_on_broker_drops: bool
     report: Callable[[IngestEvent], None]
     targets: Any = None  # the WriteTargets of the last write
+    workers: WorkersCheck | None = None  # the check of the Python workers, waited for first
     max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED
 
     def _event(self, stage: Stage, read: int, total: int | None, **more: Any) -> None:
@@ -324,6 +331,8 @@ class _Job:
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        if self.workers is not None:  # no job of the batch before the workers are known good
+            self.workers.wait()
         frame = self.classification.apply(self.formats.stage(raw, aliases))
         good, bad = [*self.classification.good], [*self.classification.bad]
         schema = to_arrow_schema(frame.schema, timezone="UTC")

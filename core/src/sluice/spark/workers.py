@@ -8,19 +8,29 @@ user's own may not, and the write then fails deep in a worker with ``No module n
 PySpark itself) that tries the imports, and raises :class:`PythonWorkersError` naming the
 interpreter, what it lacks and how to fix it. It runs once per session (the answer is kept
 on the session), and the worker it starts is reused by the ingest's own job.
+
+An ingest runs the check in the background (:class:`WorkersCheck`) while it reads on the
+driver, and waits for it before its first Spark job: the check starts the session's Python
+workers (one task per core) and imports there what the writing tasks import, which is most of
+a first ingest's extra time, and the read hides it. A failed check still fails the ingest
+before anything is written or committed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import threading
 import warnings
 from typing import Any
 
-__all__ = ["REQUIRED", "PythonWorkersError", "check_python_workers"]
+__all__ = ["REQUIRED", "PythonWorkersError", "WorkersCheck", "check_python_workers"]
 
 #: What an ingest imports in Spark's Python workers.
 REQUIRED = ("pyarrow", "pandas", "sluice")
+#: Tasks of the probe at most (one per core, to start every worker of a local session).
+_MAX_PROBE_TASKS = 16
 _CHECKED = "_sluice_python_workers_checked"
 
 
@@ -39,6 +49,10 @@ def _probe(_: Any) -> str:
             __import__(name)
         except Exception as exc:
             failed.append(f"{name}:{type(exc).__name__}: {exc}")
+    if not failed:  # warm the worker for the writing task that reuses it
+        for name in ("pyarrow.parquet", "pyarrow.compute", "pyarrow.fs"):
+            with contextlib.suppress(Exception):
+                __import__(name)
     return sys.executable + "|" + ";".join(failed)
 
 
@@ -57,8 +71,10 @@ def check_python_workers(spark: Any) -> None:
     with warnings.catch_warnings():  # PySpark guesses a pandas UDF from the type hints
         warnings.simplefilter("ignore", UserWarning)
         probe = F.udf(_probe, "string", useArrow=False)  # a plain UDF needs no pyarrow
+    tasks = max(1, min(_cores(spark), _MAX_PROBE_TASKS))
     try:
-        row = spark.range(1, numPartitions=1).select(probe(F.col("id")).alias("found")).first()
+        rows = spark.range(tasks, numPartitions=tasks).select(probe(F.col("id")).alias("found"))
+        found = sorted({str(row["found"]) for row in rows.collect()}, key=len, reverse=True)
     except Exception as exc:  # the worker failed before the probe could answer
         missing = re.search(r"No module named '([\w.]+)'", str(exc))
         if missing is None:
@@ -66,10 +82,48 @@ def check_python_workers(spark: Any) -> None:
         name = missing.group(1).split(".")[0]
         failure = f"{name}:ModuleNotFoundError: No module named '{name}'"
         raise PythonWorkersError(_message(spark, "a Python", [failure])) from None
-    executable, _, failures = str(row["found"]).partition("|")
+    executable, _, failures = found[0].partition("|")  # a failing one first
     if failures:
         raise PythonWorkersError(_message(spark, executable, failures.split(";")))
     setattr(spark, _CHECKED, True)
+
+
+class WorkersCheck:
+    """:func:`check_python_workers` of ``spark`` in a background thread, started at once;
+    :meth:`wait` joins it and raises what the check raised."""
+
+    def __init__(self, spark: Any) -> None:
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if getattr(spark, _CHECKED, False):
+            return
+        self._thread = threading.Thread(
+            target=self._run, args=(spark,), name="sluice-workers-check", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, spark: Any) -> None:
+        try:
+            check_python_workers(spark)
+        except BaseException as exc:
+            self._error = exc
+
+    def wait(self, raise_error: bool = True) -> None:
+        """Wait until the check is done; raise its error (once) unless ``raise_error`` is
+        off."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        error, self._error = self._error, None
+        if error is not None and raise_error:
+            raise error
+
+
+def _cores(spark: Any) -> int:
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect has no SparkContext to ask
+        return 1
 
 
 def _message(spark: Any, executable: str, failures: list[str]) -> str:
@@ -88,7 +142,7 @@ def _message(spark: Any, executable: str, failures: list[str]) -> str:
         )
     return (
         f"Spark's Python workers cannot import {missing} ({detail}). They run {executable} "
-        f"({configured}). {fix} Nothing was read or committed."
+        f"({configured}). {fix} Nothing was written or committed."
     )
 
 
