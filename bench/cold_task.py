@@ -14,7 +14,9 @@ messages of bench/ingest.py) and, interleaved, ``--rounds`` times:
   columns, bad records set aside with a reason, pyarrow Parquet, a commit per poll: side (d) of
   bench/ingest.py), then exits;
 - ``connect`` (optional): as ``sluice``, on a warm Spark Connect server started once before
-  anything is timed (``sc://``).
+  anything is timed (``sc://``);
+- ``before`` (optional): as ``sluice``, run by another checkout's interpreter
+  (``--before-python``, e.g. the main branch's venv): the same task before a change.
 
 Each time is the parent's wall clock from the process's start to its exit. The Sluice
 processes also report where their time went: interpreter and imports, session start, and
@@ -59,11 +61,11 @@ result = ingest(spark, sys.argv[2], sys.argv[3], source=sys.argv[4], schema=sys.
 marks["ingest"] = time.monotonic() - started
 jobs = None
 try:
-    jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None).size()
 except Exception:
     pass
-print(json.dumps({"marks": marks, "stages": stages, "jobs": jobs, "mode": result.mode,
-                  "written": result.written, "quarantined": result.quarantined}))
+print("RESULT " + json.dumps({"marks": marks, "stages": stages, "jobs": jobs, "mode": result.mode,
+                  "written": result.written, "quarantined": result.quarantined}), flush=True)
 """
 
 HAND_CHILD = """
@@ -75,8 +77,8 @@ airflow_s = time.monotonic() - started
 sys.path.insert(0, sys.argv[1])
 from ingest import airflow_provider
 seconds = airflow_provider(sys.argv[2], sys.argv[3], int(sys.argv[4]), Path(sys.argv[5]))
-print(json.dumps({"marks": {"airflow": airflow_s, "work": seconds,
-                            "total": time.monotonic() - started}}))
+print("RESULT " + json.dumps({"marks": {"airflow": airflow_s, "work": seconds,
+                            "total": time.monotonic() - started}}), flush=True)
 """
 
 
@@ -84,19 +86,16 @@ def say(text: str) -> None:
     print(f"[cold] {text}", flush=True)
 
 
-def run_child(args: list[str], env: dict[str, str] | None = None) -> tuple[float, dict[str, Any]]:
+def run_child(args: list[str], python: str = sys.executable) -> tuple[float, dict[str, Any]]:
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env=env,
-    )
+    done = subprocess.run([python, *args], capture_output=True, text=True, timeout=1800)
     seconds = time.monotonic() - started
     if done.returncode != 0:
         raise RuntimeError(f"child failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    return seconds, json.loads(done.stdout.strip().splitlines()[-1])
+    found = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if not found:
+        raise RuntimeError(f"child printed no result:\n{done.stdout[-2000:]}")
+    return seconds, json.loads(found[-1][len("RESULT ") :])
 
 
 def spec_json(bootstrap: str, topic: str, count: int) -> str:
@@ -146,7 +145,13 @@ def main() -> None:
     )
     parser.add_argument("--sizes", default="20000,200000,2000000")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--sides", default="sluice,hand", help="sluice,hand[,connect]")
+    parser.add_argument("--sides", default="sluice,hand", help="sluice,hand[,connect][,before]")
+    parser.add_argument(
+        "--before-python",
+        default="",
+        help="side 'before': the Sluice side run by another checkout's interpreter "
+        "(e.g. /work/main/.venv/bin/python: the code before this branch)",
+    )
     parser.add_argument("--master", default="", help="the Sluice side's master (default: Sluice's)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -195,8 +200,9 @@ def main() -> None:
                     else:
                         master = connect_url if side == "connect" else args.master
                         spec = spec_json(broker.bootstrap, topic, n)
+                        python = args.before_python if side == "before" else sys.executable
                         seconds, detail = run_child(
-                            ["-c", SLUICE_CHILD, master, spec, str(out), source, SCHEMA]
+                            ["-c", SLUICE_CHILD, master, spec, str(out), source, SCHEMA], python
                         )
                         assert detail["written"] + detail["quarantined"] == n, detail
                     results.setdefault((side, n), []).append(seconds)
@@ -213,8 +219,9 @@ def main() -> None:
                 line += f"  {side} {medians[side, n]:6.1f} s ({n / medians[side, n]:>7,.0f} msg/s)"
             if "sluice" in sides and "hand" in sides:
                 line += f"  sluice/hand {medians['sluice', n] / medians['hand', n]:.2f}x"
-            if "connect" in sides and "hand" in sides:
-                line += f"  connect/hand {medians['connect', n] / medians['hand', n]:.2f}x"
+            for other in ("connect", "before"):
+                if other in sides and "hand" in sides:
+                    line += f"  {other}/hand {medians[other, n] / medians['hand', n]:.2f}x"
             print(line)
         for side in [s for s in sides if s != "hand"]:
             for n in sizes:
