@@ -42,11 +42,16 @@ class PythonWorkersError(RuntimeError):
 def _probe(_: Any) -> str:
     """Runs in a Python worker: ``executable|name:error;...`` of the imports that fail."""
     import sys
+    from importlib.util import find_spec
 
     failed = []
     for name in ("pyarrow", "pandas", "sluice"):
         try:
-            __import__(name)
+            if name == "pandas":  # found, not imported: Sluice's tasks do not import it,
+                if find_spec(name) is None:  # and its import is the probe's slowest part
+                    raise ModuleNotFoundError(f"No module named '{name}'")
+            else:
+                __import__(name)
         except Exception as exc:
             failed.append(f"{name}:{type(exc).__name__}: {exc}")
     if not failed:  # warm the worker for the writing task that reuses it
