@@ -322,10 +322,22 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def wait_for_watchers(deployment: AirflowDeployment, count: int) -> None:
-    """Wait until the triggerer runs ``count`` triggers, then let them start polling."""
-    say(f"waiting for the triggerer to run {count} watchers ...")
+    """Wait until the triggerer runs ``count`` triggers, then let them start polling. (Airflow
+    keeps one trigger row for watchers whose triggers have the same arguments: the
+    KafkaSharedStreamTriggers of one topic are one trigger, whose events go to each asset.)"""
+    say(f"waiting for the triggerer to run {count} triggers ...")
     assigned = "SELECT count(*) FROM trigger WHERE triggerer_id IS NOT NULL"
-    wait_for(lambda: deployment.sql(assigned)[0][0] == count, 180, f"{count} triggers")
+    try:
+        wait_for(lambda: deployment.sql(assigned)[0][0] == count, 180, f"{count} triggers")
+    except TimeoutError:
+        rows = deployment.sql(
+            "SELECT classpath, triggerer_id IS NOT NULL, count(*) FROM trigger GROUP BY 1, 2"
+        )
+        say(f"  triggers in the database: {rows}")
+        log = deployment.home / "processes"
+        for path in sorted(log.rglob("*.log"))[-3:] if log.exists() else []:
+            say(f"  {path}: {path.read_text()[-3000:]}")
+        raise
     time.sleep(WARM_UP_SECONDS)
 
 
@@ -391,7 +403,8 @@ def idle_cpu(
             (dags / "idle_watchers.py").write_text(
                 IDLE_DAG.format(count=count, kind=kind, trigger=trigger)
             )
-            wait_for_watchers(deployment, count)
+            distinct = count if kind == "QueueMessageTrigger" else min(count, topics)
+            wait_for_watchers(deployment, distinct)
             sample = measure_triggerer(deployment, count, seconds)
             if count <= fan_out_max and topics == 1:
                 sample.fan_out_seconds = fan_out(deployment, broker, f"{topic}-0", count)
