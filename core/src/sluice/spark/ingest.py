@@ -216,7 +216,12 @@ def ingest(
     except BaseException:
         job.workers.wait(raise_error=False)
         raise
-    job.workers.wait()
+    failed = job.workers.wait(raise_error=False)
+    if failed is not None:  # no Spark job was needed (nothing new to write)
+        log.warning(
+            "This batch needed no Spark job and is done, but the next one will fail: %s",
+            failed,
+        )
     result.seconds = time.monotonic() - started
     return result
 

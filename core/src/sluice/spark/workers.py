@@ -113,15 +113,16 @@ class WorkersCheck:
         except BaseException as exc:
             self._error = exc
 
-    def wait(self, raise_error: bool = True) -> None:
-        """Wait until the check is done; raise its error (once) unless ``raise_error`` is
-        off."""
+    def wait(self, raise_error: bool = True) -> BaseException | None:
+        """Wait until the check is done; raise its error (once), or with ``raise_error`` off
+        return it."""
         if self._thread is not None:
             self._thread.join()
             self._thread = None
         error, self._error = self._error, None
         if error is not None and raise_error:
             raise error
+        return error
 
 
 def _cores(spark: Any) -> int:
