@@ -10,15 +10,15 @@ interpreter, what it lacks and how to fix it. It runs once per session (the answ
 on the session), and the worker it starts is reused by the ingest's own job.
 
 An ingest runs the check in the background (:class:`WorkersCheck`) while it reads on the
-driver, and waits for it before its first Spark job: the check starts the session's Python
-workers (one task per core) and imports there what the writing tasks import, which is most of
-a first ingest's extra time, and the read hides it. A failed check still fails the ingest
-before anything is written or committed.
+driver, and waits for it before its first Spark job: in a fresh process the check (a Spark
+job, Python's daemon and a worker started, their imports) takes longer than reading a small
+batch, and the read hides part of it. The check finds pandas without importing it (the
+slowest of the imports; Sluice's own tasks do not import it). A failed check still fails the
+ingest before anything is written or committed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import threading
@@ -29,8 +29,6 @@ __all__ = ["REQUIRED", "PythonWorkersError", "WorkersCheck", "check_python_worke
 
 #: What an ingest imports in Spark's Python workers.
 REQUIRED = ("pyarrow", "pandas", "sluice")
-#: Tasks of the probe at most (one per core, to start every worker of a local session).
-_MAX_PROBE_TASKS = 16
 _CHECKED = "_sluice_python_workers_checked"
 
 
@@ -54,10 +52,6 @@ def _probe(_: Any) -> str:
                 __import__(name)
         except Exception as exc:
             failed.append(f"{name}:{type(exc).__name__}: {exc}")
-    if not failed:  # warm the worker for the writing task that reuses it
-        for name in ("pyarrow.parquet", "pyarrow.compute", "pyarrow.fs"):
-            with contextlib.suppress(Exception):
-                __import__(name)
     return sys.executable + "|" + ";".join(failed)
 
 
@@ -76,10 +70,8 @@ def check_python_workers(spark: Any) -> None:
     with warnings.catch_warnings():  # PySpark guesses a pandas UDF from the type hints
         warnings.simplefilter("ignore", UserWarning)
         probe = F.udf(_probe, "string", useArrow=False)  # a plain UDF needs no pyarrow
-    tasks = max(1, min(_cores(spark), _MAX_PROBE_TASKS))
     try:
-        rows = spark.range(tasks, numPartitions=tasks).select(probe(F.col("id")).alias("found"))
-        found = sorted({str(row["found"]) for row in rows.collect()}, key=len, reverse=True)
+        row = spark.range(1, numPartitions=1).select(probe(F.col("id")).alias("found")).first()
     except Exception as exc:  # the worker failed before the probe could answer
         missing = re.search(r"No module named '([\w.]+)'", str(exc))
         if missing is None:
@@ -87,7 +79,7 @@ def check_python_workers(spark: Any) -> None:
         name = missing.group(1).split(".")[0]
         failure = f"{name}:ModuleNotFoundError: No module named '{name}'"
         raise PythonWorkersError(_message(spark, "a Python", [failure])) from None
-    executable, _, failures = found[0].partition("|")  # a failing one first
+    executable, _, failures = str(row["found"]).partition("|")
     if failures:
         raise PythonWorkersError(_message(spark, executable, failures.split(";")))
     setattr(spark, _CHECKED, True)
@@ -123,13 +115,6 @@ class WorkersCheck:
         if error is not None and raise_error:
             raise error
         return error
-
-
-def _cores(spark: Any) -> int:
-    try:
-        return int(spark.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect has no SparkContext to ask
-        return 1
 
 
 def _message(spark: Any, executable: str, failures: list[str]) -> str:
