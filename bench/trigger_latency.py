@@ -213,6 +213,22 @@ def connections(broker: BrokerProcess) -> dict[str, str]:
                 },
             }
         ),
+        # KafkaSharedStreamTrigger: one consumer group for all shared consumers, manual
+        # commits (it refuses auto-commit).
+        f"AIRFLOW_CONN_{SHARED_CONN.upper()}": json.dumps(
+            {
+                "conn_type": "kafka",
+                "extra": {
+                    "bootstrap.servers": broker.bootstrap,
+                    "group.id": f"bench-shared-{uuid.uuid4().hex[:8]}",
+                    # the topics are empty until the latency messages: from the start, so a
+                    # message sent while the shared consumers' group still rebalances counts
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": "false",
+                    "log_level": 3,
+                },
+            }
+        ),
     }
 
 
@@ -223,6 +239,7 @@ IDLE_DAG = '''
 import datetime
 
 from airflow.providers.apache.kafka.triggers.await_message import AwaitMessageTrigger
+from airflow.providers.apache.kafka.triggers.shared_stream import KafkaSharedStreamTrigger
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Asset, AssetWatcher
 
@@ -245,14 +262,21 @@ with DAG(
 '''
 
 
-#: The trigger of each idle watcher: a new QueueMessageTrigger starts at the end of the topic
-#: (idle from its first look).
+#: The trigger of watcher ``i``, on topic ``{topic}-{i % topics}``: a new QueueMessageTrigger
+#: starts at the end of the topic (idle from its first look); the KafkaSharedStreamTrigger's
+#: connection reads from the latest offset of a new group. Watchers of one topic share one
+#: consumer (KafkaSharedStreamTrigger) or one queue (QueueMessageTrigger, per group: none).
 IDLE_TRIGGERS = {
     "QueueMessageTrigger": (
-        "QueueMessageTrigger(conn_id={conn!r}, topic={topic!r}, "
+        'QueueMessageTrigger(conn_id={conn!r}, topic=f"{topic}-{{i % {topics}}}", '
         'config={{"group_id": f"bench-idle-{{i}}", "from_beginning": False}})'
     ),
+    "KafkaSharedStreamTrigger": (
+        'KafkaSharedStreamTrigger(topics=[f"{topic}-{{i % {topics}}}"], '
+        "kafka_config_id={shared_conn!r})"
+    ),
 }
+SHARED_CONN = "kafka_bench_shared"
 
 
 @dataclass
@@ -300,10 +324,22 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def wait_for_watchers(deployment: AirflowDeployment, count: int) -> None:
-    """Wait until the triggerer runs ``count`` triggers, then let them start polling."""
-    say(f"waiting for the triggerer to run {count} watchers ...")
+    """Wait until the triggerer runs ``count`` triggers, then let them start polling. (Airflow
+    keeps one trigger row for watchers whose triggers have the same arguments: the
+    KafkaSharedStreamTriggers of one topic are one trigger, whose events go to each asset.)"""
+    say(f"waiting for the triggerer to run {count} triggers ...")
     assigned = "SELECT count(*) FROM trigger WHERE triggerer_id IS NOT NULL"
-    wait_for(lambda: deployment.sql(assigned)[0][0] == count, 180, f"{count} triggers")
+    try:
+        wait_for(lambda: deployment.sql(assigned)[0][0] == count, 180, f"{count} triggers")
+    except TimeoutError:
+        rows = deployment.sql(
+            "SELECT classpath, triggerer_id IS NOT NULL, count(*) FROM trigger GROUP BY 1, 2"
+        )
+        say(f"  triggers in the database: {rows}")
+        log = deployment.home / "processes"
+        for path in sorted(log.rglob("*.log"))[-3:] if log.exists() else []:
+            say(f"  {path}: {path.read_text()[-3000:]}")
+        raise
     time.sleep(WARM_UP_SECONDS)
 
 
@@ -334,8 +370,13 @@ def idle_cpu(
     seconds: float,
     fan_out_max: int,
     workdir: Path,
-) -> list[CpuSample]:
-    """CPU, threads and memory of one real triggerer holding ``counts`` idle ``kind``s."""
+    topics: int = 1,
+    latency_samples: int = 0,
+) -> tuple[list[CpuSample], list[tuple[float, float]], str]:
+    """CPU, threads and memory of one real triggerer holding ``counts`` idle ``kind``s, the
+    watchers spread over ``topics`` topics; then, at the largest count, the produce -> asset
+    event latency of ``latency_samples`` messages (first and last watcher of the topic), and
+    what the trigger committed."""
     dags = workdir / kind / "dags"
     dags.mkdir(parents=True)
     env = {
@@ -348,25 +389,119 @@ def idle_cpu(
     say(f"starting a PostgreSQL database, airflow dag-processor and triggerer for {kind}s ...")
     started = time.monotonic()
     results: list[CpuSample] = []
+    latencies: list[tuple[float, float]] = []
+    commits = ""
     try:
         deployment.start(["dag-processor", "triggerer"])
         say(f"  up in {time.monotonic() - started:.0f} s")
         results.append(measure_triggerer(deployment, 0, min(seconds, 5.0)))
         topic = f"bench-idle-{kind.lower()}"
-        create_kafka_topic(broker.bootstrap, topic, 1)
-        trigger = IDLE_TRIGGERS[kind].format(conn=SLUICE_CONN, topic=topic)
+        for j in range(topics):
+            create_kafka_topic(broker.bootstrap, f"{topic}-{j}", 1)
+        trigger = IDLE_TRIGGERS[kind].format(
+            conn=SLUICE_CONN, topic=topic, topics=topics, shared_conn=SHARED_CONN
+        )
         for count in counts:  # the watchers of a smaller count stay as they are
             (dags / "idle_watchers.py").write_text(
                 IDLE_DAG.format(count=count, kind=kind, trigger=trigger)
             )
-            wait_for_watchers(deployment, count)
+            distinct = count if kind == "QueueMessageTrigger" else min(count, topics)
+            wait_for_watchers(deployment, distinct)
             sample = measure_triggerer(deployment, count, seconds)
-            if count <= fan_out_max:
-                sample.fan_out_seconds = fan_out(deployment, broker, topic, count)
+            if count <= fan_out_max and topics == 1:
+                sample.fan_out_seconds = fan_out(deployment, broker, f"{topic}-0", count)
             results.append(sample)
+        if latency_samples and counts:
+            latencies, commits = triggerer_latency(
+                deployment, broker, kind, topic, topics, max(counts), latency_samples
+            )
     finally:
         deployment.close()
-    return results
+    return results, latencies, commits
+
+
+def triggerer_latency(
+    deployment: AirflowDeployment,
+    broker: BrokerProcess,
+    kind: str,
+    topic: str,
+    topics: int,
+    count: int,
+    samples: int,
+) -> tuple[list[tuple[float, float]], str]:
+    """One message at a time to topic ``k % topics``: seconds from producing it until the
+    first and until the last of that topic's watchers has its asset event (the event rows'
+    timestamps); then what the trigger committed of those topics."""
+    from sluice.spark.kafka_source import committed_offsets
+
+    producer = Producer(broker.bootstrap)
+    events = (
+        "SELECT a.name, extract(epoch from e.timestamp) FROM asset_event e "
+        "JOIN asset a ON a.id = e.asset_id WHERE e.id > %s"
+    )
+    found: list[tuple[float, float]] = []
+    sent_to: dict[int, int] = {}
+    missed = 0
+    for k in range(samples):
+        j = k % topics
+        watchers = {f"sluice_bench_idle_{i}" for i in range(count) if i % topics == j}
+        last = deployment.sql("SELECT coalesce(max(id), 0) FROM asset_event")[0][0]
+        at = time.time()
+        _t, offset = asyncio.run(producer.send(f"{topic}-{j}", b'{"bench": "latency"}'))
+        sent_to[j] = offset + 1
+        seen: dict[str, float] = {}
+
+        def all_seen(
+            last: int = last, watchers: set[str] = watchers, seen: dict[str, float] = seen
+        ) -> bool:
+            for name, stamp in deployment.sql(events, (last,)):
+                if name in watchers:
+                    seen.setdefault(name, float(stamp))
+            return len(seen) == len(watchers)
+
+        try:
+            wait_for(all_seen, 30, f"{kind} asset events")
+        except TimeoutError:
+            say(
+                f"  {kind} message {k + 1}/{samples}: {len(seen)} of {len(watchers)} events in 30 s"
+            )
+            missed += 1
+            continue
+        found.append((min(seen.values()) - at, max(seen.values()) - at))
+        if kind == "QueueMessageTrigger":  # as each watcher's ingest would, before the next
+            from sluice.spark.kafka_source import commit_offsets
+
+            for i in range(count):
+                if i % topics == j:
+                    commit_offsets(
+                        {"bootstrap_servers": broker.bootstrap},
+                        f"{topic}-{j}",
+                        f"bench-idle-{i}",
+                        {0: offset + 1},
+                    )
+        say(f"  {kind} message {k + 1}/{samples}: first {found[-1][0] * 1000:.0f} ms, "
+            f"last of {len(watchers)} {found[-1][1] * 1000:.0f} ms")  # fmt: skip
+    time.sleep(3)
+    bootstrap = {"bootstrap_servers": broker.bootstrap}
+    if kind == "KafkaSharedStreamTrigger":
+        conn = json.loads(deployment.extra_env[f"AIRFLOW_CONN_{SHARED_CONN.upper()}"])
+        group = conn["extra"]["group.id"]
+        done = sum(
+            committed_offsets(bootstrap, f"{topic}-{j}", group, [0]).get(0) == end
+            for j, end in sent_to.items()
+        )
+        commits = (
+            f"the shared consumer's group committed past the message on {done} of "
+            f"{len(sent_to)} topics within 3 s of the events (after they were stored)"
+        )
+    else:
+        commits = (
+            "nothing: the trigger commits no offset (the ingest of each event commits after "
+            "the sink holds the batch; here the bench committed for it)"
+        )
+    if missed:
+        commits += f"; {missed} of {samples} messages got no (or not every) event within 30 s"
+    return found, commits
 
 
 # -- 3. idle triggers in this process -------------------------------------------------------
@@ -491,6 +626,46 @@ def report(
         )
 
 
+def report_fleet(
+    cpu: dict[str, list[CpuSample]],
+    latency: dict[str, list[tuple[float, float]]],
+    commits: dict[str, str],
+    topics: int,
+) -> None:
+    """The fleet in a real triggerer, side by side: the largest count's CPU, threads and RSS,
+    produce -> asset event latency, what the trigger commits, and the ratios."""
+    if not cpu:
+        return
+    say("")
+    say(f"The fleet in one real triggerer each, watchers on {topics} topics:")
+    largest = {kind: samples[-1] for kind, samples in cpu.items()}
+    for kind, c in largest.items():
+        say(
+            f"  {kind:<26} {c.triggers} idle: {c.cpu_per_second:.3f} CPU s/s, "
+            f"{c.threads} threads, {c.rss_mib:.0f} MiB RSS"
+        )
+        found = latency.get(kind) or []
+        if found:
+            first = [f for f, _ in found]
+            last = [la for _, la in found]
+            say(
+                f"  {'':<26} produce -> first asset event p50 {percentile(first, 50) * 1000:.0f}"
+                f" ms, p99 {percentile(first, 99) * 1000:.0f} ms; -> every watcher of the "
+                f"topic p50 {percentile(last, 50) * 1000:.0f} ms, "
+                f"p99 {percentile(last, 99) * 1000:.0f} ms ({len(found)} messages)"
+            )
+        if commits.get(kind):
+            say(f"  {'':<26} commits: {commits[kind]}")
+    if "QueueMessageTrigger" in largest and "KafkaSharedStreamTrigger" in largest:
+        mine, theirs = largest["QueueMessageTrigger"], largest["KafkaSharedStreamTrigger"]
+        say(
+            f"  ratio QueueMessageTrigger / KafkaSharedStreamTrigger: CPU "
+            f"{mine.cpu_per_second / max(theirs.cpu_per_second, 1e-9):.2f}x, threads "
+            f"{mine.threads} vs {theirs.threads}, RSS {mine.rss_mib / theirs.rss_mib:.2f}x"
+            "   (goal: CPU <= 1.0x, threads <= theirs)"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=50)
@@ -505,8 +680,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=100,
         help="time the asset events of one message to all watchers up to this many",
     )
+    parser.add_argument("--topics", type=int, default=50, help="topics the idle watchers watch")
+    parser.add_argument(
+        "--fleet",
+        default=",".join(IDLE_TRIGGERS),
+        help="the kinds of idle watchers, each in its own real triggerer",
+    )
+    parser.add_argument(
+        "--fleet-samples",
+        type=int,
+        default=50,
+        help="messages (one topic each, in turn) timed to the asset events in the triggerer",
+    )
     args = parser.parse_args(argv)
-    counts = {"QueueMessageTrigger": [int(c) for c in args.idle.split(",") if c.strip()]}
+    idle_counts = [int(c) for c in args.idle.split(",") if c.strip()]
+    counts = {kind: idle_counts for kind in args.fleet.split(",") if kind}
+    fleet_latency: dict[str, list[tuple[float, float]]] = {}
+    fleet_commits: dict[str, str] = {}
     # SIGTERM ends the run through the finally blocks: brokers and Airflow processes stop.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
@@ -521,13 +711,22 @@ def main(argv: Sequence[str] | None = None) -> None:
             for kind, kind_counts in counts.items():
                 if kind_counts:
                     say(f"2. idle CPU with {', '.join(map(str, kind_counts))} {kind}s")
-                    cpu[kind] = idle_cpu(
+                    cpu[kind], fleet_latency[kind], fleet_commits[kind] = idle_cpu(
                         broker,
                         kind,
                         kind_counts,
                         args.idle_seconds,
                         args.fan_out_max,
                         Path(workdir),
+                        args.topics,
+                        args.fleet_samples,
+                    )
+                    # at once, so a later failure does not lose it
+                    report_fleet(
+                        {kind: cpu[kind]},
+                        {kind: fleet_latency[kind]},
+                        {kind: fleet_commits[kind]},
+                        args.topics,
                     )
             if args.await_idle:
                 say(f"3. {args.await_idle} idle triggers of each kind in this process")
@@ -538,6 +737,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         broker.close()
     report(results, cpu, args.samples, in_process)
+    report_fleet(cpu, fleet_latency, fleet_commits, args.topics)
     say(f"\n(total {time.monotonic() - started:.0f} s)")
 
 

@@ -52,3 +52,4 @@ def test_workers_that_cannot_import_pyarrow_are_named_before_anything_is_read(
     assert "cannot import pyarrow, pandas, sluice" in said and str(bare) in said, said
     assert "PYSPARK_PYTHON" in said and "Nothing was read or committed" in said
     assert topic.plan().batch_id == spec.batch_id  # nothing read or committed
+    assert not list((tmp_path / "lake").glob("batch_id=*"))  # nothing published

@@ -14,7 +14,7 @@ from sluice.kafka.config import client_config
 from sluice.kafka.confluent_ranges import librdkafka_config
 from sluice.queues import ConfigError
 from sluice.queues.uri import config_from_uri, queue_from_config
-from sluice.spark.kafka_source import DEFAULT_READER, ReaderKwargs, reader_kwargs
+from sluice.spark.kafka_source import DEFAULT_READER, ReaderKwargs, chosen_reader, reader_kwargs
 from sluice.spark.records import RecordColumns
 
 PASSWORD = "pw-Secret-4711"
@@ -24,15 +24,22 @@ def validated(**config: Any) -> dict[str, Any]:
     return dict(queue_from_config("kafka", {"connection.uri": "h:9092", **config}).config)
 
 
-def test_kafka_python_stays_the_default_reader() -> None:
-    assert validated()["options.reader"] == DEFAULT_READER == "kafka-python"
-    assert reader_kwargs(validated()).reader == "kafka-python"
+def test_auto_is_the_default_reader_and_picks_confluent_where_it_can() -> None:
+    assert validated()["options.reader"] == DEFAULT_READER == "auto"
+    kwargs = reader_kwargs(validated())
+    assert kwargs.reader == "auto"
+    assert chosen_reader("auto", kwargs) == "confluent"
+    assert chosen_reader("auto", {**kwargs, "api_version": (2, 0)}) == "kafka-python", (
+        "a setting librdkafka cannot take: kafka-python reads"
+    )
+    assert chosen_reader("kafka-python", kwargs) == "kafka-python"
     assert reader_kwargs(validated(**{"options.reader": "confluent"})).reader == "confluent"
     assert config_from_uri("kafka://h:9092/t?reader=confluent")[1]["options.reader"] == "confluent"
 
 
 def test_an_unknown_reader_names_the_key_and_the_allowed_values() -> None:
-    with pytest.raises(ConfigError, match=r"'options.reader' must be one of 'kafka-python', "):
+    allowed = r"'options.reader' must be one of 'auto', 'kafka-python', "
+    with pytest.raises(ConfigError, match=allowed):
         validated(**{"options.reader": "rdkafka"})
 
 
@@ -45,7 +52,9 @@ def test_a_missing_confluent_kafka_says_how_to_install_it(monkeypatch: pytest.Mo
 
     assert "'options.reader' is 'confluent'" in str(missing.value)
     assert "pip install 'sluice-core[confluent]'" in str(missing.value)
-    assert reader_kwargs(validated()).reader == "kafka-python", "the default needs none"
+    assert chosen_reader(reader_kwargs(validated()).reader) == "kafka-python", (
+        "the default needs none: it falls back to kafka-python"
+    )
 
 
 def test_every_client_setting_translates_to_librdkafka() -> None:

@@ -12,9 +12,13 @@ from ..secrets import redact_text
 DEFAULT_BOOTSTRAP_ENV = "SLUICE_KAFKA_BOOTSTRAP"
 
 #: The values of ``options.reader``: the client library that reads a batch's offset ranges
-#: (:mod:`sluice.kafka.ranges`, :mod:`sluice.kafka.confluent_ranges`); kafka-python by default.
+#: (:mod:`sluice.kafka.ranges`, :mod:`sluice.kafka.confluent_ranges`). ``auto`` (the default):
+#: confluent-kafka where the reading process has it (a dependency of ``sluice-core[kafka]``)
+#: and it can take the connection's settings, else kafka-python; each process (the driver, or
+#: an executor's task) chooses for itself, so executors without confluent-kafka still read.
 READERS = ("kafka-python", "confluent")
-DEFAULT_READER = READERS[0]
+READER_CHOICES = ("auto", *READERS)
+DEFAULT_READER = "auto"
 
 #: Keys of KafkaConnection (as pip-services' KafkaConnection); a queue that owns its connection
 #: accepts them too.
@@ -141,9 +145,10 @@ QUEUE_KEYS: tuple[ConfigKey, ...] = (
         "options.reader",
         str,
         DEFAULT_READER,
-        "Client library that reads a batch's offset ranges in an ingest: kafka-python, or "
-        "confluent (confluent-kafka, faster: pip install 'sluice-core[confluent]').",
-        choices=READERS,
+        "Client library that reads a batch's offset ranges in an ingest: auto (confluent-kafka "
+        "where installed and able to take the settings, else kafka-python), kafka-python, or "
+        "confluent (confluent-kafka, faster; a dependency of sluice-core[kafka]).",
+        choices=READER_CHOICES,
     ),
 )
 

@@ -25,7 +25,13 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from ..batch import OffsetRange
-from ..kafka.config import DEFAULT_READER, READERS, consumer_config, credentials
+from ..kafka.config import (
+    DEFAULT_READER,
+    READER_CHOICES,
+    READERS,
+    consumer_config,
+    credentials,
+)
 from ..kafka.logs import hide_secret
 from ..kafka.offsets import refresh_ends, tracked_consumer
 from ..kafka.ranges import LostRange, read_range_records
@@ -35,8 +41,10 @@ from .records import RecordColumns, confluent_message_bytes, kafka_record_bytes
 __all__ = [
     "DEFAULT_READER",
     "READERS",
+    "READER_CHOICES",
     "Positions",
     "ReaderKwargs",
+    "chosen_reader",
     "commit_offsets",
     "committed_offsets",
     "fingerprints_at",
@@ -104,13 +112,33 @@ class _Reader(NamedTuple):
     sizes: Callable[[Sequence[Any]], list[int]]
 
 
-def _range_reader(reader: str) -> _Reader:
-    """The range reader named by ``options.reader``."""
+def chosen_reader(reader: str, kwargs: Mapping[str, Any] | None = None) -> str:
+    """The reader ``options.reader`` names in this process: ``auto`` is ``confluent`` when
+    confluent-kafka imports here and takes every one of ``kwargs`` (kafka-python's
+    arguments; None: not checked), else ``kafka-python``."""
+    if reader != "auto":
+        return reader
+    try:
+        from ..kafka.confluent_ranges import librdkafka_config
+    except ImportError:
+        return "kafka-python"
+    if kwargs is not None:
+        try:
+            librdkafka_config(kwargs)
+        except ConfigError:
+            return "kafka-python"
+    return "confluent"
+
+
+def _range_reader(reader: str, kwargs: Mapping[str, Any] | None = None) -> _Reader:
+    """The range reader named by ``options.reader`` (``auto``: :func:`chosen_reader`)."""
+    reader = chosen_reader(reader, kwargs) if reader == "auto" else reader
     if reader == "kafka-python":
         return _Reader(read_range_records, RecordColumns.extend_kafka, kafka_record_bytes)
     if reader != "confluent":
         raise ConfigError(
-            f"config key 'options.reader' must be one of {', '.join(map(repr, READERS))}, "
+            f"config key 'options.reader' must be one of "
+            f"{', '.join(map(repr, READER_CHOICES))}, "
             f"got {reader!r}."
         )
     try:
@@ -141,7 +169,7 @@ def read_ranges(
     # In a Spark task (executor mode) the driver's registration is not in this process: hide
     # the password from this process's kafka-python and librdkafka logs before anything logs.
     hide_secret(kwargs.get("sasl_plain_password"))
-    reader = _range_reader(getattr(kwargs, "reader", DEFAULT_READER))
+    reader = _range_reader(getattr(kwargs, "reader", DEFAULT_READER), kwargs)
     lost = _skip if getattr(kwargs, "accept_loss", False) else None
     columns, size = RecordColumns(), 0
     for partition, records in reader.read(kwargs, topic, ranges, stall_timeout_s, lost):

@@ -52,6 +52,9 @@ _DEFAULT_CONF = {
 #: What the cluster's Python must have itself: PySpark's Python workers need them (Spark adds
 #: PySpark and py4j; pyarrow, pandas and numpy have compiled code, which no zip can carry).
 PROVIDED = frozenset({"pyspark", "py4j", "pyarrow", "pandas", "numpy"})
+#: Compiled and optional on the executors: never shipped (without it, the executors' range
+#: reader is kafka-python, see options.reader ``auto``).
+_NOT_SHIPPED = frozenset({"confluent-kafka"})
 #: The part of sluice-core the executors need: reading Kafka ranges.
 _EXECUTOR_EXTRAS = ("kafka",)
 _CONNECT_HINT = "Spark Connect needs its client libraries: pip install 'sluice-core[connect]'."
@@ -195,7 +198,7 @@ def _requirements(root: str, extras: tuple[str, ...]) -> Iterator[Distribution]:
     while todo:
         name, wanted = todo.pop()
         key = canonicalize_name(name)
-        if key in seen or key in PROVIDED:
+        if key in seen or key in PROVIDED or key in _NOT_SHIPPED:
             continue
         seen.add(key)
         try:

@@ -8,6 +8,9 @@ user's own may not, and the write then fails deep in a worker with ``No module n
 PySpark itself) that tries the imports, and raises :class:`PythonWorkersError` naming the
 interpreter, what it lacks and how to fix it. It runs once per session (the answer is kept
 on the session), and the worker it starts is reused by the ingest's own job.
+
+The check finds pandas without importing it (the slowest of the imports; Sluice's own tasks
+do not import it).
 """
 
 from __future__ import annotations
@@ -32,11 +35,16 @@ class PythonWorkersError(RuntimeError):
 def _probe(_: Any) -> str:
     """Runs in a Python worker: ``executable|name:error;...`` of the imports that fail."""
     import sys
+    from importlib.util import find_spec
 
     failed = []
     for name in ("pyarrow", "pandas", "sluice"):
         try:
-            __import__(name)
+            if name == "pandas":  # found, not imported: Sluice's tasks do not import it,
+                if find_spec(name) is None:  # and its import is the probe's slowest part
+                    raise ModuleNotFoundError(f"No module named '{name}'")
+            else:
+                __import__(name)
         except Exception as exc:
             failed.append(f"{name}:{type(exc).__name__}: {exc}")
     return sys.executable + "|" + ";".join(failed)

@@ -1,0 +1,280 @@
+"""The cold task: each side as a fresh process from start to exit, as every Airflow task runs.
+
+    .venv/bin/python bench/cold_task.py [--sizes 20000,200000,2000000] [--rounds 3]
+                                        [--sides sluice,hand,connect]
+
+For each batch size, one topic of that many JSON readings (3 partitions, 1% malformed, the
+messages of bench/ingest.py) and, interleaved, ``--rounds`` times:
+
+- ``sluice``: a new Python process imports Airflow (what the task runner has loaded), starts a
+  local SparkSession (``spark_session()``: Sluice's defaults) and runs ``ingest()`` with no
+  options beyond the schema (``mode="auto"``, the default reader), then exits;
+- ``hand``: a new Python process that imports Airflow and does the same work by hand with the
+  Airflow Kafka provider (``KafkaConsumerHook``: confluent-kafka, ``json.loads`` into typed
+  columns, bad records set aside with a reason, pyarrow Parquet, a commit per poll: side (d) of
+  bench/ingest.py), then exits;
+- ``connect`` (optional): as ``sluice``, on a warm Spark Connect server started once before
+  anything is timed (``sc://``);
+- ``before`` (optional): as ``sluice``, run by another checkout's interpreter
+  (``--before-python``, e.g. the main branch's venv): the same task before a change.
+
+Each time is the parent's wall clock from the process's start to its exit. The Sluice
+processes also report where their time went: interpreter and imports, session start, and
+each stage of the ingest (``progress`` events), and how many Spark jobs the ingest ran.
+It prints the medians, the ratio Sluice / hand, and the crossover: the batch size from which
+the Sluice process is faster, from a straight line (fixed cost + cost per message) through
+each side's medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ingest import PARTITIONS, SCHEMA, produce
+
+SLUICE_CHILD = """
+import json, sys, time
+marks = {}
+started = time.monotonic()
+import airflow  # the task runner's own imports: both sides pay them
+marks["airflow"] = time.monotonic() - started
+from sluice.spark import ingest, spark_session
+marks["imports"] = time.monotonic() - started
+spark = spark_session(sys.argv[1] or None)
+marks["session"] = time.monotonic() - started
+stages = {}
+def progress(event):
+    stages.setdefault(event.stage, time.monotonic() - started)
+result = ingest(spark, sys.argv[2], sys.argv[3], source=sys.argv[4], schema=sys.argv[5],
+                progress=progress)
+marks["ingest"] = time.monotonic() - started
+jobs = None
+try:
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None).size()
+except Exception:
+    pass
+print("RESULT " + json.dumps({"marks": marks, "stages": stages, "jobs": jobs, "mode": result.mode,
+                  "written": result.written, "quarantined": result.quarantined}), flush=True)
+"""
+
+HAND_CHILD = """
+import json, sys, time
+from pathlib import Path
+started = time.monotonic()
+import airflow
+airflow_s = time.monotonic() - started
+sys.path.insert(0, sys.argv[1])
+from ingest import airflow_provider
+seconds = airflow_provider(sys.argv[2], sys.argv[3], int(sys.argv[4]), Path(sys.argv[5]))
+print("RESULT " + json.dumps({"marks": {"airflow": airflow_s, "work": seconds,
+                            "total": time.monotonic() - started}}), flush=True)
+"""
+
+
+def say(text: str) -> None:
+    print(f"[cold] {text}", flush=True)
+
+
+def run_child(args: list[str], python: str = sys.executable) -> tuple[float, dict[str, Any]]:
+    started = time.monotonic()
+    done = subprocess.run([python, *args], capture_output=True, text=True, timeout=1800)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"child failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    found = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if not found:
+        raise RuntimeError(f"child printed no result:\n{done.stdout[-2000:]}")
+    return seconds, json.loads(found[-1][len("RESULT ") :])
+
+
+_ENDS: dict[tuple[str, str], dict[int, int]] = {}
+
+
+def spec_json(bootstrap: str, topic: str, count: int) -> str:
+    """A batch of the whole topic for a group of its own (the topic's ends asked once)."""
+    from kafka import KafkaConsumer
+
+    from sluice.batch import BatchSpec, OffsetRange
+    from sluice.kafka.offsets import topic_end_offsets
+
+    if (bootstrap, topic) not in _ENDS:
+        probe = KafkaConsumer(bootstrap_servers=bootstrap)
+        _ENDS[bootstrap, topic] = topic_end_offsets(probe, topic)
+        probe.close()
+    ends = _ENDS[bootstrap, topic]
+    spec = BatchSpec(
+        "kafka",
+        topic,
+        group_id=f"cold-{time.time_ns()}",
+        ranges=tuple(OffsetRange(p, 0, end) for p, end in sorted(ends.items())),
+    )
+    assert spec.message_count == count, (spec.message_count, count)
+    return spec.to_json()
+
+
+def crossover(sizes: list[int], sluice: list[float], hand: list[float]) -> str:
+    """The batch size from which the Sluice line is below the hand-written one."""
+    if len(sizes) < 2:
+        return "n/a (one size)"
+
+    def fit(ys: list[float]) -> tuple[float, float]:
+        mx, my = statistics.fmean(sizes), statistics.fmean(ys)
+        slope = sum((x - mx) * (y - my) for x, y in zip(sizes, ys, strict=True)) / sum(
+            (x - mx) ** 2 for x in sizes
+        )
+        return my - slope * mx, slope
+
+    (a_s, b_s), (a_h, b_h) = fit(sluice), fit(hand)
+    line = (
+        f"fixed cost {a_s:.1f} s + {1e6 * b_s:.2f} s per million (Sluice) against "
+        f"{a_h:.1f} s + {1e6 * b_h:.2f} s per million (hand)"
+    )
+    if b_s >= b_h:
+        return f"none: Sluice costs as much per message or more ({line})"
+    return f"{max(0.0, (a_s - a_h) / (b_h - b_s)):,.0f} messages ({line})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--sizes", default="20000,200000,2000000")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sides", default="sluice,hand", help="sluice,hand[,connect][,before]")
+    parser.add_argument(
+        "--before-python",
+        default="",
+        help="side 'before': the Sluice side run by another checkout's interpreter "
+        "(e.g. /work/main/.venv/bin/python: the code before this branch)",
+    )
+    parser.add_argument("--master", default="", help="the Sluice side's master (default: Sluice's)")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    sides = args.sides.split(",")
+
+    from sluice.brokers import create_kafka_topic, start_noida, start_tansu
+
+    work = Path(tempfile.mkdtemp(prefix="sluice-cold-"))
+    servers: list[Any] = []
+    bench_dir = str(Path(__file__).parent)
+    try:
+        # noida-db 0.2.3 stalls on fetches of logs of a million messages: Tansu beyond that.
+        small = start_noida()
+        servers.append(small)
+        big = None
+        if any(n > 500_000 for n in sizes):
+            big = start_tansu()
+            servers.append(big)
+        connect_url = ""
+        if "connect" in sides:
+            from sluice.testing.spark_cluster import start_connect_server
+
+            server = start_connect_server()
+            servers.append(server)
+            connect_url = server.url
+            say(f"Spark Connect server at {connect_url}")
+        topics = {}
+        for n in sizes:
+            broker = big if n > 500_000 and big is not None else small
+            topic = f"cold-{n}"
+            create_kafka_topic(broker.bootstrap, topic, PARTITIONS)
+            produce(broker.bootstrap, topic, n)
+            spec_json(broker.bootstrap, topic, n)
+            topics[n] = (broker, topic)
+        results: dict[tuple[str, int], list[float]] = {}
+        details: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for n in sizes:
+            broker, topic = topics[n]
+            source = f"kafka://{broker.bootstrap}"
+            for round_ in range(args.rounds):
+                for side in sides:
+                    out = work / f"{side}-{n}-{round_}"
+                    if side == "hand":
+                        seconds, detail = run_child(
+                            ["-c", HAND_CHILD, bench_dir, broker.bootstrap, topic, str(n), str(out)]
+                        )
+                    else:
+                        master = connect_url if side == "connect" else args.master
+                        spec = spec_json(broker.bootstrap, topic, n)
+                        python = args.before_python if side == "before" else sys.executable
+                        seconds, detail = run_child(
+                            ["-c", SLUICE_CHILD, master, spec, str(out), source, SCHEMA], python
+                        )
+                        assert detail["written"] + detail["quarantined"] == n, detail
+                    results.setdefault((side, n), []).append(seconds)
+                    details.setdefault((side, n), []).append(detail)
+                    load = os.getloadavg()[0]
+                    say(f"{n:>9,} {side:7} {seconds:6.1f} s  {json.dumps(detail)}  load {load:.1f}")
+        print()
+        print(f"Cold task, each side a fresh process start to exit ({os.cpu_count()} cores; "
+              f"median of {args.rounds})")  # fmt: skip
+        medians = {key: statistics.median(v) for key, v in results.items()}
+        for n in sizes:
+            line = f"  {n:>9,} messages:"
+            for side in sides:
+                line += f"  {side} {medians[side, n]:6.1f} s ({n / medians[side, n]:>7,.0f} msg/s)"
+            if "sluice" in sides and "hand" in sides:
+                line += f"  sluice/hand {medians['sluice', n] / medians['hand', n]:.2f}x"
+            for other in ("connect", "before"):
+                if other in sides and "hand" in sides:
+                    line += f"  {other}/hand {medians[other, n] / medians['hand', n]:.2f}x"
+            print(line)
+        for side in [s for s in sides if s != "hand"]:
+            for n in sizes:
+                marks = [d["marks"] for d in details[side, n]]
+                stages = [d["stages"] for d in details[side, n]]
+
+                def med(rows: list[dict[str, float]], key: str) -> float:
+                    return statistics.median(r.get(key, float("nan")) for r in rows)
+
+                print(
+                    f"  {side} {n:,}: import airflow {med(marks, 'airflow'):.1f} s, "
+                    f"sluice+pyspark {med(marks, 'imports') - med(marks, 'airflow'):.1f} s, "
+                    f"session {med(marks, 'session') - med(marks, 'imports'):.1f} s, "
+                    f"ingest {med(marks, 'ingest') - med(marks, 'session'):.1f} s "
+                    f"(reading at {med(stages, 'reading') - med(marks, 'session'):.1f}, "
+                    f"read {med(stages, 'read') - med(marks, 'session'):.1f}, "
+                    f"publishing {med(stages, 'publishing') - med(marks, 'session'):.1f}, "
+                    f"committed {med(stages, 'committed') - med(marks, 'session'):.1f}), "
+                    f"exit {medians[side, n] - med(marks, 'ingest'):.1f} s; "
+                    f"mode {details[side, n][0]['mode']}, Spark jobs {details[side, n][0]['jobs']}"
+                )
+        if "hand" in sides:
+            for n in sizes:
+                marks = [d["marks"] for d in details["hand", n]]
+                print(
+                    f"  hand {n:,}: import airflow "
+                    f"{statistics.median(m['airflow'] for m in marks):.1f} s, work "
+                    f"{statistics.median(m['work'] for m in marks):.1f} s"
+                )
+            for side in [s for s in sides if s != "hand"]:
+                print(
+                    f"  crossover ({side}): "
+                    + crossover(
+                        sizes,
+                        [medians[side, n] for n in sizes],
+                        [medians["hand", n] for n in sizes],
+                    )
+                )
+        print(f"  load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    finally:
+        for server in servers:
+            server.close()
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
