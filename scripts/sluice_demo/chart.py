@@ -11,15 +11,21 @@ from .summary import SourceRuns
 Series = dict[str, list[tuple[float, int]]]
 
 
+def import_matplotlib() -> None:
+    """Import matplotlib's pyplot with the file-only backend (Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+
+
 def draw_chart(
     all_runs: list[SourceRuns], lag: Series, snapshots: list[Snapshot], path: Path
 ) -> None:
     """Three panels: rows written and quarantined per batch (each source, and the Iceberg
     table), lag over the demo's time (``lag``: label -> (seconds, messages)), and the Iceberg
     snapshots (rows each added, and the table's total after it)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    import_matplotlib()
     import matplotlib.pyplot as plt
 
     fig, (batches, lags, icebergs) = plt.subplots(

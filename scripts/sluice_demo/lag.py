@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 #: Seconds between two samples of the Kafka groups' lag.
-INTERVAL_S = 0.5
+INTERVAL_S = 1.0
 
 
 class LagSampler:

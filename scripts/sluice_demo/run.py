@@ -15,7 +15,7 @@ from typing import Any
 from .airflow_kafka import AirflowKafka
 from .background import InBackground
 from .brokers import Brokers, publish
-from .chart import draw_chart
+from .chart import draw_chart, import_matplotlib
 from .dagster_mqtt import DagsterMqtt
 from .iceberg import GROUP as ICEBERG_GROUP
 from .iceberg import WAREHOUSE, IcebergLake
@@ -79,6 +79,7 @@ def run_demo(options: Options, steps: Steps, brokers: Brokers, closers: list[Clo
         migrating = airflow.migrate()
         spark_starting = InBackground(start_spark)
         s3_starting = InBackground(brokers.up_s3)
+        InBackground(import_matplotlib)  # the chart's seconds of imports, meanwhile
         try:
             airflow.load()
             dagster = DagsterMqtt(mqtt_url, output, airflow.schema)
