@@ -4,10 +4,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
 UV="uv"; command -v uv >/dev/null 2>&1 || UV="python3 -m uv"
-# Two worker processes (pytest-xdist), a test file each at a time: most of the suite waits on
-# brokers, JVMs and subprocesses, so two workers finish it in about two thirds of the time on
-# two cores. Each worker has its own brokers and SparkSession.
-PATH="/usr/sbin:$PATH" $UV run --locked --all-packages pytest -n 2 --dist loadfile "$@"
+# Two worker processes (pytest-xdist), a test file each at a time, the longest files first
+# (tests/conftest.py): most of the suite waits on brokers, JVMs and subprocesses, so two
+# workers finish it in about two thirds of the time on two cores. Each worker has its own
+# brokers and SparkSession.
+PATH="/usr/sbin:$PATH" $UV run --locked --all-packages pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
 status=$?
 # pytest exits 5 when it collected no test (e.g. a -k that matches nothing): not a failure.
 if [ "$status" -eq 5 ]; then status=0; fi

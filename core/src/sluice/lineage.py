@@ -74,7 +74,7 @@ class SinkDataset:
     """A sink's identity: the dataset, and for Iceberg the table's name in its catalog."""
 
     dataset: DatasetName
-    storage: str  # "parquet" or "iceberg"
+    storage: str  # "parquet", "iceberg" or "delta"
     symlink: DatasetName | None = None
     catalog: CatalogInfo | None = None
 
@@ -123,10 +123,14 @@ def path_dataset(location: str | os.PathLike[str]) -> DatasetName:
 def sink_dataset(sink: str | os.PathLike[str]) -> SinkDataset:
     """The identity of an ingest's ``sink``: a Parquet dataset's location, or an Iceberg
     table's (which opens its catalog)."""
-    from .spark.sinks import is_iceberg
+    from .spark.sinks import is_delta, is_iceberg
 
     if is_iceberg(sink):
         return _iceberg_dataset(str(sink))
+    if is_delta(sink):
+        from .spark.sinks.delta import parse_delta_uri
+
+        return SinkDataset(path_dataset(parse_delta_uri(sink).table), "delta")
     return SinkDataset(path_dataset(sink), "parquet")
 
 
@@ -194,7 +198,7 @@ def written_schema(sink: str | os.PathLike[str], output: str | None) -> list[tup
     """(name, type) of the columns an ingest wrote: the Iceberg table's, or those of a
     published Parquet batch's files at ``output`` (its quarantine left out) and the
     ``batch_id`` its directory gives the dataset. Empty when there is nothing to read."""
-    from .spark.sinks import is_iceberg
+    from .spark.sinks import is_delta, is_iceberg
 
     if is_iceberg(sink):
         from .spark.sinks.catalogs import load_iceberg_catalog
@@ -203,6 +207,13 @@ def written_schema(sink: str | os.PathLike[str], output: str | None) -> list[tup
         target = parse_iceberg_uri(str(sink))
         table = load_iceberg_catalog(target.catalog).load_table(target.table)
         return [(f.name, str(f.field_type)) for f in table.schema().fields]
+    if is_delta(sink):
+        from deltalake import DeltaTable
+
+        from .spark.sinks.delta import parse_delta_uri
+
+        fields = DeltaTable(str(parse_delta_uri(sink).table)).schema().fields
+        return [(f.name, str(f.type)) for f in fields]
     if not output or not Path(output).is_dir():
         return []
     import pyarrow.dataset as ds

@@ -72,8 +72,11 @@ def test_sluice_ingest_and_audit_on_an_iceberg_sink(
     uri = f"{topic}?group_id={unique_name}"
     sink = sqlite_lake.sink("iot", "?quarantine=" + f"{sqlite_lake.namespace}.rejected")
     schema = "device STRING, temperature DOUBLE, humidity DOUBLE, ts STRING"
-    assert_ok(run("ingest", uri, "--sink", sink, "--schema", schema))
+    partitions = "day(timestamp),bucket(4,device)"
+    assert_ok(run("ingest", uri, "--sink", sink, "--schema", schema, "--partition-by", partitions))
 
+    spec = sqlite_lake.table("iot").spec()
+    assert [f.name for f in spec.fields] == ["timestamp_day", "device_bucket"]
     assert len(table_rows(sqlite_lake, "iot")) == 27
     assert len(table_rows(sqlite_lake, "rejected")) == 3
     out = assert_ok(run("audit", sink, "--source", noida_broker.url))

@@ -43,7 +43,7 @@ START_SENSOR = """mutation($s: SensorSelector!) { startSensor(sensorSelector: $s
   __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }"""
 TICKS = """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { __typename
   ... on Sensor { sensorState { status ticks(limit: 50) {
-    status timestamp skipReason runIds error { message } } } } } }"""
+    status timestamp skipReason runIds error { message stack cause { message stack } } } } } } }"""
 RUN_ERRORS = """query($id: ID!) { logsForRun(runId: $id) { __typename ... on EventConnection {
   events { __typename ... on ErrorEvent { error { message cause { message stack } } } } } } }"""
 RUNS = """query($k: String!, $v: String!) { runsOrError(filter: {tags: [{key: $k, value: $v}]})
@@ -236,7 +236,7 @@ def test_one_run_per_batch_exactly_once_across_a_daemon_restart(
 
     later = wait_for(ticks_since_restart, 90, "two sensor ticks after the restart", *logs)
     done = [t for t in later if t["status"] != "STARTED"]
-    assert all(t["status"] == "SKIPPED" for t in done), done
+    assert all(t["status"] == "SKIPPED" for t in done), [t["error"] for t in done]
     assert all("no messages waiting" in (t["skipReason"] or "") for t in done), done
     sensor_runs = runs(deployment, "sluice/sensor", SENSOR)
     assert [r["runId"] for r in sensor_runs] == [run["runId"]], "one run, one batch"

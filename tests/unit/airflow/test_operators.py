@@ -160,6 +160,23 @@ def test_submit_arguments_carry_no_credentials() -> None:
     assert "--accept-data-loss" not in default
 
 
+def test_partition_by_reaches_the_ingest_in_process_and_through_spark_submit() -> None:
+    task = SparkIngestOperator(
+        task_id="ingest", sink="iceberg://lake/ns.readings", partition_by="day(ts),bucket(4,device)"
+    )
+    assert "partition_by" in task.template_fields
+    options = task._options()
+    assert options["partition_by"] == "day(ts),bucket(4,device)"
+    from sluice.spark import submit
+
+    arguments = submit_arguments(SPEC, "/d", options)
+    assert arguments[arguments.index("--partition-by") + 1] == "day(ts),bucket(4,device)"
+    parsed = submit.parser().parse_args([*arguments, "--source", "x"])
+    assert parsed.partition_by == "day(ts),bucket(4,device)"
+    plain = SparkIngestOperator(task_id="plain", sink="/d")._options()
+    assert "--partition-by" not in submit_arguments(SPEC, "/d", plain)
+
+
 # ---- the sensor returns the trigger's batch ---------------------------------------------------
 
 

@@ -107,6 +107,18 @@ def test_one_settings_class_for_job_asset_and_op() -> None:
         make_ingest_asset("orders", "queue", "/lake", mode="everywhere")
 
 
+def test_partition_by_is_a_setting_a_run_may_override() -> None:
+    from sluice_dagster.ops import IngestConfig
+
+    settings = IngestSettings.of("queue", "iceberg://lake/ns.t", partition_by="day(timestamp)")
+    assert settings.partition_by == "day(timestamp)"
+    assert (
+        "bucket(16,device)"
+        in IngestSettings.model_json_schema()["properties"]["partition_by"]["description"]
+    )
+    assert IngestConfig(spec={}, partition_by="hour(timestamp)").partition_by == "hour(timestamp)"
+
+
 def test_run_request_config_has_no_nulls() -> None:
     from sluice_dagster import ingest_run_config
 

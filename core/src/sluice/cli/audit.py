@@ -18,7 +18,8 @@ def audit(
     sink: Annotated[
         str,
         typer.Argument(
-            help="The sink to check: a directory, or iceberg://CATALOG/NAMESPACE.TABLE.",
+            help="The sink to check: a directory, iceberg://CATALOG/NAMESPACE.TABLE or "
+            "delta://PATH.",
             show_default=False,
         ),
     ],
@@ -34,10 +35,10 @@ def audit(
     """Compare a sink with the broker: per partition, offsets written, quarantined, doubled,
     missing (committed over but in no batch) and lost. Exits 1 when any are missing or
     doubled."""
-    from sluice.spark.sinks import is_iceberg
+    from sluice.spark.sinks import is_delta, is_iceberg
 
     on_s3 = sink.lower().startswith(("s3://", "s3a://"))
-    if not is_iceberg(sink) and not on_s3 and not Path(sink).is_dir():
+    if not is_iceberg(sink) and not is_delta(sink) and not on_s3 and not Path(sink).is_dir():
         raise CliError(f"'{sink}' is not a directory: give the sink of an ingest.", usage=True)
     from sluice.audit import audit as run_audit
 

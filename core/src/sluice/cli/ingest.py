@@ -72,7 +72,8 @@ def ingest(
         str,
         typer.Option(
             help="Directory of the Parquet dataset (the batch goes to <sink>/batch_id=<id>/), "
-            "or an Apache Iceberg table: iceberg://CATALOG/NAMESPACE.TABLE.",
+            "an Apache Iceberg table: iceberg://CATALOG/NAMESPACE.TABLE, or a Delta Lake "
+            "table: delta://PATH.",
             show_default=False,
         ),
     ],
@@ -154,6 +155,15 @@ def ingest(
             "record the loss, instead of failing."
         ),
     ] = False,
+    partition_by: Annotated[
+        str | None,
+        typer.Option(
+            help="Partition the table: an Iceberg table's spec on creation, a Parquet "
+            "dataset's hive-style directories, e.g. 'day(timestamp),bucket(16,device)' "
+            "(identity, year, month, day, hour, bucket(N,col), truncate(W,col)). An existing "
+            "table keeps its own spec."
+        ),
+    ] = None,
 ) -> None:
     """Ingest the messages waiting now: plan one batch, write it to Parquet, then commit."""
     target = parse(uri, command="ingest")
@@ -164,7 +174,7 @@ def ingest(
     if spec is None:
         output.out().print(f"Nothing to ingest: no messages waiting on '{target.topic}'.")
         return
-    _check_sink(sink)  # only now: nothing waiting creates nothing
+    _check_sink(sink, partition_by)  # only now: nothing waiting creates nothing
     from sluice.spark import ingest as run_ingest
 
     with _phases(spec) as (progress, say):
@@ -189,6 +199,7 @@ def ingest(
             fail_on_broker_drops=fail_on_broker_drops,
             progress=progress,
             max_quarantined=limit,
+            partition_by=partition_by,
         )
     if result.kind == "mqtt" and not (result.read or result.skipped):
         output.out().print(f"Nothing to ingest: the session's drain of '{spec.topic}' was empty.")
@@ -287,10 +298,10 @@ def _check_before_spark(schema: str | None, payload_column: str | None) -> None:
     parse_schema(schema, payload_column)
 
 
-def _check_sink(sink: str) -> None:
+def _check_sink(sink: str, partition_by: str | None = None) -> None:
     from sluice.spark.sinks import open_sink
 
-    open_sink(sink).check()
+    open_sink(sink, partition_by).check()
 
 
 def _spark(master: str | None) -> Any:

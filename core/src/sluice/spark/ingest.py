@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -125,6 +125,7 @@ def ingest(
     fail_on_broker_drops: bool = False,
     progress: Callable[[IngestEvent], None] | None = None,
     max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED,
+    partition_by: str | Sequence[str] | None = None,
 ) -> IngestResult:
     """Read exactly the messages of ``spec``, write them to ``sink``, then commit or ack.
 
@@ -157,7 +158,11 @@ def ingest(
     None: no limit) fails the batch before it is published, with
     :class:`~sluice.errors.QuarantineLimitError` (:mod:`.guard`). The session's Python workers
     are checked once per session before anything is read (:mod:`.workers`). ``progress``
-    gets every phase (:mod:`.progress`). Returns counts and ranges, never payloads.
+    gets every phase (:mod:`.progress`). ``partition_by`` partitions the table (an Iceberg
+    table's spec on creation; a Parquet dataset's hive-style directories in each batch), e.g.
+    ``"day(timestamp),bucket(16,device)"`` (:mod:`.partitioning`); the same as an Iceberg
+    URI's ``?partition_by=``. An existing table's spec is used as it is: a different one is
+    refused. Returns counts and ranges, never payloads.
     """
     started = time.monotonic()
     if spec is None:
@@ -173,7 +178,7 @@ def ingest(
         raise ConfigError(f"chunk_bytes must be at least 1, not {chunk_bytes}")
     check_limit(max_quarantined)
     config = source_config(spec, source)
-    sink_opened = open_sink(sink)
+    sink_opened = open_sink(sink, partition_by)
     formats = plan_formats(
         spec,
         value_format=value_format,
@@ -207,12 +212,29 @@ def ingest(
         report=progress or (lambda event: None),
         max_quarantined=max_quarantined,
     )
+    _check_partition_columns(job)
     job.sink.check()
     job.report(IngestEvent("starting", 0, None, batch_id=spec.batch_id))
     check_python_workers(spark)
     result = job.run_kafka(mode) if spec.kind == "kafka" else job.run_mqtt()
     result.seconds = time.monotonic() - started
     return result
+
+
+def _check_partition_columns(job: _Job) -> None:
+    """A partition spec given names columns the batch's rows will have, before anything is
+    read (the types are checked when the rows' schema is known, before they are written)."""
+    requested = getattr(job.sink, "partitioning", None)
+    if not requested:
+        return
+    columns = [*job.classification.good, "batch_id"]
+    for term in requested.terms:
+        if term.column not in columns:
+            raise ConfigError(
+                f"partition_by {str(requested)!r}: the rows have no column {term.column!r} "
+                f"(for {term}). Their columns are: {', '.join(columns)}. Name one of them, "
+                "e.g. day(timestamp) for the message's time, or give a schema with the field."
+            )
 
 
 def _check_choice(name: str, value: object, choices: object) -> None:

@@ -82,7 +82,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--sink",
         required=True,
-        help="dataset directory, or an Iceberg table iceberg://CATALOG/NAMESPACE.TABLE",
+        help="dataset directory, an Iceberg table iceberg://CATALOG/NAMESPACE.TABLE, or a "
+        "Delta table delta://PATH",
     )
     p.add_argument(
         "--source", required=True, help="queue URI or JSON config, itself, @file or env:VAR"
@@ -120,6 +121,10 @@ def parser() -> argparse.ArgumentParser:
         default="0.5",
         help="fail the batch when more than this is quarantined: a ratio (0.5, 50%%), a count "
         "(100) or none (default 0.5)",
+    )
+    p.add_argument(
+        "--partition-by",
+        help="partition spec of the table, e.g. 'day(timestamp),bucket(16,device)'",
     )
     p.add_argument("--chunk-size", type=int, default=100_000)
     p.add_argument("--max-value-bytes", type=int, default=1_000_000)
@@ -176,6 +181,7 @@ def _ingest(args: argparse.Namespace, source: str | dict[str, Any]) -> Any:
                 max_value_bytes=args.max_value_bytes,
                 progress=log,
                 max_quarantined=limit,
+                partition_by=args.partition_by,
             )
     except KeyboardInterrupt:
         _say(log.state())

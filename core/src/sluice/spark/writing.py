@@ -38,16 +38,18 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import durable, fingerprints
+from . import durable, fingerprints, partitioning
 from .durable import sync_directory
 from .failpoints import is_armed
+from .partitioning import Partitioning
 
-# The writing tasks call fingerprints.message_fingerprint: pickled by value, they need no
-# Sluice on the executors.
+# The writing tasks call fingerprints.message_fingerprint and split rows by partition
+# (partitioning.Partitioning.split): pickled by value, they need no Sluice on the executors.
 with contextlib.suppress(ImportError):
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(fingerprints)  # type: ignore[no-untyped-call]
+    cloudpickle.register_pickle_by_value(partitioning)  # type: ignore[no-untyped-call]
 
 __all__ = [
     "ATTEMPTS_DIR",
@@ -87,12 +89,15 @@ class WriteTargets:
     """Where a run's files go (directory URIs), constant columns the sink wants on every row
     (the Iceberg sink's ``batch_id``), and the pyarrow file system to write them with (None:
     the one the URIs name; an object store's carries its endpoint, and is pickled into the
-    tasks: see :mod:`.sinks.s3`)."""
+    tasks: see :mod:`.sinks.s3`). ``partitioning``: the good rows' partition spec; each of
+    a task's partition values gets its own file, in a hive-style directory under ``data``
+    (``ts_day=2026-01-05/part-*.parquet``), so that every file holds one partition value."""
 
     data: str
     quarantine: str
     constants: tuple[tuple[str, str], ...] = ()
     filesystem: Any = None
+    partitioning: Partitioning = field(default_factory=Partitioning)
 
 
 def resolve(uri: str, filesystem: Any = None) -> tuple[Any, str]:
@@ -145,6 +150,7 @@ def write_outcomes(
         lost,
         durable.ENABLED,
         targets.filesystem,
+        targets.partitioning,
     )
     try:
         with _arrow_batches(frame.sparkSession, batch_rows(largest_message)):
@@ -162,11 +168,21 @@ def write_outcomes(
                 f"{attempts[row['output']]}/{row['file']}", targets.filesystem
             )
             _, target = resolve(f"{dirs[row['output']]}/{row['file']}", targets.filesystem)
+            parent = target.rpartition("/")[0]
+            if "/" in row["file"] and type(filesystem).__name__ != "S3FileSystem":
+                filesystem.create_dir(parent, recursive=True)  # a partition's directory
             filesystem.move(source, target)
-            moved.add(dirs[row["output"]])
+            moved.add(f"{dirs[row['output']]}/{row['file']}".rpartition("/")[0])
             counts[row["output"]] += row["rows"]
-        for directory in moved:
+        for directory in sorted(moved, key=len, reverse=True):
             sync_directory(directory)
+            # a partition's new directories, up to the output's own
+            for output in dirs.values():
+                if directory.startswith(f"{output}/"):
+                    parent = directory
+                    while parent != output:
+                        parent = parent.rpartition("/")[0]
+                        sync_directory(parent)
     finally:
         if lost is not None:
             with contextlib.suppress(FileNotFoundError):
@@ -240,13 +256,16 @@ def _task_writer(
     lost: str | None = None,
     sync: bool = True,
     filesystem: Any = None,
+    partitions: Partitioning | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function every task runs. It imports nothing of Sluice (cloudpickle ships it, and
     ``fingerprint``, by value), so driver-mode ingests need no Sluice on the executors.
     ``lost``: a marker file; the first task to create it dies after writing its files (the
     ``task.lost`` failpoint). ``sync``: fsync the files written (:mod:`.durable`).
-    ``filesystem``: the pyarrow file system of ``attempts`` (None: the one their URIs name)."""
+    ``filesystem``: the pyarrow file system of ``attempts`` (None: the one their URIs name).
+    ``partitions``: the good rows' partition spec (a file per partition value and task)."""
     columns = {"good": good_columns, "bad": bad_columns}
+    spec = partitions or Partitioning()
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import json
@@ -259,9 +278,9 @@ def _task_writer(
         from pyarrow import fs
 
         name = f"part-{uuid.uuid4().hex}.parquet"
-        writers: dict[str, Any] = {}
-        paths: dict[str, tuple[Any, str]] = {}
-        rows = {"good": 0, "bad": 0}
+        writers: dict[tuple[str, str], Any] = {}  # (output, partition directory) -> writer
+        paths: dict[tuple[str, str], tuple[Any, str]] = {}
+        counts: dict[tuple[str, str], int] = {}
         value_bytes = 0
         partitions: dict[int, dict[str, Any]] = {}
 
@@ -302,22 +321,29 @@ def _task_writer(
                 note_offsets(table)
                 bad = pc.is_valid(table["reason"])
                 for kind, mask in (("good", pc.invert(bad)), ("bad", bad)):
-                    part = table.filter(mask).select(columns[kind])
-                    if not part.num_rows:
+                    rows_of_kind = table.filter(mask).select(columns[kind])
+                    if not rows_of_kind.num_rows:
                         continue
-                    if kind not in writers:
-                        if filesystem is None:
-                            target, path = fs.FileSystem.from_uri(attempts[kind])
-                        else:
-                            target, path = filesystem, attempts[kind].split("://", 1)[-1]
-                        if not isinstance(target, fs.S3FileSystem):  # S3 has no directories
-                            target.create_dir(path, recursive=True)
-                        paths[kind] = (target, f"{path}/{name}")
-                        writers[kind] = pq.ParquetWriter(
-                            f"{path}/{name}", part.schema, filesystem=target
-                        )
-                    writers[kind].write_table(part)
-                    rows[kind] += part.num_rows
+                    pieces = (
+                        spec.split(rows_of_kind) if kind == "good" else [("", (), rows_of_kind)]
+                    )
+                    for directory, _, part in pieces:
+                        key = (kind, directory)
+                        if key not in writers:
+                            if filesystem is None:
+                                target, path = fs.FileSystem.from_uri(attempts[kind])
+                            else:
+                                target, path = filesystem, attempts[kind].split("://", 1)[-1]
+                            if directory:
+                                path = f"{path}/{directory}"
+                            if not isinstance(target, fs.S3FileSystem):  # S3: no directories
+                                target.create_dir(path, recursive=True)
+                            paths[key] = (target, f"{path}/{name}")
+                            writers[key] = pq.ParquetWriter(
+                                f"{path}/{name}", part.schema, filesystem=target
+                            )
+                        writers[key].write_table(part)
+                        counts[key] = counts.get(key, 0) + part.num_rows
         finally:
             for writer in writers.values():
                 writer.close()
@@ -336,8 +362,14 @@ def _task_writer(
             else:
                 os._exit(1)  # an executor lost after writing, before reporting
         results: list[dict[str, Any]] = [
-            {"output": kind, "file": name, "rows": rows[kind], "value_bytes": 0, "offsets": None}
-            for kind in writers
+            {
+                "output": kind,
+                "file": f"{directory}/{name}" if directory else name,
+                "rows": counts[(kind, directory)],
+                "value_bytes": 0,
+                "offsets": None,
+            }
+            for kind, directory in writers
         ]
         results.append(
             {

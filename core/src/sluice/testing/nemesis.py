@@ -1,8 +1,8 @@
 """The nemesis: ingests that run while the environment fails, composed by a seed and checked
 by ``sluice audit`` and the exact multiset of payloads (docs/fault-model.md).
 
-A :class:`Scenario` is a transport (Kafka or MQTT), a sink (Parquet or Iceberg), a store (the
-local disk, or a real S3 server: SeaweedFS behind the fault-injecting proxy of
+A :class:`Scenario` is a transport (Kafka or MQTT), a sink (Parquet, Iceberg or Delta), a store
+(the local disk, or a real S3 server: SeaweedFS behind the fault-injecting proxy of
 :mod:`sluice.testing.s3proxy`, holding the Parquet dataset or the Iceberg warehouse) and a
 seed.
 :func:`run_scenario` starts brokers of its own (so it may restart, truncate and recreate
@@ -47,13 +47,14 @@ from ..batch import BatchSpec, plan_batch
 from ..brokers import BrokerProcess, start_mosquitto, start_noida
 from ..cursor import BatchCursor
 from ..sensing import next_emission
+from .waiting import wait_until
 
 __all__ = ["FAULTS", "Fault", "Outcome", "Scenario", "faults_for", "run_scenario"]
 
 log = logging.getLogger(__name__)
 
 Transport = Literal["kafka", "mqtt"]
-SinkKind = Literal["parquet", "iceberg"]
+SinkKind = Literal["parquet", "iceberg", "delta"]
 Store = Literal["local", "s3"]
 
 SCHEMA = "id STRING, device STRING, temperature DOUBLE"
@@ -70,7 +71,7 @@ class Fault:
     name: str
     steps: tuple[str, ...]  # failpoints it can be injected at
     transports: tuple[Transport, ...] = ("kafka", "mqtt")
-    sinks: tuple[SinkKind, ...] = ("parquet", "iceberg")
+    sinks: tuple[SinkKind, ...] = ("parquet", "iceberg", "delta")
     description: str = ""
     stores: tuple[Store, ...] = ("local", "s3")
 
@@ -325,12 +326,14 @@ class _World:
         self.workdir = workdir
         self.name = f"nemesis-{scenario.seed}-{scenario.transport}-{scenario.sink}"
         self.catalog = f"nemesis{scenario.seed}{scenario.transport}"
-        self.sink = (
-            str(workdir / "sink")
-            if scenario.sink == "parquet"
-            else f"iceberg://{self.catalog}/nemesis.readings"
-        )
+        self.sink = {
+            "parquet": str(workdir / "sink"),
+            "iceberg": f"iceberg://{self.catalog}/nemesis.readings",
+            "delta": f"delta://{workdir / 'sink'}",
+        }[scenario.sink]
         self.s3: Any = None  # the S3 server and its proxy (store "s3")
+        if scenario.store == "s3" and scenario.sink == "delta":
+            raise ValueError("The nemesis plays the Delta sink on the local disk only.")
         if scenario.store == "s3" and scenario.sink == "parquet":
             self.sink = f"s3://{S3_BUCKET}/sink"
         self.outcome = Outcome(scenario)
@@ -700,12 +703,19 @@ class _KafkaWorld(_World):
         self._new_producer()
 
     def _new_producer(self) -> None:
+        """A producer that knows every partition of the topic: the broker's metadata may show a
+        new topic or partition only a moment after the admin call returned (soak seeds 1008 and
+        1049 sent to a partition the producer did not know yet)."""
+        wait_until(self._producer_sees_every_partition, 30, 0.2, "the topic's partitions")
+
+    def _producer_sees_every_partition(self) -> bool:
         from kafka import KafkaProducer
 
         if self.producer is not None:
             self.producer.close(5)
         assert self.broker is not None
         self.producer = KafkaProducer(bootstrap_servers=self.broker.bootstrap, linger_ms=5)
+        return len(self.producer.partitions_for(self.topic) or ()) >= self.partitions
 
     def source(self) -> dict[str, Any]:
         assert self.broker is not None
@@ -808,7 +818,6 @@ class _KafkaWorld(_World):
 
     def _recreate(self, chooser: random.Random) -> None:
         from ..brokers import create_kafka_topic
-        from .waiting import wait_until
 
         admin = self._admin()
         try:
@@ -831,7 +840,7 @@ class _KafkaWorld(_World):
         finally:
             admin.close()
         self.partitions += 1
-        self._new_producer()  # its metadata knows the new partition
+        self._new_producer()
         self.publish(chooser.randint(3, 10), chooser)
 
     def accounted(self, missing: list[str]) -> tuple[list[str], int]:
@@ -1008,9 +1017,11 @@ class _MqttWorld(_World):
 def sink_ids(sink: str) -> Counter[str]:
     """How many times each payload id is in the sink: good rows by their ``id`` column,
     quarantined ones by the id inside their value."""
-    from ..spark.sinks import is_iceberg
+    from ..spark.sinks import is_delta, is_iceberg
 
-    if is_iceberg(sink):
+    if is_delta(sink):
+        good, bad = _delta_rows(sink)
+    elif is_iceberg(sink):
         good, bad = _iceberg_rows(sink)
     elif sink.startswith("s3://"):
         good, bad = _committed_rows(sink)
@@ -1063,4 +1074,20 @@ def _iceberg_rows(sink: str) -> tuple[list[str | None], list[bytes | None]]:
         table = opened._load(identifier)
         if table is not None and table.current_snapshot() is not None:
             into += table.scan(selected_fields=(column,)).to_arrow().column(column).to_pylist()
+    return good, bad
+
+
+def _delta_rows(sink: str) -> tuple[list[str | None], list[bytes | None]]:
+    from deltalake import DeltaTable
+
+    from ..spark.sinks.delta import parse_delta_uri
+
+    target = parse_delta_uri(sink)
+    good: list[str | None] = []
+    bad: list[bytes | None] = []
+    for path, column, into in ((target.table, "id", good), (target.quarantine, "value", bad)):
+        if (path / "_delta_log").is_dir():
+            into += (
+                DeltaTable(str(path)).to_pyarrow_table(columns=[column]).column(column).to_pylist()
+            )
     return good, bad

@@ -106,9 +106,9 @@ def _symlinks(sink: SinkDataset) -> dict[str, DatasetFacet]:
             warehouseUri=sink.catalog.warehouse,
             source="sluice",
         )
-    if sink.storage == "iceberg":
+    if sink.storage in ("iceberg", "delta"):
         facets["storage"] = storage_dataset.StorageDatasetFacet(
-            storageLayer="iceberg", fileFormat="parquet"
+            storageLayer=sink.storage, fileFormat="parquet"
         )
     return facets
 

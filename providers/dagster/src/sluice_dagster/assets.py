@@ -16,7 +16,7 @@ from dagster import (
 )
 
 from sluice.lineage import path_dataset, written_schema
-from sluice.spark.sinks import is_iceberg
+from sluice.spark.sinks import is_delta, is_iceberg
 
 from .ops import INGEST_TAG, IngestConfig, IngestSettings, run_ingest
 
@@ -54,7 +54,7 @@ def make_ingest_asset(
         required_resource_keys=ingest_settings.resource_keys(),
         op_tags={INGEST_TAG: resource_key},
         metadata={"sink": sink, "dagster/uri": uri, **(metadata or {})},
-        kinds={"spark", "iceberg" if iceberg else "parquet"},
+        kinds={"spark", "iceberg" if iceberg else "delta" if is_delta(sink) else "parquet"},
         deps=deps,
     )
     def _asset(context: AssetExecutionContext, config: IngestConfig) -> MaterializeResult[None]:

@@ -28,6 +28,7 @@ from dagster import (
     AssetObservation,
     AssetsDefinition,
     AssetSpec,
+    FloatMetadataValue,
     MetadataValue,
     asset_check,
 )
@@ -212,12 +213,17 @@ def make_lag_check(
     return _lag
 
 
+def _age(value: float | None) -> FloatMetadataValue:
+    # A float even when whole: Dagster's float metadata refuses an int such as 0.
+    return MetadataValue.float(round(float(value or 0), 3))
+
+
 def lag_metadata(lag: StreamLag) -> dict[str, Any]:
     """Dagster metadata of a measurement (what cannot be known is left out)."""
     metadata: dict[str, Any] = {"group": lag.group or ""}
     if lag.lag is not None:
         metadata["lag"] = MetadataValue.int(lag.lag)
-        metadata["oldest_waiting_age_seconds"] = MetadataValue.float(round(lag.oldest_age or 0, 3))
+        metadata["oldest_waiting_age_seconds"] = _age(lag.oldest_age)
         metadata["lag_by_partition"] = MetadataValue.json(
             {str(p.partition): p.lag for p in lag.partitions or ()}
         )
@@ -225,7 +231,7 @@ def lag_metadata(lag: StreamLag) -> dict[str, Any]:
         metadata["lag_unknown"] = MetadataValue.text(str(lag.unknown))
     if lag.last_batch_id is not None:
         metadata["last_batch_id"] = lag.last_batch_id
-        metadata["last_batch_age_seconds"] = MetadataValue.float(round(lag.last_batch_age or 0, 3))
+        metadata["last_batch_age_seconds"] = _age(lag.last_batch_age)
     return metadata
 
 

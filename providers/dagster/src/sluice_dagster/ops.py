@@ -53,7 +53,7 @@ class IngestConfig(StrictFields, Config):
     )
     sink: str | None = Field(
         default=None,
-        description="Parquet dataset directory, or iceberg://CATALOG/NAMESPACE.TABLE.",
+        description="Parquet dataset directory, iceberg://CATALOG/NAMESPACE.TABLE or delta://PATH.",
     )
     schema_ddl: str | None = Field(
         default=None, description="Spark DDL of the JSON payload, e.g. 'id INT, name STRING'."
@@ -71,6 +71,11 @@ class IngestConfig(StrictFields, Config):
         description="Fail the batch when more than this goes to quarantine: a ratio ('0.5', "
         "'50%'), a count ('100') or 'none'. Default: the job's or asset's setting.",
     )
+    partition_by: str | None = Field(
+        default=None,
+        description="Partition spec of the table, e.g. 'day(timestamp),bucket(16,device)'. "
+        "Default: the job's or asset's setting.",
+    )
 
 
 class IngestSettings(StrictFields, Config):
@@ -81,7 +86,7 @@ class IngestSettings(StrictFields, Config):
 
     resource_key: str = Field(description="Key of the queue resource the batch is read from.")
     sink: str = Field(
-        description="Parquet dataset directory, or iceberg://CATALOG/NAMESPACE.TABLE."
+        description="Parquet dataset directory, iceberg://CATALOG/NAMESPACE.TABLE or delta://PATH."
     )
     schema_ddl: str | None = Field(
         default=None,
@@ -137,6 +142,13 @@ class IngestSettings(StrictFields, Config):
         description="Fail the batch, before anything is published or committed, when more of "
         "it goes to quarantine: a ratio of the messages read (0.5: more than half), a count "
         "(an int), or None for no limit.",
+    )
+    partition_by: str | None = Field(
+        default=None,
+        description="Partition the table: an Iceberg table's spec on creation, a Parquet "
+        "dataset's hive-style directories in each batch; e.g. 'day(timestamp),bucket(16,device)' "
+        "(identity, year, month, day, hour, bucket(N,col), truncate(W,col)). An existing table "
+        "keeps its spec; another one fails the run before anything is read.",
     )
 
     def resource_keys(self) -> set[str]:
@@ -218,6 +230,7 @@ def run_ingest(
             payload_column=settings.payload_column,
             progress=log,
             max_quarantined=limit,
+            partition_by=config.partition_by or settings.partition_by,
         )
     except UNREACHABLE as exc:
         raise resource.unavailable(exc) from None
@@ -276,7 +289,7 @@ def ingest_metadata(result: IngestResult, lag: int | None = None) -> dict[str, A
         "skipped": MetadataValue.int(result.skipped),
         "bytes": MetadataValue.int(result.bytes),
         "duration_seconds": MetadataValue.float(float(data["seconds"])),
-        "messages_per_second": MetadataValue.float(round(result.messages_per_second, 1)),
+        "messages_per_second": MetadataValue.float(round(float(result.messages_per_second), 1)),
         "committed": MetadataValue.bool(result.committed),
         "ranges": MetadataValue.json(data["ranges"]),
     }

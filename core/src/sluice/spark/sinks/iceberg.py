@@ -9,12 +9,15 @@ Tables. Created on the first ingest from the good rows' schema: the payload fiel
 message columns (key, value, topic, partition, offset, timestamp, headers, message_id) and a
 ``batch_id`` column (the quarantine table: the message columns, ``reason`` and ``batch_id``).
 Every field is optional. A new field in a later batch is added (``union_by_name``); a field
-whose type changes is refused with a :class:`ConfigError` naming it. The tables are
-*unpartitioned*: pyiceberg's ``add_files`` takes a file's partition from its column
-statistics, so each file must hold one partition value, and a batch's files span
-days and partitions; a scan of one batch is pruned anyway, by the ``batch_id`` column's
-statistics (kept in full: every data file holds one batch). A spec of ``identity(batch_id)``
-would work too; ``day(timestamp)`` would not.
+whose type changes is refused with a :class:`ConfigError` naming it. A scan of one batch is
+pruned by the ``batch_id`` column's statistics (kept in full: every data file holds one batch).
+
+Partitioning. ``?partition_by=day(timestamp),bucket(16,device)`` (or ``partition_by=``,
+:mod:`..partitioning`) creates the main table with that spec; an existing table's spec is
+followed, and a different one given is a :class:`ConfigError` (Sluice never evolves a spec).
+The writing tasks put each partition value's rows in files of their own, and the commit adds
+them with their partition values (:func:`_add_partitioned_files`; pyiceberg's ``add_files``
+cannot infer a bucket from column statistics). The quarantine table is unpartitioned.
 
 Commit protocol (docs/architecture.md, "The Iceberg sink"):
 
@@ -65,6 +68,7 @@ file a commit depends on is synced before the offsets are committed (invariant I
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -73,7 +77,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +91,7 @@ import pyarrow.parquet as pq
 from ...queues.config import ConfigError
 from ..durable import local_target, sync_directory, sync_file
 from ..failpoints import failpoint
+from ..partitioning import Partitioning, PartitionSpecError
 from ..writing import WriteTargets, resolve
 from .base import (
     BatchRecord,
@@ -146,7 +151,7 @@ _BASE_SCHEMA = pa.schema(
 )
 _HINT = (
     "Write it as iceberg://CATALOG/NAMESPACE.TABLE, e.g. iceberg://lake/sensors.readings, "
-    "optionally ?quarantine=NAMESPACE.TABLE."
+    "optionally ?quarantine=NAMESPACE.TABLE and ?partition_by=day(timestamp),bucket(16,key)."
 )
 
 
@@ -157,6 +162,7 @@ class IcebergTarget:
     catalog: str
     table: tuple[str, ...]
     quarantine: tuple[str, ...]
+    partitioning: Partitioning = field(default_factory=Partitioning)
 
     @property
     def namespace(self) -> tuple[str, ...]:
@@ -164,13 +170,14 @@ class IcebergTarget:
 
 
 def parse_iceberg_uri(uri: str) -> IcebergTarget:
-    """``iceberg://CATALOG/NAMESPACE.TABLE[?quarantine=NAMESPACE.TABLE]``."""
+    """``iceberg://CATALOG/NAMESPACE.TABLE[?quarantine=NAMESPACE.TABLE][&partition_by=SPEC]``
+    (SPEC: :mod:`..partitioning`, e.g. ``day(timestamp),bucket(16,device)``)."""
     parts = urlsplit(uri)
     if parts.scheme != SCHEME or not parts.netloc:
         raise ConfigError(f"sink {uri!r} names no Iceberg catalog. {_HINT}")
     table = _identifier(parts.path.strip("/"), uri)
     options = parse_qs(parts.query)
-    unknown = sorted(set(options) - {"quarantine"})
+    unknown = sorted(set(options) - {"quarantine", "partition_by"})
     if unknown:
         raise ConfigError(f"sink {uri!r}: unknown option(s) {', '.join(unknown)}. {_HINT}")
     quarantine = (*table[:-1], f"{table[-1]}__quarantine")
@@ -178,7 +185,11 @@ def parse_iceberg_uri(uri: str) -> IcebergTarget:
         quarantine = _identifier(options["quarantine"][-1], uri)
     if quarantine == table:
         raise ConfigError(f"sink {uri!r}: the quarantine table must differ from the table.")
-    return IcebergTarget(parts.netloc, table, quarantine)
+    try:
+        partitioning = Partitioning.parse(options.get("partition_by", [""])[-1])
+    except PartitionSpecError as exc:
+        raise ConfigError(f"sink {uri!r}: {exc}") from None
+    return IcebergTarget(parts.netloc, table, quarantine, partitioning)
 
 
 def _identifier(text: str, uri: str) -> tuple[str, ...]:
@@ -204,15 +215,19 @@ class IcebergStaging(Staging):
     run: _Run = field(default_factory=_Run)
 
 
-def _files(uri: str | None, suffix: str, filesystem: Any = None) -> list[str]:
-    """URIs of the files named ``*<suffix>`` directly in the directory ``uri`` (none if it is
-    absent); ``filesystem``: see :func:`~sluice.spark.writing.resolve`."""
+def _files(
+    uri: str | None, suffix: str, filesystem: Any = None, recursive: bool = False
+) -> list[str]:
+    """URIs of the files named ``*<suffix>`` directly in the directory ``uri`` (or, with
+    ``recursive``, under it: a partitioned run's partition directories); none if it is
+    absent; ``filesystem``: see :func:`~sluice.spark.writing.resolve`."""
     if uri is None:
         return []
     from pyarrow import fs
 
     found, base = resolve(uri, filesystem)
-    infos = found.get_file_info(fs.FileSelector(base, allow_not_found=True))
+    selector = fs.FileSelector(base, allow_not_found=True, recursive=recursive)
+    infos = found.get_file_info(selector)
     return sorted(
         uri + info.path[len(base) :]
         for info in infos
@@ -221,7 +236,7 @@ def _files(uri: str | None, suffix: str, filesystem: Any = None) -> list[str]:
 
 
 def _parquet_files(uri: str | None, filesystem: Any = None) -> list[str]:
-    return _files(uri, ".parquet", filesystem)
+    return _files(uri, ".parquet", filesystem, recursive=True)
 
 
 def _read_parquet(
@@ -287,14 +302,33 @@ def _message_digest(ids: list[str]) -> str:
 class IcebergSink:
     """An Iceberg table and its quarantine table (see the module docstring)."""
 
-    def __init__(self, location: str) -> None:
+    def __init__(
+        self, location: str, partition_by: str | Sequence[str] | Partitioning | None = None
+    ) -> None:
         self.target = parse_iceberg_uri(location)
         self.location = location
+        if partition_by is not None:
+            try:
+                given = Partitioning.parse(partition_by)
+            except PartitionSpecError as exc:
+                raise ConfigError(str(exc)) from None
+            if self.target.partitioning and given != self.target.partitioning:
+                raise ConfigError(
+                    f"sink {location!r} names partition_by={self.target.partitioning} and "
+                    f"partition_by={given} was given too: give the spec once."
+                )
+            self.target = dataclasses.replace(self.target, partitioning=given)
+        self._spec: Partitioning | None = None  # the table's, once it is known
         self._catalog: Catalog | None = None
         self._finished: set[str] = set()  # pending batches finished by this sink object
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
         self._s3: S3Settings | None = None
         self._s3_filesystem: Any = None
+
+    @property
+    def partitioning(self) -> Partitioning:
+        """The partition spec given (the URI's ``?partition_by=`` or ``partition_by``)."""
+        return self.target.partitioning
 
     # ---- catalog and tables --------------------------------------------------------------
 
@@ -344,11 +378,15 @@ class IcebergSink:
             raise s3_error(exc, self._s3, location, "open the tables' location") from None
 
     def check(self) -> None:
-        """The catalog opens and the table's namespace exists (it is created if missing)."""
+        """The catalog opens and the table's namespace exists (it is created if missing); an
+        existing table's partition spec is the one given, if one is."""
         try:
             for identifier in {self.target.namespace, self.target.quarantine[:-1]}:
                 self.catalog.create_namespace_if_not_exists(identifier)
             self._check_storage()
+            table = self._load(self.target.table)
+            if table is not None:
+                self._table_spec(table)
         except ConfigError:
             raise
         except Exception as exc:
@@ -372,13 +410,17 @@ class IcebergSink:
         from pyiceberg.exceptions import ValidationError
 
         schema = pa.schema([f.with_nullable(True) for f in schema])
+        main = identifier == self.target.table
+        wanted = self.target.partitioning if main else Partitioning()
+        properties = {**TABLE_PROPERTIES, **(_partition_properties(wanted) if main else {})}
         table = self._load(identifier)
         if table is None:
             self.catalog.create_namespace_if_not_exists(identifier[:-1])
-            table = self.catalog.create_table_if_not_exists(
-                identifier, schema=schema, properties=TABLE_PROPERTIES
-            )
-        missing = {k: v for k, v in TABLE_PROPERTIES.items() if table.properties.get(k) != v}
+            table = self._create(identifier, schema, wanted, properties)
+        if main:
+            self._spec = self._table_spec(table)
+            properties.update(_partition_properties(self._spec))
+        missing = {k: v for k, v in properties.items() if table.properties.get(k) != v}
         if missing:
             table = _with_retries("properties", lambda: self._set_properties(identifier, missing))
 
@@ -397,6 +439,54 @@ class IcebergSink:
                 "only widens int to long and float to double): keep the schema's type, or "
                 "ingest into another table."
             ) from None
+
+    def _create(
+        self,
+        identifier: tuple[str, ...],
+        schema: pa.Schema,
+        partitioning: Partitioning,
+        properties: dict[str, str],
+    ) -> Table:
+        """The table, created with ``schema`` and partitioned by ``partitioning`` in its first
+        metadata (no unpartitioned moment), unless another writer created it first."""
+        if not partitioning:
+            return self.catalog.create_table_if_not_exists(
+                identifier, schema=schema, properties=properties
+            )
+        from pyiceberg.catalog import Catalog
+        from pyiceberg.schema import assign_fresh_schema_ids
+
+        try:
+            partitioning.check(schema, "the batch's rows")
+        except PartitionSpecError as exc:
+            raise ConfigError(str(exc)) from None
+        iceberg = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
+        return self.catalog.create_table_if_not_exists(
+            identifier,
+            schema=iceberg,
+            partition_spec=partitioning.iceberg_spec(iceberg),
+            properties=properties,
+        )
+
+    def _table_spec(self, table: Table) -> Partitioning:
+        """The table's partition spec, which Sluice follows and never changes: a different
+        spec given is a :class:`ConfigError` (none given: the table's is used)."""
+        try:
+            spec = Partitioning.of_iceberg(table.spec(), table.schema())
+        except PartitionSpecError as exc:
+            raise ConfigError(f"Iceberg table {self._name(self.target.table)}: {exc}") from None
+        given = self.target.partitioning
+        if given and given != spec:
+            raise ConfigError(
+                f"The Iceberg table {self._name(self.target.table)} is partitioned by "
+                f"{spec or 'nothing (unpartitioned)'}, and partition_by={given} was given. "
+                "Sluice never changes a table's partition spec: give "
+                + (f"partition_by={spec}" if spec else "no partition_by")
+                + " (or none: the table's own spec is used), ingest into a new table, or "
+                "evolve the table's spec yourself (pyiceberg's table.update_spec(), Spark's "
+                "ALTER TABLE ... ADD PARTITION FIELD) and give the new spec."
+            )
+        return spec
 
     def _set_properties(self, identifier: tuple[str, ...], properties: dict[str, str]) -> Table:
         table = self.catalog.load_table(identifier)
@@ -574,8 +664,14 @@ class IcebergSink:
             quarantine = self._ensure(self.target.quarantine, bad.append(batch))
             run.data = f"{table.location().rstrip('/')}/data/sluice/{name}"
             run.quarantine = f"{quarantine.location().rstrip('/')}/data/sluice/{name}"
+        spec = self._spec or Partitioning()
+        try:
+            spec.check(good.append(pa.field(BATCH_COLUMN, pa.string())), "the batch's rows")
+        except PartitionSpecError as exc:
+            raise ConfigError(f"Iceberg table {self._name(self.target.table)}: {exc}") from None
         constants = ((BATCH_COLUMN, staging.batch_id),)
-        return WriteTargets(run.data, run.quarantine, constants, self._filesystem(run.data))
+        found = self._filesystem(run.data)
+        return WriteTargets(run.data, run.quarantine, constants, found, spec)
 
     def staged_counts(self, staging: Staging) -> tuple[int, int]:
         run = _run(staging)
@@ -696,8 +792,10 @@ class IcebergSink:
                 transaction.set_properties(properties)
                 if removed:
                     transaction.remove_properties(*removed)
-                if files:
+                if files and table.spec().is_unpartitioned():
                     transaction.add_files(files, summary, check_duplicate_files=False)
+                elif files:
+                    _add_partitioned_files(table, transaction, files, summary)
                 else:
                     with transaction.update_snapshot(snapshot_properties=summary).fast_append():
                         pass
@@ -760,6 +858,98 @@ class IcebergSink:
         table, path = found
         with table.io.new_output(path).create(overwrite=True) as handle:
             handle.write(json.dumps(progress, sort_keys=True).encode())
+
+
+def _partition_properties(spec: Partitioning) -> dict[str, str]:
+    """Full column statistics of identity and truncate partition sources: a file's partition
+    value is read back from its statistics, which are otherwise truncated to 16 bytes."""
+    return {
+        f"write.metadata.metrics.column.{term.column}": "full"
+        for term in spec.terms
+        if term.transform in ("identity", "truncate")
+    }
+
+
+def _add_partitioned_files(
+    table: Table, transaction: Any, files: list[str], summary: dict[str, str]
+) -> None:
+    """``add_files`` for a partitioned table: pyiceberg's infers a file's partition from its
+    column statistics, which cannot give a bucket (murmur3 does not keep order). Here each
+    file's partition value is computed from its rows (the partition source columns only) and
+    checked to be one value (the writing job split the rows so); the file's statistics are
+    pyiceberg's, as in ``add_files``."""
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.table import TableProperties
+    from pyiceberg.typedef import Record
+
+    metadata = transaction.table_metadata
+    schema = metadata.schema()
+    spec = Partitioning.of_iceberg(metadata.spec(), schema)
+    if metadata.name_mapping() is None:
+        transaction.set_properties(
+            **{TableProperties.DEFAULT_NAME_MAPPING: schema.name_mapping.model_dump_json()}
+        )
+        metadata = transaction.table_metadata
+    sources = sorted({term.column for term in spec.terms})
+    data_files = []
+    for path in files:
+        source = table.io.new_input(path)
+        with source.open() as handle:
+            parquet = pq.ParquetFile(handle)
+            rows = parquet.read(columns=sources)
+            footer = parquet.metadata
+        values = []
+        for term in spec.terms:
+            distinct = pc.unique(term.values(rows.column(term.column))).to_pylist()
+            if len(distinct) != 1:
+                raise RuntimeError(
+                    f"{path} holds {len(distinct)} values of partition field {term.name}, not "
+                    "one: it cannot be added to a partitioned table"
+                )
+            values.append(_internal(distinct[0]))
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=footer,
+            stats_columns=compute_statistics_plan(schema, metadata.properties),
+            parquet_column_mapping=parquet_path_to_id_mapping(schema),
+        )
+        data_files.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=path,
+                file_format=FileFormat.PARQUET,
+                partition=Record(*values),
+                file_size_in_bytes=len(source),
+                sort_order_id=None,
+                spec_id=metadata.default_spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **statistics.to_serialized_dict(),
+            )
+        )
+    with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
+        for data_file in data_files:
+            append.append_data_file(data_file)
+
+
+def _internal(value: Any) -> Any:
+    """A partition value in Iceberg's representation: dates as days, timestamps as
+    microseconds since the epoch (UTC)."""
+    import datetime
+
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.UTC)
+        epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+        delta = value - epoch
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if isinstance(value, datetime.date):
+        return (value - datetime.date(1970, 1, 1)).days
+    return value
 
 
 def _pending(table: Table) -> dict[str, dict[str, Any]]:

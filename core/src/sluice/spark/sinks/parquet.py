@@ -11,6 +11,16 @@
     <sink>/_sluice/dead_letters/<id>.json           how far a batch's dead letters got
     <sink>/_sluice/lock                             serialises publishes
     <sink>/_sluice/runs/<stream>.lock               held by the one run of a stream (I7)
+    <sink>/_sluice/partitioning.json                the dataset's partition spec, if any
+
+Partitioned (``partition_by="day(timestamp),bucket(16,device)"``, :mod:`..partitioning`), a
+batch's good rows are in hive-style directories inside it, one file per partition value and
+writing task: ``<sink>/batch_id=<id>/timestamp_day=2026-01-05/device_bucket=3/part-*.parquet``.
+The columns stay in the files; a directory's key is Iceberg's partition field name
+(``<column>_<transform>``, ``<column>_trunc``; identity: ``<column>_identity``, so that no
+directory is named like a column). The spec is recorded with the first batch and kept: a
+different one given later (or one given for a dataset of unpartitioned batches) is refused,
+as readers need one directory layout; given none, the dataset's own is used.
 
 A run builds the whole batch directory (rows, quarantine and record) in staging, and one
 ``rename`` makes it visible and recorded at once (invariant I2): a crash leaves either no
@@ -40,7 +50,7 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -52,6 +62,7 @@ import pyarrow.parquet as pq
 from ...queues.config import ConfigError
 from ..durable import sync_directory, sync_file
 from ..failpoints import failpoint
+from ..partitioning import Partitioning, PartitionSpecError
 from ..writing import WriteTargets
 from .base import (
     BatchRecord,
@@ -90,6 +101,18 @@ def parquet_rows(directory: Path, recursive: bool = True) -> int:
     return sum(pq.read_metadata(f).num_rows for f in files)
 
 
+def good_files(directory: Path) -> list[Path]:
+    """A batch directory's good rows' files: its Parquet files, in partition directories
+    too, but not under ``_quarantine`` (nor any other ``_`` or ``.`` directory)."""
+    if not directory.exists():
+        return []
+    return sorted(
+        f
+        for f in directory.rglob("*.parquet")
+        if not any(part.startswith(("_", ".")) for part in f.relative_to(directory).parts[:-1])
+    )
+
+
 def _write_json(path: Path, data: Any) -> None:
     """Replace ``path`` atomically and durably (the file, then its directory entry)."""
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
@@ -106,10 +129,47 @@ def _read_json(path: Path) -> Any:
 class ParquetSink:
     """A Parquet dataset directory (see the module docstring)."""
 
-    def __init__(self, location: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        location: str | os.PathLike[str],
+        partition_by: str | Sequence[str] | Partitioning | None = None,
+    ) -> None:
         self.root = local_path(location)
         self.location = str(self.root)
         self._meta = self.root / "_sluice"
+        try:
+            self.partitioning = Partitioning.parse(partition_by)
+        except PartitionSpecError as exc:
+            raise ConfigError(f"sink {self.location}: {exc}") from None
+
+    def dataset_partitioning(self, adopt: bool = False) -> Partitioning:
+        """The dataset's partition spec: the recorded one (a different one given is a
+        :class:`ConfigError`); none recorded, the one given, which ``adopt`` records unless
+        the dataset holds unpartitioned batches already (then a spec given is refused)."""
+        recorded = _read_json(self._meta / "partitioning.json")
+        given = self.partitioning
+        if recorded is not None:
+            spec = Partitioning.parse(recorded["partition_by"])
+            if given and given != spec:
+                raise ConfigError(
+                    f"The dataset {self.root} is partitioned by {spec}, and partition_by="
+                    f"{given} was given. A dataset keeps one directory layout: give "
+                    f"partition_by={spec} (or none: the dataset's own is used), or write to "
+                    "another directory."
+                )
+            return spec
+        if not given:
+            return given
+        if any(self.root.glob("batch_id=*")):
+            raise ConfigError(
+                f"The dataset {self.root} holds unpartitioned batches, and partition_by="
+                f"{given} was given. A dataset keeps one directory layout (readers such as "
+                "Spark refuse a mix): give no partition_by, or write to another directory."
+            )
+        if adopt:
+            self._meta.mkdir(parents=True, exist_ok=True)
+            _write_json(self._meta / "partitioning.json", {"partition_by": str(given)})
+        return given
 
     def check(self) -> None:
         """Create the sink directory if needed and write a probe file in it (permissions
@@ -119,6 +179,7 @@ class ParquetSink:
             probe = self.root / f".sluice-probe-{uuid.uuid4().hex[:8]}"
             probe.write_bytes(b"")
             probe.unlink()
+            self.dataset_partitioning()  # another spec than the dataset's fails here
         except OSError as exc:
             raise ConfigError(
                 f"The sink {self.root} is not writable ({exc.strerror or exc}): choose a "
@@ -157,7 +218,7 @@ class ParquetSink:
 
     def row_coordinates(self, batch_id: str, quarantined: bool) -> pa.Table:
         directory = self.quarantine_dir(batch_id) if quarantined else self.output_dir(batch_id)
-        files = sorted(directory.glob("*.parquet"))
+        files = good_files(directory) if not quarantined else sorted(directory.glob("*.parquet"))
         if not files:
             return pa.table({c: pa.array([], t) for c, t in _COORDINATES.items()})
         return pa.concat_tables(pq.read_table(f, columns=list(_COORDINATES)) for f in files)
@@ -201,10 +262,16 @@ class ParquetSink:
         return Staging(batch_id, directory, scratch)
 
     def targets(self, staging: Staging, good: pa.Schema, bad: pa.Schema) -> WriteTargets:
-        return WriteTargets(str(staging.data), str(staging.quarantine))
+        spec = self.dataset_partitioning(adopt=True)
+        try:
+            spec.check(good, "the batch's rows")
+        except PartitionSpecError as exc:
+            raise ConfigError(f"sink {self.location}: {exc}") from None
+        return WriteTargets(str(staging.data), str(staging.quarantine), partitioning=spec)
 
     def staged_counts(self, staging: Staging) -> tuple[int, int]:
-        return parquet_rows(staging.data, recursive=False), parquet_rows(staging.quarantine)
+        good = sum(pq.read_metadata(f).num_rows for f in good_files(staging.data))
+        return good, parquet_rows(staging.quarantine)
 
     def staged_quarantine_reasons(self, staging: Staging) -> dict[str, str]:
         if not parquet_rows(staging.quarantine):

@@ -98,7 +98,8 @@ class SparkIngestOperator(BaseOperator):
 
     :param conn_id: the ``sluice_kafka`` / ``sluice_mqtt`` connection the batch was sensed on.
     :param sink: the dataset directory (templated); output goes to ``<sink>/batch_id=<id>/``.
-        Or an Apache Iceberg table, ``iceberg://CATALOG/NAMESPACE.TABLE``.
+        Or an Apache Iceberg table, ``iceberg://CATALOG/NAMESPACE.TABLE``, or a Delta Lake
+        table, ``delta://PATH``.
     :param batch: the BatchSpec, its dict or JSON (templated; default: the XCom of task
         ``wait_for_messages``); empty: take the batches from the triggering asset events;
         ``"waiting"``: plan the batch that waits on ``topic`` when the task runs (a DAG on a
@@ -138,6 +139,10 @@ class SparkIngestOperator(BaseOperator):
     :param config: config keys on top of the connection's for reading the source.
     :param ingest_kwargs: further keyword arguments of :func:`sluice.spark.ingest`
         (``chunk_size``, ``max_value_bytes``, ...).
+    :param partition_by: partition the table (templated): an Iceberg table's spec on creation
+        (like the URI's ``?partition_by=``), a Parquet dataset's hive-style directories in each
+        batch; e.g. ``"day(timestamp),bucket(16,device)"``. An existing table keeps its spec
+        (another one fails the task before anything is read).
     :param metrics: after each batch, measure the stream's lag and the age of its oldest
         waiting message (Kafka: one look at the broker) and send them with the batch's counts
         as Airflow metrics (:mod:`sluice_airflow.metrics`); False sends nothing.
@@ -152,6 +157,7 @@ class SparkIngestOperator(BaseOperator):
         "value_schema",
         "key_schema",
         "schema_registry",
+        "partition_by",
     )
     ui_color = "#f5cba7"
 
@@ -183,6 +189,7 @@ class SparkIngestOperator(BaseOperator):
         if_nothing_waiting: Literal["skip", "succeed"] = "skip",
         max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED,
         metrics: bool = True,
+        partition_by: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -220,6 +227,7 @@ class SparkIngestOperator(BaseOperator):
         self.if_nothing_waiting = if_nothing_waiting
         self.max_quarantined = max_quarantined
         self.metrics = metrics
+        self.partition_by = partition_by
         self._ingested: list[tuple[BatchSpec, dict[str, Any]]] = []  # for the lineage events
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
@@ -396,6 +404,7 @@ class SparkIngestOperator(BaseOperator):
             "dead_letter": self.dead_letter,
             "fail_on_data_loss": self.fail_on_data_loss,
             "max_quarantined": self.max_quarantined,
+            "partition_by": self.partition_by or None,
             **self.ingest_kwargs,
         }
 

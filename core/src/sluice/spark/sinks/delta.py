@@ -1,0 +1,753 @@
+"""The Delta Lake sink: ``delta://PATH``, one Delta commit per batch, on delta-rs (``deltalake``).
+
+::
+
+    <table>/_delta_log/                               the Delta log (delta-rs writes it)
+    <table>/sluice/<batch>/<run>/part-*.parquet       the files Spark wrote, as added
+    <table>/_quarantine/                              the quarantine Delta table (or ?quarantine=)
+    <table>/_sluice/streams/<stream>/<n>.json         the stream's state after its batch n
+    <table>/_sluice/batches/<batch>.json              each published batch's record (the audit)
+    <table>/_sluice/dead_letters/<batch>.json         how far a batch's dead letters got
+    <table>/_sluice/runs/<stream>.lock                held by the one run of a stream (I7)
+
+``delta://PATH`` names the table's directory (``delta:///abs/path``, ``delta://relative/path``);
+a directory that already holds a ``_delta_log`` is a Delta table too, given as a path or a
+``file://`` URI. Local (or mounted) file systems only, for now.
+
+Tables. Created on the first ingest from the good rows' schema: the payload fields, the message
+columns and a ``batch_id`` column (the quarantine table: the message columns, ``message_id``,
+``reason`` and ``batch_id``); every field nullable, unpartitioned (a batch's rows are found by
+the ``batch_id`` statistics of their files, one batch per file). A new field in a later batch
+is added (its own metadata commit); a field whose type changes is refused with a
+:class:`ConfigError` naming it.
+
+Commit protocol, kafka-delta-ingest's idempotent writes:
+
+1. The Spark job writes the batch's Parquet files (:mod:`sluice.spark.writing`) under the
+   table's directory, ``sluice/<batch>/<run>/``; they become the table's data files as they are.
+2. The stream's next state (the batch folded in) is written to ``streams/<stream>/<n>.json``,
+   ``n`` being the stream's batch sequence, with the batch as *pending* (its record and its
+   quarantine files). Nothing reads it until step 3 names ``n``.
+3. ONE Delta commit is the commit point (invariant I2): it adds the good files and carries a
+   ``txn`` action whose application id is the stream (``sluice-<stream>``) and whose version is
+   ``n``; its ``commitInfo`` names the batch (``sluice.batch-id``, ``sluice.run``,
+   ``sluice.kind``, ``sluice.topic``, ``sluice.group``, ``sluice.ranges``, ``sluice.record``).
+   The stream's state is the file of the version the log's ``txn`` says: a rerun after a crash
+   learns from the log whether its batch was committed. delta-rs's own retry is off
+   (``max_commit_retries=0``): on a conflict the sink reloads, checks again that no other run of
+   the stream published meanwhile (else :class:`ConcurrentIngestError`), and commits again.
+4. Then the quarantine files are committed to the quarantine table with the same ``txn``
+   (so exactly once: a quarantine table whose ``txn`` for the stream is ``n`` has them), and the
+   record is written to ``batches/``. A crash before they are done is finished by the next
+   run's (or an audit's) :meth:`DeltaSink.recover`, from the pending batch of each stream's
+   state.
+
+One run per stream (I7): ``runs/<stream>.lock`` (``flock``, as the Parquet sink) from the first
+step to the offsets' commit; the ``txn`` version is a second fence. A commit whose outcome is
+unknown (an I/O error other than a conflict) deletes nothing (I8): the next run reads the log.
+Everything the commit depends on is synced first, and the commit's log file after (I9).
+
+Reading: ``state()`` loads the log (delta-rs checkpoints every 100 commits, so bounded: I5) and
+reads one state file; ``find()`` one record file; ``records()`` and ``row_coordinates()`` (the
+audit) list the records and scan the tables. Readers: ``deltalake.DeltaTable(path)``, DuckDB's
+``delta_scan``, Polars' ``scan_delta``, Spark with Delta; none reads ``_sluice``, ``_quarantine``
+or files that no commit added.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ...queues.config import ConfigError
+from ..durable import sync_directory, sync_file
+from ..failpoints import failpoint
+from ..writing import WriteTargets
+from .base import (
+    BatchRecord,
+    ConcurrentIngestError,
+    Staging,
+    StreamKey,
+    StreamState,
+    check_publishable,
+)
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+__all__ = [
+    "BATCH_COLUMN",
+    "SCHEME",
+    "DeltaSink",
+    "DeltaStaging",
+    "DeltaTarget",
+    "app_id",
+    "is_delta",
+    "parse_delta_uri",
+]
+
+log = logging.getLogger(__name__)
+
+SCHEME = "delta"
+BATCH_COLUMN = "batch_id"
+QUARANTINE_DIR = "_quarantine"
+META_DIR = "_sluice"
+#: Commit attempts on conflicts before giving up.
+COMMIT_ATTEMPTS = 30
+PREFIX = "sluice."
+#: Columns whose statistics go into a file's add action (data skipping by batch and offset).
+_STATS_COLUMNS = (BATCH_COLUMN, "partition", "offset")
+_COORDINATES = {"partition": pa.int32(), "offset": pa.int64(), "message_id": pa.string()}
+_BASE_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        ("message_id", pa.string()),
+        (BATCH_COLUMN, pa.string()),
+    ]
+)
+_QUARANTINE_SCHEMA = _BASE_SCHEMA.insert(8, pa.field("reason", pa.string()))
+_HINT = (
+    "Write it as delta://PATH, e.g. delta://./data/readings or delta:///lake/readings, "
+    "optionally ?quarantine=PATH."
+)
+
+
+def is_delta(location: object) -> bool:
+    """Whether ``location`` names a Delta table: ``delta://...``, or a local directory (path or
+    ``file://`` URI) that holds a ``_delta_log``."""
+    if isinstance(location, str) and location.lower().startswith(f"{SCHEME}://"):
+        return True
+    if not isinstance(location, (str, os.PathLike)):
+        return False
+    text = os.fspath(location)
+    parts = urlsplit(text)
+    if parts.scheme == "file":
+        text = parts.path
+    elif parts.scheme and len(parts.scheme) > 1:
+        return False
+    return (Path(text) / "_delta_log").is_dir()
+
+
+@dataclass(frozen=True)
+class DeltaTarget:
+    """What a Delta sink location names: the table's and the quarantine table's directories."""
+
+    table: Path
+    quarantine: Path
+
+
+def parse_delta_uri(location: str | os.PathLike[str]) -> DeltaTarget:
+    """``delta://PATH[?quarantine=PATH]``, or the path or ``file://`` URI of a Delta table."""
+    text = os.fspath(location)
+    query = ""
+    if text.lower().startswith(f"{SCHEME}://"):
+        text, _, query = text[len(SCHEME) + 3 :].partition("?")
+        if not text:
+            raise ConfigError(f"sink {os.fspath(location)!r} names no directory. {_HINT}")
+    parts = urlsplit(text)
+    if parts.scheme == "file":
+        text = parts.path
+    elif parts.scheme and len(parts.scheme) > 1:
+        raise ConfigError(
+            f"sink {os.fspath(location)!r}: the Delta sink writes tables on local (or mounted) "
+            f"file systems only, not {parts.scheme}://. {_HINT}"
+        )
+    options = parse_qs(query)
+    unknown = sorted(set(options) - {"quarantine"})
+    if unknown:
+        raise ConfigError(
+            f"sink {os.fspath(location)!r}: unknown option(s) {', '.join(unknown)}. {_HINT}"
+        )
+    table = Path(text).absolute()
+    quarantine = table / QUARANTINE_DIR
+    if "quarantine" in options:
+        quarantine = Path(options["quarantine"][-1]).absolute()
+    if quarantine == table:
+        raise ConfigError(f"sink {os.fspath(location)!r}: the quarantine must be another table.")
+    return DeltaTarget(table, quarantine)
+
+
+def app_id(stream: StreamKey) -> str:
+    """The Delta ``txn`` application id of a stream."""
+    return f"sluice-{stream.slug}"
+
+
+@dataclass
+class _Run:
+    name: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    data: Path | None = None
+    quarantine: Path | None = None
+    committing: bool = False  # the commit was sent: its outcome may be unknown
+    published: bool = False
+
+
+@dataclass(frozen=True)
+class DeltaStaging(Staging):
+    """A run's staging: its files are written under the tables' directories."""
+
+    run: _Run = field(default_factory=_Run)
+
+
+def _run(staging: Staging) -> _Run:
+    if not isinstance(staging, DeltaStaging):
+        raise TypeError(f"not a Delta staging area: {staging!r}")
+    return staging.run
+
+
+def _parquet_files(directory: Path | None) -> list[Path]:
+    if directory is None or not directory.is_dir():
+        return []
+    return sorted(directory.glob("*.parquet"))
+
+
+def _rows(files: list[Path]) -> int:
+    return sum(pq.read_metadata(f).num_rows for f in files)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Replace ``path`` atomically and durably (a new directory's entry too)."""
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sync_directory(path.parent.parent)
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    temporary.write_text(json.dumps(data, sort_keys=True))
+    sync_file(temporary)
+    os.replace(temporary, path)
+    sync_directory(path.parent)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def _hashed(batch_id: str) -> str:
+    return hashlib.sha256(batch_id.encode()).hexdigest()[:32]
+
+
+def _directory_name(batch_id: str) -> str:
+    """A batch's directory name: readable, and safe in a Delta path (no ':', '%', spaces)."""
+    readable = re.sub(r"[^A-Za-z0-9_.\-]", "_", batch_id)[:60]
+    return f"{readable}-{_hashed(batch_id)[:10]}"
+
+
+def _stats(path: Path) -> str:
+    """The add action's statistics of a data file: its row count, and the minimum, maximum and
+    null count of the batch and offset columns (from the Parquet footer; a column whose
+    footer lacks statistics is left out, which readers take as unknown)."""
+    metadata = pq.read_metadata(path)
+    stats: dict[str, Any] = {"numRecords": metadata.num_rows}
+    # a column's index among the leaves (a nested column such as headers has several)
+    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    low: dict[str, Any] = {}
+    high: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for name in _STATS_COLUMNS:
+        if name not in leaves or metadata.num_rows == 0:
+            continue
+        index = leaves[name]
+        groups = [
+            metadata.row_group(g).column(index).statistics for g in range(metadata.num_row_groups)
+        ]
+        if not all(g is not None and g.has_null_count for g in groups):
+            continue
+        nulls[name] = sum(g.null_count for g in groups)
+        if all(g.has_min_max for g in groups):  # else unknown: an all-null row group has none
+            low[name] = min(g.min for g in groups)
+            high[name] = max(g.max for g in groups)
+    if low:
+        stats["minValues"], stats["maxValues"] = low, high
+    if nulls:
+        stats["nullCount"] = nulls
+    return json.dumps(stats)
+
+
+class DeltaSink:
+    """A Delta table and its quarantine table (see the module docstring)."""
+
+    def __init__(self, location: str | os.PathLike[str]) -> None:
+        self.target = parse_delta_uri(location)
+        self.root = self.target.table
+        self.location = os.fspath(location)
+        self._meta = self.root / META_DIR
+        self._finished: set[str] = set()  # pending batches this object finished
+        self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
+
+    # ---- tables --------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Create the table's directory if needed, write a probe file in it, and open the
+        tables that exist."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self.root / f".sluice-probe-{uuid.uuid4().hex[:8]}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(
+                f"The sink {self.root} is not writable ({exc.strerror or exc}): choose a "
+                "directory you can write, e.g. delta://./data/readings."
+            ) from None
+        for path in (self.target.table, self.target.quarantine):
+            try:
+                self._load(path)
+            except Exception as exc:
+                raise ConfigError(f"The Delta table at {path} cannot be opened: {exc}") from None
+
+    def _load(self, path: Path) -> DeltaTable | None:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        if not (path / "_delta_log").is_dir():
+            return None
+        try:
+            return DeltaTable(str(path))
+        except TableNotFoundError:  # a _delta_log without a commit yet: a table being created
+            return None
+
+    def _ensure(self, path: Path, schema: pa.Schema) -> DeltaTable:
+        """The table at ``path``, created with ``schema`` or extended by its new fields."""
+        from deltalake import DeltaTable
+        from deltalake import Schema as DeltaSchema
+
+        schema = pa.schema([f.with_nullable(True) for f in schema])
+        table = self._load(path)
+        if table is None:
+            path.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(Exception):  # another run created it first: loaded below
+                DeltaTable.create(str(path), schema=schema, mode="ignore")
+            table = self._load(path)
+            if table is None:
+                raise RuntimeError(f"the Delta table at {path} could not be created")
+        wanted = DeltaSchema.from_arrow(schema)
+        existing = {f.name: f for f in table.schema().fields}
+        new = []
+        for wanted_field in wanted.fields:
+            have = existing.get(wanted_field.name)
+            if have is None:
+                new.append(wanted_field)
+            elif _type_name(have.type) != _type_name(wanted_field.type):
+                raise ConfigError(
+                    f"The batch's rows do not fit the Delta table at {path}: field "
+                    f"'{wanted_field.name}' is {_type_name(have.type)} in the table and "
+                    f"{_type_name(wanted_field.type)} in the batch. A new field is added to the "
+                    "table, but a field cannot change its type: keep the schema's type, or "
+                    "ingest into another table."
+                )
+        if new:
+            try:
+                table.alter.add_columns(new)
+            except Exception:  # a concurrent run added them: check again on a fresh table
+                table = self._load(path) or table
+                have_now = {f.name for f in table.schema().fields}
+                missing = [f for f in new if f.name not in have_now]
+                if missing:
+                    table.alter.add_columns(missing)
+            table = self._load(path) or table
+        return table
+
+    # ---- streams -------------------------------------------------------------------------
+
+    def _stream_dir(self, stream_slug: str) -> Path:
+        return self._meta / "streams" / stream_slug
+
+    def _stream_doc(self, table: DeltaTable | None, slug: str) -> tuple[int, dict[str, Any]]:
+        """(n, the state document of version n) of a stream, as the table's log says;
+        (0, {}) for a stream the table has no ``txn`` of. FileNotFoundError: a newer commit
+        replaced the file (reload)."""
+        if table is None:
+            return 0, {}
+        version = table.transaction_version(f"sluice-{slug}")
+        if version is None:
+            return 0, {}
+        path = self._stream_dir(slug) / f"{version}.json"
+        data = _read_json(path)
+        if data is None:
+            raise FileNotFoundError(path)
+        return int(version), data
+
+    def state(self, stream: StreamKey) -> StreamState:
+        for _ in range(COMMIT_ATTEMPTS):
+            try:
+                _, data = self._stream_doc(self._load(self.root), stream.slug)
+            except FileNotFoundError:  # replaced by a newer commit while read: reload
+                continue
+            return StreamState.from_json(data["state"]) if data else StreamState()
+        raise RuntimeError(f"the state of {stream} kept changing while it was read")
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def _record_file(self, batch_id: str) -> Path:
+        return self._meta / "batches" / f"{_hashed(batch_id)}.json"
+
+    def find(self, batch_id: str) -> BatchRecord | None:
+        """From the record file, written once the batch's commit is done (:meth:`recover`
+        writes those a crash cut off)."""
+        data = _read_json(self._record_file(batch_id))
+        return BatchRecord.from_json(data) if data else None
+
+    def records(self) -> Iterator[BatchRecord]:
+        found = [
+            data
+            for path in sorted((self._meta / "batches").glob("*.json"))
+            if (data := _read_json(path))
+        ]
+        for data in sorted(found, key=lambda d: float(d.get("published_at", 0.0))):
+            yield BatchRecord.from_json(data)
+
+    def _scan(self, path: Path, batch_id: str, columns: list[str]) -> pa.Table:
+        table = self._load(path)
+        if table is None:
+            return pa.table({c: pa.array([], pa.null()) for c in columns})
+        dataset = table.to_pyarrow_dataset()
+        present = [c for c in columns if c in dataset.schema.names]
+        return dataset.to_table(columns=present, filter=pc.field(BATCH_COLUMN) == batch_id)
+
+    def quarantine_table(self, batch_id: str) -> pa.Table:
+        columns = ["key", "value", "topic", "partition", "offset", "headers", "reason"]
+        return self._scan(self.target.quarantine, batch_id, columns)
+
+    def row_coordinates(self, batch_id: str, quarantined: bool) -> pa.Table:
+        """From one scan of the whole table, kept for the next batch (the audit asks for every
+        batch in turn)."""
+        path = self.target.quarantine if quarantined else self.target.table
+        table = self._load(path)
+        key = (quarantined, table.version() if table is not None else None)
+        if key not in self._coordinates:
+            by_batch: dict[str, pa.Table] = {}
+            if table is not None:
+                wanted = pa.schema([(BATCH_COLUMN, pa.string()), *_COORDINATES.items()])
+                dataset = table.to_pyarrow_dataset()
+                present = [n for n in wanted.names if n in dataset.schema.names]
+                rows = dataset.to_table(columns=present)
+                for column in wanted:  # a column the table lacks reads as null
+                    if column.name not in present:
+                        rows = rows.append_column(column, pa.nulls(rows.num_rows, column.type))
+                rows = rows.select(wanted.names).cast(wanted)
+                for name in set(rows.column(BATCH_COLUMN).to_pylist()):
+                    mask = pc.equal(rows.column(BATCH_COLUMN), name)
+                    by_batch[name] = rows.filter(mask).drop_columns([BATCH_COLUMN])
+            self._coordinates[key] = by_batch
+        empty = pa.table({c: pa.array([], t) for c, t in _COORDINATES.items()})
+        return self._coordinates[key].get(batch_id, empty)
+
+    def output_location(self, batch_id: str) -> str:
+        return f"{self.root} ({BATCH_COLUMN} = '{batch_id}')"
+
+    def quarantine_location(self, batch_id: str) -> str:
+        return f"{self.target.quarantine} ({BATCH_COLUMN} = '{batch_id}')"
+
+    # ---- writing -------------------------------------------------------------------------
+
+    @contextmanager
+    def exclusive(self, stream: StreamKey) -> Iterator[None]:
+        path = self._meta / "runs" / f"{stream.slug}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise ConcurrentIngestError(
+                    f"Another ingest of {stream.kind} topic '{stream.topic}' "
+                    f"({'group' if stream.kind == 'kafka' else 'session'} '{stream.group}') is "
+                    f"running on the Delta table {self.root} ({holder}). Nothing was done; run "
+                    "the batch again once it has finished (its commit may have ingested these "
+                    "messages)."
+                ) from None
+            try:
+                handle.truncate(0)
+                handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.ctime()}")
+                handle.flush()
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def recover(self) -> None:
+        """Finish the pending batch of each stream (its quarantine commit and record file:
+        a run that crashed after its commit point), and remove state files the log no longer
+        names."""
+        streams = self._meta / "streams"
+        if not streams.is_dir():
+            return
+        table = self._load(self.root)
+        for directory in sorted(p for p in streams.iterdir() if p.is_dir()):
+            try:
+                version, data = self._stream_doc(table, directory.name)
+            except FileNotFoundError:
+                table = self._load(self.root)  # a newer commit: it finishes its own batch
+                continue
+            if not data:
+                continue
+            self._finish(directory.name, version, data.get("pending"))
+            for old in directory.glob("*.json"):
+                if old.stem.isdigit() and int(old.stem) < version:
+                    with contextlib.suppress(OSError):
+                        old.unlink()
+
+    def _finish(self, slug: str, version: int, pending: dict[str, Any] | None) -> None:
+        """The steps after a batch's commit point; each is done once, whoever runs it."""
+        if not pending or pending["batch_id"] in self._finished:
+            return
+        batch_id = pending["batch_id"]
+        files = [self.target.quarantine / f for f in pending.get("quarantine", [])]
+        if files:
+            self._commit_quarantine(slug, version, batch_id, files)
+        path = self._record_file(batch_id)
+        if not path.exists():
+            _write_json(path, pending["record"])
+        self._finished.add(batch_id)
+
+    def _commit_quarantine(self, slug: str, version: int, batch_id: str, files: list[Path]) -> None:
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError
+
+        for number in range(COMMIT_ATTEMPTS):
+            table = self._load(self.target.quarantine) or self._ensure(
+                self.target.quarantine, _QUARANTINE_SCHEMA
+            )
+            done = table.transaction_version(f"sluice-{slug}")
+            if done is not None and done >= version:
+                return
+            properties = CommitProperties(
+                custom_metadata={f"{PREFIX}batch-id": batch_id},
+                max_commit_retries=0,
+                app_transactions=[Transaction(f"sluice-{slug}", version, _now_ms())],
+            )
+            try:
+                table.create_write_transaction(
+                    [self._add(self.target.quarantine, f) for f in files],
+                    "append",
+                    table.schema(),
+                    commit_properties=properties,
+                )
+            except CommitFailedError:
+                _backoff(number)
+                continue
+            _sync_log(self.target.quarantine)
+            return
+        raise RuntimeError(f"the quarantine of batch {batch_id} could not be committed")
+
+    def stage(self, batch_id: str) -> Staging:
+        scratch = Path(tempfile.mkdtemp(prefix="sluice-delta-"))
+        return DeltaStaging(batch_id, scratch, scratch)
+
+    def targets(self, staging: Staging, good: pa.Schema, bad: pa.Schema) -> WriteTargets:
+        run = _run(staging)
+        if run.data is None or run.quarantine is None:
+            batch = pa.field(BATCH_COLUMN, pa.string())
+            self._ensure(self.target.table, good.append(batch))
+            self._ensure(self.target.quarantine, bad.append(batch))
+            name = f"{_directory_name(staging.batch_id)}/{run.name}"
+            run.data = self.target.table / "sluice" / name
+            run.quarantine = self.target.quarantine / "sluice" / name
+        constants = ((BATCH_COLUMN, staging.batch_id),)
+        return WriteTargets(str(run.data), str(run.quarantine), constants)
+
+    def staged_counts(self, staging: Staging) -> tuple[int, int]:
+        run = _run(staging)
+        return _rows(_parquet_files(run.data)), _rows(_parquet_files(run.quarantine))
+
+    def staged_quarantine_reasons(self, staging: Staging) -> dict[str, str]:
+        files = [f for f in _parquet_files(_run(staging).quarantine) if _rows([f])]
+        if not files:
+            return {}
+        table = pa.concat_tables(pq.read_table(f, columns=["message_id", "reason"]) for f in files)
+        return dict(zip(*table.to_pydict().values(), strict=True))
+
+    def discard(self, staging: Staging) -> None:
+        """Delete the run's files, but only if its commit is known not to have happened
+        (invariant I8)."""
+        shutil.rmtree(staging.scratch, ignore_errors=True)
+        run = _run(staging)
+        if run.published:
+            return
+        if run.committing:
+            log.warning(
+                "The Delta commit of batch %s to %s may or may not have happened; its files "
+                "are kept. The next ingest of the batch reads the log and finishes the batch "
+                "or writes it again; Delta's vacuum deletes files no commit added.",
+                staging.batch_id,
+                self.root,
+            )
+            return
+        for directory in (run.data, run.quarantine):
+            if directory is not None:
+                shutil.rmtree(directory, ignore_errors=True)
+
+    def publish(self, staging: Staging, record: BatchRecord) -> None:
+        from deltalake.exceptions import CommitFailedError
+
+        shutil.rmtree(staging.scratch, ignore_errors=True)
+        run = _run(staging)
+        record.published_at = time.time()
+        record.run = run.name
+        good = [f for f in _parquet_files(run.data) if _rows([f])]
+        bad = [f for f in _parquet_files(run.quarantine) if _rows([f])]
+        for directory in (run.data, run.quarantine):
+            _sync_parents(directory, 3)  # <run>, <batch> and sluice/ may be new directories
+        stream = record.stream
+        slug = stream.slug
+        for number in range(COMMIT_ATTEMPTS):
+            table = self._load(self.root) or self._ensure(self.root, _BASE_SCHEMA)
+            pending: dict[str, Any] | None
+            try:
+                version, data = self._stream_doc(table, slug)
+            except FileNotFoundError:
+                continue
+            pending = data.get("pending") if data else None
+            if pending and pending.get("run") == run.name:
+                break  # an earlier attempt's commit happened (its answer was lost)
+            self._finish(slug, version, pending)
+            state = StreamState.from_json(data["state"]) if data else StreamState()
+            check_publishable(state, record)
+            state.fold(record)
+            version += 1
+            quarantine = [f.relative_to(self.target.quarantine).as_posix() for f in bad]
+            pending = {
+                "batch_id": record.batch_id,
+                "run": run.name,
+                "quarantine": quarantine,
+                "record": record.to_json(),
+            }
+            key = {"kind": stream.kind, "topic": stream.topic, "group": stream.group}
+            document = {"stream": key, "state": state.to_json(), "pending": pending}
+            _write_json(self._stream_dir(slug) / f"{version}.json", document)
+            failpoint("publish.after_intent")  # a state file the log does not name yet
+            run.committing = True
+            try:
+                self._commit_batch(table, record, version, good)
+            except CommitFailedError:  # another commit took this table version: reload
+                run.committing = False
+                _backoff(number)
+                continue
+            break
+        else:
+            raise ConcurrentIngestError(
+                f"The Delta table {self.root} kept changing: batch {record.batch_id} could not "
+                f"be committed in {COMMIT_ATTEMPTS} attempts. Nothing was published; run the "
+                "batch again."
+            )
+        run.published = True
+        _sync_log(self.root)
+        failpoint("publish.after_rename")
+        self._finish(slug, version, pending)
+        with contextlib.suppress(OSError):  # the state it replaces (recover() removes leftovers)
+            (self._stream_dir(slug) / f"{version - 1}.json").unlink()
+        failpoint("publish.after_state")
+
+    def _commit_batch(
+        self, table: DeltaTable, record: BatchRecord, version: int, files: list[Path]
+    ) -> None:
+        from deltalake import CommitProperties, Transaction
+
+        stream = record.stream
+        stored = record.to_json()
+        stored["message_ids"], stored["quarantined_ids"] = [], {}
+        metadata = {
+            f"{PREFIX}batch-id": record.batch_id,
+            f"{PREFIX}run": record.run or "",
+            f"{PREFIX}kind": stream.kind,
+            f"{PREFIX}topic": stream.topic,
+            f"{PREFIX}group": stream.group or "",
+            f"{PREFIX}stream-version": str(version),
+            f"{PREFIX}record": json.dumps(stored, sort_keys=True),
+        }
+        if stream.kind == "kafka":
+            metadata[f"{PREFIX}ranges"] = ",".join(
+                f"{r.partition}:{r.start}-{r.end}" for r in record.ranges
+            )
+        else:
+            metadata[f"{PREFIX}message-count"] = str(len(record.message_ids))
+        properties = CommitProperties(
+            custom_metadata=metadata,
+            max_commit_retries=0,
+            app_transactions=[Transaction(app_id(stream), version, _now_ms())],
+        )
+        table.create_write_transaction(
+            [self._add(self.root, f) for f in files],
+            "append",
+            table.schema(),
+            commit_properties=properties,
+        )
+
+    def _add(self, root: Path, path: Path) -> Any:
+        from deltalake.transaction import AddAction
+
+        info = path.stat()
+        relative = quote(path.relative_to(root).as_posix())
+        return AddAction(relative, info.st_size, {}, int(info.st_mtime * 1000), True, _stats(path))
+
+    # ---- dead letters --------------------------------------------------------------------
+
+    def dead_letter_progress(self, batch_id: str) -> dict[str, Any] | None:
+        data: dict[str, Any] | None = _read_json(
+            self._meta / "dead_letters" / f"{_hashed(batch_id)}.json"
+        )
+        return data
+
+    def save_dead_letter_progress(self, batch_id: str, progress: dict[str, Any]) -> None:
+        _write_json(self._meta / "dead_letters" / f"{_hashed(batch_id)}.json", progress)
+
+
+def _type_name(kind: Any) -> str:
+    """A Delta type's name, nullability left out (every field Sluice writes may be null)."""
+    text = re.sub(r",?\s*(value_)?(contains_null|nullable)=(True|False)", "", str(kind))
+    return re.sub(r'PrimitiveType\("(\w+)"\)', r"\1", text)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _backoff(number: int) -> None:
+    time.sleep(min(0.02 * 2**number, 1.0) * (0.5 + uuid.uuid4().int % 100 / 100))
+
+
+def _sync_parents(directory: Path | None, levels: int) -> None:
+    for _ in range(levels):
+        if directory is None:
+            return
+        if directory.exists():
+            sync_directory(directory)
+        directory = directory.parent
+
+
+def _sync_log(root: Path) -> None:
+    """Sync the newest commit files of the table's log, and the log directory (I9): delta-rs
+    renames a commit into place without syncing it."""
+    log_dir = root / "_delta_log"
+    newest = sorted(log_dir.glob("*.json"))[-3:]
+    for path in newest:
+        with contextlib.suppress(FileNotFoundError):
+            sync_file(path)
+    sync_directory(log_dir)

@@ -1,0 +1,20 @@
+"""Delta Lake sinks: tables in the test's directory, on a real delta-rs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sluice.testing.plugin import Broker
+
+from ..spark.conftest import KafkaTopic, open_topic
+
+
+@pytest.fixture
+def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
+    """A 3-partition topic on noida-db."""
+    opened = open_topic(noida_broker, unique_name)
+    yield opened
+    opened.queue.close(None)
+    opened.producer.close()

@@ -1,0 +1,141 @@
+"""The Delta sink's commit protocol on a real delta-rs, without Spark (the files a run stages are
+written here with pyarrow): another writer's commit landing between a run's read of the log and
+its commit, from another stream (retried, both land) and from the same stream (refused, nothing
+of the refused run is left); and a rerun after the commit recognised from the log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from sluice.batch import BatchSpec, OffsetRange
+from sluice.spark.sinks import BatchRecord, ConcurrentIngestError, StreamKey
+from sluice.spark.sinks.delta import DeltaSink, app_id
+
+GOOD = pa.schema([("id", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
+BAD = pa.schema(
+    [
+        ("value", pa.binary()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("message_id", pa.string()),
+        ("reason", pa.string()),
+    ]
+)
+
+
+def staged(sink: DeltaSink, group: str, start: int, end: int, planned_on: int = 0) -> Any:
+    """A run of a one-partition Kafka batch with its rows written, and its record."""
+    spec = BatchSpec("kafka", "t", group_id=group, ranges=(OffsetRange(0, start, end),))
+    staging = sink.stage(spec.batch_id)
+    targets = sink.targets(staging, GOOD, BAD)
+    rows = pa.table(
+        {
+            "id": [f"{group}-{i}" for i in range(start, end)],
+            "partition": pa.array([0] * (end - start), pa.int32()),
+            "offset": pa.array(range(start, end), pa.int64()),
+            "batch_id": [spec.batch_id] * (end - start),
+        }
+    )
+    Path(targets.data).mkdir(parents=True)
+    pq.write_table(rows, f"{targets.data}/part-0.parquet")
+    record = BatchRecord(
+        spec.batch_id, spec.to_dict(), ranges=[OffsetRange(0, start, end)], planned_on=planned_on
+    )
+    return staging, record
+
+
+class Interleaved(DeltaSink):
+    """A sink whose first commit lets another run publish first (a real commit, between this
+    run's read of the log and its own commit)."""
+
+    other: tuple[DeltaSink, Any, BatchRecord] | None = None
+
+    def _commit_batch(self, *args: Any) -> None:
+        if self.other is not None:
+            sink, staging, record = self.other
+            self.other = None
+            sink.publish(staging, record)
+        super()._commit_batch(*args)
+
+
+def test_a_commit_of_another_stream_in_between_is_retried_and_both_land(tmp_path: Path) -> None:
+    location = f"delta://{tmp_path / 't'}"
+    mine, theirs = Interleaved(location), DeltaSink(location)
+    staging, record = staged(mine, "a", 0, 5)
+    mine.other = (theirs, *staged(theirs, "b", 0, 3))
+    mine.publish(staging, record)
+
+    table = DeltaTable(str(tmp_path / "t"))
+    ids = sorted(table.to_pyarrow_table().column("id").to_pylist())
+    assert ids == sorted([f"a-{i}" for i in range(5)] + [f"b-{i}" for i in range(3)])
+    for group in ("a", "b"):
+        stream = StreamKey("kafka", "t", group)
+        assert table.transaction_version(app_id(stream)) == 1
+        assert mine.state(stream).written.to_json() == {"0": [[0, 5 if group == "a" else 3]]}
+    assert mine.find(record.batch_id) == record
+
+
+def test_a_commit_of_the_same_stream_in_between_is_refused_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    location = f"delta://{tmp_path / 't'}"
+    mine, theirs = Interleaved(location), DeltaSink(location)
+    staging, record = staged(mine, "a", 0, 5)
+    mine.other = (theirs, *staged(theirs, "a", 0, 4))
+    with pytest.raises(ConcurrentIngestError, match="published while batch"):
+        mine.publish(staging, record)
+    mine.discard(staging)
+
+    table = DeltaTable(str(tmp_path / "t"))
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [f"a-{i}" for i in range(4)]
+    assert table.transaction_version(app_id(StreamKey("kafka", "t", "a"))) == 1
+    assert mine.find(record.batch_id) is None
+    assert not Path(staging.run.data).exists(), "the refused run's files are deleted"
+
+
+def test_a_rerun_after_the_commit_is_recognised_from_the_log(tmp_path: Path) -> None:
+    location = f"delta://{tmp_path / 't'}"
+    sink = DeltaSink(location)
+    staging, record = staged(sink, "a", 0, 5)
+    sink.publish(staging, record)
+    # the crash: the record file and the quarantine of a committed batch are not there yet
+    (tmp_path / "t" / "_sluice" / "batches").rename(tmp_path / "gone")
+    fresh = DeltaSink(location)
+    assert fresh.find(record.batch_id) is None
+    fresh.recover()
+    assert fresh.find(record.batch_id) == record, "finished from the state the log names"
+    assert fresh.state(record.stream).batches == 1
+
+
+def test_the_stream_state_survives_delta_compaction_checkpoints_log_cleanup_and_vacuum(
+    tmp_path: Path,
+) -> None:
+    location = f"delta://{tmp_path / 't'}"
+    sink = DeltaSink(location)
+    for start, end in ((0, 3), (3, 6)):
+        staging, record = staged(sink, "a", start, end, planned_on=start // 3)
+        sink.publish(staging, record)
+    table = DeltaTable(str(tmp_path / "t"))
+    table.optimize.compact()  # one file replaces the batches' files
+    table = DeltaTable(str(tmp_path / "t"))
+    table.create_checkpoint()
+    table.cleanup_metadata()
+    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+
+    fresh = DeltaSink(location)
+    stream = StreamKey("kafka", "t", "a")
+    assert DeltaTable(str(tmp_path / "t")).transaction_version(app_id(stream)) == 2
+    assert fresh.state(stream).written.to_json() == {"0": [[0, 6]]}
+    assert fresh.find(record.batch_id) == record
+    assert fresh.row_coordinates(record.batch_id, False).column("offset").to_pylist() == [3, 4, 5]
+    staging, record = staged(fresh, "a", 6, 9, planned_on=2)
+    fresh.publish(staging, record)
+    assert fresh.state(stream).batches == 3
+    ids = DeltaTable(str(tmp_path / "t")).to_pyarrow_table().column("id").to_pylist()
+    assert sorted(ids) == sorted(f"a-{i}" for i in range(9))

@@ -1,0 +1,96 @@
+"""The crash matrix on a Delta sink, at the failpoints where a Delta sink differs from the others
+(the next state file written and not yet named by the log, its commit, the quarantine commit
+after it, the offsets' commit; the other steps do nothing of the sink's own): an ingest
+SIGKILLed there, then run again. Kafka: every message exactly once (``sluice audit``), lag 0,
+every dead letter once, and ONE commit with the stream's ``txn`` (a rerun after the commit
+learns it from the log). MQTT: every message id once, none left unacknowledged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.audit import audit
+from sluice.batch import BatchSpec, plan_batch
+from sluice.spark import ingest
+from sluice.spark.sinks import StreamKey
+from sluice.spark.sinks.delta import app_id
+from sluice.testing.plugin import Broker
+
+from ..spark.conftest import SCHEMA, KafkaTopic, reading
+from ..spark.crashes import assert_exactly_once, dead_letter_origins, run_child
+from ..spark.test_crash_matrix import BAD, leftovers, mqtt_session, publish_envelopes
+from .test_ingest_delta import commits, delta_rows
+
+__all__ = ["mqtt_session"]  # the fixture, shared with the crash matrix
+
+KAFKA_POINTS = [
+    "publish.after_intent",
+    "publish.after_rename",
+    "publish.after_state",
+    "commit.before",
+]
+
+
+@pytest.mark.parametrize("point", KAFKA_POINTS)
+def test_kafka_into_delta_killed_at_each_failpoint_then_rerun_is_exactly_once(
+    spark: Any, topic: KafkaTopic, point: str, tmp_path: Path
+) -> None:
+    from deltalake import DeltaTable
+
+    topic.send([reading(i) for i in range(40)] + BAD)
+    spec = topic.plan()
+    table = tmp_path / "readings"
+    sink = f"delta://{table}"
+    options = {"source": topic.source, "schema": SCHEMA, "dead_letter": True}
+
+    code, stderr = run_child(spark, {"spec": spec.to_dict(), "sink": sink, **options}, point)
+    assert code == -9, f"the ingest did not die at {point}: {stderr[-2000:]}"
+    stream = app_id(StreamKey.of(spec))
+    if point == "publish.after_intent":  # its next state is written; the log does not name it
+        assert list((table / "_sluice" / "streams").glob("*/1.json"))
+        assert DeltaTable(str(table)).transaction_version(stream) is None
+    ingest(spark, spec, sink, **options)
+
+    assert_exactly_once(audit(sink, topic.source), 42)
+    assert sorted(r["temperature"] for r in delta_rows(table)) == [i / 10 for i in range(40)]
+    assert plan_batch(topic.queue) is None, "lag 0: everything is committed"
+    bad = delta_rows(table / "_quarantine")
+    assert len(bad) == 2, "the quarantine is committed once"
+    origins = sorted((r["partition"], r["offset"]) for r in bad)
+    assert dead_letter_origins(topic.broker.bootstrap, f"{topic.name}.dlq") == origins
+    assert [c["sluice.batch-id"] for c in commits(table)] == [spec.batch_id], "one commit"
+    assert DeltaTable(str(table)).transaction_version(stream) == 1
+    assert DeltaTable(str(table / "_quarantine")).transaction_version(stream) == 1
+
+
+@pytest.mark.parametrize("point", ["publish.after_rename"])
+def test_mqtt_into_delta_killed_then_rerun_has_every_message_once(
+    spark: Any,
+    mosquitto_broker: Broker,
+    mqtt_session: tuple[str, str],
+    point: str,
+    tmp_path: Path,
+) -> None:
+    topic, client_id = mqtt_session
+    sent = publish_envelopes(
+        mosquitto_broker, topic, [json.loads(reading(i)) for i in range(25)] + BAD
+    )
+    spec = BatchSpec("mqtt", topic, client_id=client_id, max_messages=100)
+    source = {"connection.uri": mosquitto_broker.url}
+    table = tmp_path / "readings"
+    sink = f"delta://{table}"
+    options = {"source": source, "schema": SCHEMA}
+
+    code, stderr = run_child(spark, {"spec": spec.to_dict(), "sink": sink, **options}, point)
+    assert code == -9, f"the ingest did not die at {point}: {stderr[-2000:]}"
+    ingest(spark, spec, sink, **options)
+
+    report = audit(sink)
+    assert report.ok, "\n".join(report.lines())
+    ids = [r["message_id"] for r in delta_rows(table) + delta_rows(table / "_quarantine")]
+    assert sorted(ids) == sorted(sent), "every message once"
+    assert leftovers(mosquitto_broker, topic, client_id) == [], "every message was acknowledged"

@@ -1,0 +1,167 @@
+"""The Delta Lake sink on a real Spark, a real Kafka (noida-db) and real delta-rs: batches as
+Delta commits with the stream's ``txn``, the quarantine table, schema evolution, reruns
+recognised from the log, the audit, the CLI, and the table read by deltalake, DuckDB and
+Polars."""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from sluice.audit import audit
+from sluice.batch import plan_batch
+from sluice.lineage import sink_dataset
+from sluice.queues.config import ConfigError
+from sluice.spark import ingest
+from sluice.spark.sinks import ConcurrentIngestError, StreamKey, open_sink
+from sluice.spark.sinks.delta import DeltaSink, app_id
+from sluice.testing.plugin import Broker
+from tests.unit.cli.runner import assert_ok, run
+
+from ..spark.conftest import SCHEMA, KafkaTopic, reading
+from ..spark.crashes import assert_exactly_once
+from ..spark.test_crash_matrix import BAD
+
+
+def delta_rows(path: Path) -> list[dict[str, Any]]:
+    from deltalake import DeltaTable
+
+    rows: list[dict[str, Any]] = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return rows
+
+
+def commits(path: Path) -> list[dict[str, Any]]:
+    """The commitInfo of each commit of the table that names a batch, oldest first."""
+    from deltalake import DeltaTable
+
+    found = [c for c in DeltaTable(str(path)).history() if "sluice.batch-id" in c]
+    return list(reversed(found))
+
+
+def duckdb_rows(path: Path, query: str) -> list[tuple[Any, ...]]:
+    """``query`` over ``delta_scan`` of the table, by DuckDB's delta extension (its wheel ships
+    the binary: nothing is downloaded)."""
+    import duckdb
+    import duckdb_ext  # type: ignore[import-not-found]
+
+    (extension,) = glob.glob(
+        str(
+            Path(duckdb_ext.__path__[0]) / "extensions" / f"v{duckdb.__version__}" / "*" / "delta.*"
+        )
+    )
+    connection = duckdb.connect()
+    connection.execute(f"LOAD '{extension}'")
+    rows: list[tuple[Any, ...]] = connection.execute(
+        query.replace("TABLE", f"delta_scan('{path}')")
+    ).fetchall()
+    return rows
+
+
+def test_kafka_batches_are_delta_commits_with_the_streams_txn_readable_everywhere(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    import polars as pl
+
+    table = tmp_path / "readings"
+    sink = f"delta://{table}"
+    topic.send([reading(i) for i in range(30)] + BAD)
+    first = topic.plan()
+    result = ingest(spark, first, sink, source=topic.source, schema=SCHEMA)
+    assert (result.written, result.quarantined) == (30, 2)
+    # a second batch with a new field: the table gains a column, older rows read it as null
+    topic.send([json.dumps({"device": "d", "temperature": 9.5, "room": "a"}).encode()] * 3)
+    second = topic.plan()
+    ingest(spark, second, sink, source=topic.source, schema=f"{SCHEMA}, room STRING")
+    again = ingest(spark, second, sink, source=topic.source, schema=f"{SCHEMA}, room STRING")
+    assert again.written == 0, "a published batch is recognised, not written again"
+
+    from deltalake import DeltaTable
+
+    delta = DeltaTable(str(table))
+    stream = StreamKey.of(first)
+    assert delta.transaction_version(app_id(stream)) == 2, "txn version = the stream's batches"
+    assert [c["sluice.batch-id"] for c in commits(table)] == [first.batch_id, second.batch_id]
+    rows = delta_rows(table)
+    assert len(rows) == 33 and sorted(r["room"] for r in rows if r["room"]) == ["a"] * 3
+    assert {r["batch_id"] for r in rows} == {first.batch_id, second.batch_id}
+    bad = delta_rows(table / "_quarantine")
+    assert sorted(r["offset"] for r in bad) and {r["batch_id"] for r in bad} == {first.batch_id}
+    assert all(r["reason"] for r in bad)
+
+    total = sum(i / 10 for i in range(30)) + 3 * 9.5
+    assert duckdb_rows(table, "select count(*), round(sum(temperature), 6) from TABLE") == [
+        (33, round(total, 6))
+    ]
+    where = f"select count(*) from TABLE where batch_id = '{second.batch_id}'"
+    assert duckdb_rows(table, where) == [(3,)], "statistics prune by batch_id, correctly"
+    frame = pl.scan_delta(str(table)).filter(pl.col("batch_id") == first.batch_id).collect()
+    assert frame.height == 30 and "room" in frame.columns
+
+    assert_exactly_once(audit(sink, topic.source), 35)
+    assert plan_batch(topic.queue) is None
+
+
+def test_a_field_that_changes_type_is_refused_naming_it(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    sink = f"delta://{tmp_path / 't'}"
+    topic.send([reading(i) for i in range(3)])
+    ingest(spark, topic.plan(), sink, source=topic.source, schema=SCHEMA)
+    topic.send([json.dumps({"device": "d", "temperature": "hot"}).encode()])
+    with pytest.raises(ConfigError, match="'temperature' is double in the table and string"):
+        ingest(
+            spark,
+            topic.plan(),
+            sink,
+            source=topic.source,
+            schema="device STRING, temperature STRING",
+        )
+
+
+def test_sluice_ingest_and_audit_on_a_delta_sink(
+    spark: Any, noida_broker: Broker, unique_name: str, tmp_path: Path
+) -> None:
+    topic = f"{noida_broker.url}/{unique_name}"
+    assert_ok(run("publish", topic, "--sample", "iot", "--count", "30", "--malformed", "3"))
+    uri = f"{topic}?group_id={unique_name}"
+    sink = f"delta://{tmp_path / 'iot'}?quarantine={tmp_path / 'rejected'}"
+    schema = "device STRING, temperature DOUBLE, humidity DOUBLE, ts STRING"
+    assert_ok(run("ingest", uri, "--sink", sink, "--schema", schema))
+
+    assert len(delta_rows(tmp_path / "iot")) == 27
+    assert len(delta_rows(tmp_path / "rejected")) == 3
+    out = assert_ok(run("audit", sink, "--source", noida_broker.url))
+    assert "committed 30, written 27, quarantined 3, doubled 0, missing 0" in out
+    assert out.strip().endswith("OK: every message is in the sink once.")
+    # the table's own path names it too (a directory holding a _delta_log)
+    assert isinstance(open_sink(str(tmp_path / "iot")), DeltaSink)
+
+
+def test_one_run_per_stream_and_uris(tmp_path: Path) -> None:
+    sink = DeltaSink(f"delta://{tmp_path / 't'}")
+    stream = StreamKey("kafka", "t", "g")
+    second = DeltaSink(str(tmp_path / "t"))
+    with (
+        sink.exclusive(stream),
+        pytest.raises(ConcurrentIngestError, match="Another ingest"),
+        second.exclusive(stream),
+    ):
+        pass
+    with sink.exclusive(StreamKey("kafka", "t", "other")):
+        pass  # another stream is not held
+    with pytest.raises(ConfigError, match="local"):
+        DeltaSink("delta://hdfs://nn/lake/t")
+    with pytest.raises(ConfigError, match="unknown option"):
+        DeltaSink(f"delta://{tmp_path}?partition=x")
+    assert sink.state(stream).batches == 0 and sink.find("nothing") is None
+    lineage = sink_dataset(f"delta://{tmp_path / 't'}?quarantine=/elsewhere")
+    assert (lineage.dataset.namespace, lineage.dataset.name) == ("file", str(tmp_path / "t"))
+    assert lineage.storage == "delta"
+    assert pa.Table.equals(
+        sink.row_coordinates("b", False).slice(0, 0), sink.row_coordinates("b", False)
+    )
