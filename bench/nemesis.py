@@ -2,10 +2,14 @@
 
     uv run python bench/nemesis.py [--seeds 200] [--first 1] [--extra 4]
                                    [--transport kafka|mqtt] [--sink parquet|iceberg|delta]
+                                   [--store local|s3]
     uv run python bench/nemesis.py --seed 17 --transport mqtt --sink iceberg   # replay one
+    uv run python bench/nemesis.py --store s3 --seeds 8   # the sinks on a real S3 server
 
 Each seed plays one scenario (sluice.testing.nemesis) on every transport and sink named (all
-six combinations by default, taking turns): every fault of that transport and sink once, in
+six combinations by default, taking turns; --store s3 puts the sink on a SeaweedFS server of
+the scenario's own behind the fault proxy, adding the faults s3-restart and s3-error, for
+Parquet and Iceberg): every fault of that transport, sink and store once, in
 the order the seed chooses, then --extra faults chosen by the seed; then the oracle
 (``sluice audit`` and the exact multiset of payload ids). It prints a line per scenario and,
 at the end, scenarios run, faults injected, and messages lost and doubled (must be 0 and 0;
@@ -36,6 +40,12 @@ def main() -> int:
     parser.add_argument("--extra", type=int, default=4, help="random faults after one of each")
     parser.add_argument("--transport", choices=["kafka", "mqtt"])
     parser.add_argument("--sink", choices=["parquet", "iceberg", "delta"])
+    parser.add_argument(
+        "--store",
+        choices=["local", "s3"],
+        default="local",
+        help="where the sink lives: local disk, or a real S3 server (SeaweedFS)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep each scenario's directory")
     args = parser.parse_args()
 
@@ -43,7 +53,10 @@ def main() -> int:
     from sluice.testing.nemesis import Scenario, run_scenario
 
     transports = [args.transport] if args.transport else ["kafka", "mqtt"]
-    sinks = [args.sink] if args.sink else ["parquet", "iceberg", "delta"]
+    if args.store == "s3" and args.sink == "delta":
+        parser.error("--store s3 takes the Parquet and Iceberg sinks (Delta is local only)")
+    every = ["parquet", "iceberg"] + (["delta"] if args.store == "local" else [])
+    sinks = [args.sink] if args.sink else every
     kinds = list(itertools.product(transports, sinks))
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     say("starting Spark (local[2])")
@@ -57,7 +70,13 @@ def main() -> int:
     try:
         for number, seed in enumerate(seeds):
             transport, sink = kinds[number % len(kinds)] if args.seed is None else kinds[0]
-            scenario = Scenario(transport, sink, seed, extra=args.extra)  # type: ignore[arg-type]
+            scenario = Scenario(
+                transport,  # type: ignore[arg-type]
+                sink,  # type: ignore[arg-type]
+                seed,
+                extra=args.extra,
+                store=args.store,
+            )
             workdir = root / f"{seed}-{transport}-{sink}"
             begun = time.monotonic()
             outcome = run_scenario(spark, scenario, workdir)

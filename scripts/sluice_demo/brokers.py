@@ -38,6 +38,19 @@ class Brokers:
             self.entries = self._state()
         return leftovers
 
+    def up_s3(self) -> str:
+        """Start the S3 server (``sluice brokers up --s3``: SeaweedFS with the bucket
+        ``lake``) beside the others; returns its endpoint. Its usage hint, which names the
+        playground's secret key, is not printed."""
+        from sluice.cli import brokers
+
+        os.environ["SLUICE_HOME"] = str(self.home)
+        try:
+            brokers.start([("seaweedfs", None)])
+        finally:
+            self.entries = self._state()
+        return self.url("http")
+
     def url(self, kind: str) -> str:
         for entry in self.entries:
             if entry["scheme"].startswith(kind):

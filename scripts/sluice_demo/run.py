@@ -10,21 +10,26 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .airflow_kafka import AirflowKafka
 from .background import InBackground
 from .brokers import Brokers, publish
-from .chart import draw_chart
+from .chart import draw_chart, import_matplotlib
 from .dagster_mqtt import DagsterMqtt
-from .iceberg import ingest_into_iceberg
+from .iceberg import GROUP as ICEBERG_GROUP
+from .iceberg import WAREHOUSE, IcebergLake
+from .lag import CountedLag, LagSampler
 from .settings import (
     AIRFLOW_DAG,
+    AIRFLOW_GROUP,
     DAGSTER_JOB,
     DAGSTER_SENSOR,
     KAFKA_PARTITIONS,
     KAFKA_TOPIC,
     MQTT_TOPIC,
     OWNED_OUTPUTS,
+    S3_BUCKET,
     SPARK_MASTER,
     Closer,
     DemoError,
@@ -65,10 +70,16 @@ def run_demo(options: Options, steps: Steps, brokers: Brokers, closers: list[Clo
     os.environ["SLUICE_SPARK_MASTER"] = SPARK_MASTER
     airflow = AirflowKafka(kafka_url, output, options.home)
     closers.append(airflow.close)
-    # Spark's JVM, `airflow db migrate` and the imports of Airflow and Dagster, side by side
-    with steps.step(f"Starting Spark ({SPARK_MASTER}) and Airflow's database (sqlite)"):
+    # Spark's JVM, `airflow db migrate`, the S3 server and the imports of Airflow and
+    # Dagster, side by side
+    with steps.step(
+        f"Starting Spark ({SPARK_MASTER}), Airflow's database (sqlite) and the S3 server "
+        "(sluice brokers up --s3)"
+    ):
         migrating = airflow.migrate()
         spark_starting = InBackground(start_spark)
+        s3_starting = InBackground(brokers.up_s3)
+        InBackground(import_matplotlib)  # the chart's seconds of imports, meanwhile
         try:
             airflow.load()
             dagster = DagsterMqtt(mqtt_url, output, airflow.schema)
@@ -77,6 +88,7 @@ def run_demo(options: Options, steps: Steps, brokers: Brokers, closers: list[Clo
             code = migrating.wait(timeout=300)
             spark = spark_starting.result(timeout=300)
             closers.append(spark.stop)
+            s3_endpoint = s3_starting.result(timeout=120)
         finally:
             if migrating.poll() is None:
                 migrating.kill()
@@ -86,56 +98,84 @@ def run_demo(options: Options, steps: Steps, brokers: Brokers, closers: list[Clo
         InBackground(lambda: warm_up_spark(spark, airflow.home))
         steps.say(f"Spark {spark.version}; Airflow home {airflow.home}")
         steps.say(f"loaded the Airflow DAG {AIRFLOW_DAG} and the Dagster Definitions")
+        steps.say(f"S3 (SeaweedFS): {s3_endpoint}, bucket s3://{S3_BUCKET}")
 
     with steps.step(f"Dagster: first tick of {DAGSTER_SENSOR} (opens its MQTT session)"):
         steps.say(f"skipped: {dagster.open_session(steps.say)}")
 
+    from sluice.cli.brokers import S3_ACCESS_KEY, S3_SECRET_KEY
+
+    lake = IcebergLake(output / "iceberg", s3_endpoint, S3_ACCESS_KEY, S3_SECRET_KEY)
+    closers.append(lake.close)
+    sampler = LagSampler(
+        kafka_url.split("://", 1)[1],
+        KAFKA_TOPIC,
+        {
+            f"kafka, Airflow's group {AIRFLOW_GROUP}": AIRFLOW_GROUP,
+            f"kafka, the Iceberg table's group {ICEBERG_GROUP}": ICEBERG_GROUP,
+        },
+        started,
+    ).start()
+    mqtt_lag = CountedLag(sampler)
     kafka = SourceRuns("kafka", f"Airflow: {AIRFLOW_DAG}", output / AIRFLOW_DAG)
     mqtt = SourceRuns("mqtt", f"Dagster: {DAGSTER_JOB}", output / DAGSTER_JOB)
-    for wave in range(1, options.waves + 1):
-        what = f"wave {wave}/{options.waves}"
-        with steps.step(f"Publishing {what}: readings to Kafka and MQTT, some malformed"):
-            for url, topic, count, key in (
-                (kafka_url, KAFKA_TOPIC, options.kafka_messages, "device"),
-                (mqtt_url, MQTT_TOPIC, options.mqtt_messages, None),
-            ):
-                began = time.perf_counter()
-                command = publish(url, topic, count, options.malformed, key)
-                steps.say(f"{command}  ({time.perf_counter() - began:.1f} s)")
-
-        with steps.step(f"Airflow: {AIRFLOW_DAG}.test() ({what}: sensor, then Spark ingest)"):
-            result = airflow.run()
-            kafka.results.append(result)
-            steps.say(describe(result))
-
-        with steps.step(f"Dagster: {DAGSTER_SENSOR} tick, then a run of {DAGSTER_JOB} ({what})"):
-            request = dagster.next_request(steps.say)
-            steps.say(f"run requested, run key {request.run_key}")
-            result = dagster.run(request)
-            mqtt.results.append(result)
-            steps.say(describe(result))
-
-    with steps.step("Iceberg: the Kafka readings again, into an Iceberg table (SQLite catalog)"):
-        for line in ingest_into_iceberg(spark, kafka_url, airflow.schema, output / "iceberg"):
-            steps.say(line)
+    iceberg = SourceRuns("iceberg", "ingest()", output / "iceberg")
+    try:
+        for wave in range(1, options.waves + 1):
+            flows = Flows(kafka_url, mqtt_url, airflow, dagster, spark, lake, mqtt_lag)
+            kafka_result, mqtt_result = run_wave(wave, options, steps, flows)
+            kafka.results.append(kafka_result)
+            mqtt.results.append(mqtt_result)
+        iceberg.results = lake.results
+    finally:
+        sampler.stop()
 
     all_runs = [kafka, mqtt]
     chart = output / "ingested.png"
+    with steps.step(f"Iceberg: the table's snapshots, read back from {WAREHOUSE}"):
+        for line in lake.snapshot_lines():
+            steps.say(line)
+        snapshots = lake.snapshots()
+        table_rows = lake.rows()
+        if table_rows != iceberg.total("written"):
+            raise DemoError(
+                f"the Iceberg table holds {table_rows} rows, the ingests reported "
+                f"{iceberg.total('written')}"
+            )
+        steps.say(f"{table_rows:,} rows; metadata at {lake.metadata_location()}")
+
     with steps.step("Checking the Parquet datasets and drawing the chart"):
         for runs in all_runs:
             check_on_disk(runs)
-        draw_chart(all_runs, chart)
-        write_summary(all_runs, chart, output / "summary.json", time.perf_counter() - started)
+        lag = {
+            **sampler.series,
+            "mqtt, Dagster's session (counted: brokers do not tell)": (mqtt_lag.points),
+        }
+        draw_chart([*all_runs, iceberg], lag, snapshots, chart)
+        write_summary(
+            all_runs,
+            chart,
+            output / "summary.json",
+            time.perf_counter() - started,
+            iceberg={
+                "table": lake.sink,
+                "warehouse": WAREHOUSE,
+                "rows": table_rows,
+                "batch_ids": [r["batch_id"] for r in iceberg.results],
+                "snapshots": [s.to_dict() for s in snapshots],
+            },
+            lag={label: [[round(t, 2), n] for t, n in points] for label, points in lag.items()},
+        )
 
     console = steps.console
     console.print()
-    console.print(summary_table(all_runs))
+    console.print(summary_table([*all_runs, iceberg]))
     outputs: list[tuple[str, Path]] = []
     for runs in all_runs:
         outputs += [(f"{runs.source} dataset", runs.sink)]
         outputs += [(f"{runs.source} quarantine", runs.sink / "batch_id=*" / "_quarantine")]
     outputs += [
-        ("iceberg table", output / "iceberg"),
+        ("iceberg catalog", output / "iceberg" / "catalog.db"),
         ("chart", chart),
         ("summary", output / "summary.json"),
     ]
@@ -144,6 +184,59 @@ def run_demo(options: Options, steps: Steps, brokers: Brokers, closers: list[Clo
     console.print("\nOutputs:")
     for label, path in outputs:
         console.print(f"  {label + ':':<18} {path}", highlight=False, soft_wrap=True)
+    console.print(
+        f"  {'iceberg data:':<18} {WAREHOUSE} on the demo's S3 server (removed with it)",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@dataclass
+class Flows:
+    """What a wave runs on."""
+
+    kafka_url: str
+    mqtt_url: str
+    airflow: AirflowKafka
+    dagster: DagsterMqtt
+    spark: Any
+    lake: IcebergLake
+    mqtt_lag: CountedLag
+
+
+def run_wave(
+    wave: int, options: Options, steps: Steps, flows: Flows
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Publish a wave, ingest it with Airflow (Kafka to Parquet), into the Iceberg table
+    (Kafka again, its own group) and with Dagster (MQTT to Parquet); returns what the Airflow
+    and the Dagster run reported."""
+    what = f"wave {wave}/{options.waves}"
+    kafka_url, mqtt_url = flows.kafka_url, flows.mqtt_url
+    with steps.step(f"Publishing {what}: readings to Kafka and MQTT, some malformed"):
+        for url, topic, count, key in (
+            (kafka_url, KAFKA_TOPIC, options.kafka_messages, "device"),
+            (mqtt_url, MQTT_TOPIC, options.mqtt_messages, None),
+        ):
+            began = time.perf_counter()
+            command = publish(url, topic, count, options.malformed, key)
+            steps.say(f"{command}  ({time.perf_counter() - began:.1f} s)")
+        flows.mqtt_lag.published(options.mqtt_messages)
+
+    with steps.step(f"Airflow: {AIRFLOW_DAG}.test() ({what}: sensor, then Spark ingest)"):
+        kafka_result = flows.airflow.run()
+        steps.say(describe(kafka_result))
+
+    with steps.step(f"Iceberg: {what} of the Kafka readings into demo.readings (on S3)"):
+        for line in flows.lake.ingest(flows.spark, kafka_url, flows.airflow.schema):
+            steps.say(line)
+
+    with steps.step(f"Dagster: {DAGSTER_SENSOR} tick, then a run of {DAGSTER_JOB} ({what})"):
+        request = flows.dagster.next_request(steps.say)
+        steps.say(f"run requested, run key {request.run_key}")
+        mqtt_result = flows.dagster.run(request)
+        flows.mqtt_lag.read(int(mqtt_result["read"]))
+        steps.say(describe(mqtt_result))
+    return kafka_result, mqtt_result
 
 
 def close_all(closers: list[Closer]) -> None:

@@ -80,7 +80,10 @@ def describe(result: dict[str, Any]) -> str:
     )
 
 
-def write_summary(all_runs: list[SourceRuns], chart: Path, path: Path, seconds: float) -> None:
+def write_summary(
+    all_runs: list[SourceRuns], chart: Path, path: Path, seconds: float, **extra: Any
+) -> None:
+    """``summary.json``: each source's runs, the chart, the time, and ``extra`` sections."""
     summary = {
         "sources": [
             {
@@ -99,5 +102,6 @@ def write_summary(all_runs: list[SourceRuns], chart: Path, path: Path, seconds: 
         ],
         "chart": str(chart),
         "seconds": round(seconds, 1),
+        **extra,
     }
     path.write_text(json.dumps(summary, indent=2) + "\n")

@@ -1,7 +1,7 @@
-"""``scripts/demo.py`` (``make demo``) end to end, as a user runs it: its own brokers, the
-Airflow example DAG under ``dag.test()``, the Dagster sensor and job, Spark and Parquet. It
-must print the summary table, draw the chart and leave no process it started behind, also
-when interrupted."""
+"""``scripts/demo.py`` (``make demo``) end to end, as a user runs it: its own brokers and S3
+server, the Airflow example DAG under ``dag.test()``, the Dagster sensor and job, Spark,
+Parquet and an Iceberg table on S3. It must print the summary table, draw the chart and leave
+no process it started behind, also when interrupted."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Collection, Iterator
@@ -96,7 +97,7 @@ def table_rows(stdout: str) -> dict[str, list[str]]:
     rows = {}
     for line in stdout.splitlines():
         cells = [c.strip() for c in line.split("│")[1:-1]]
-        if len(cells) == 6 and cells[0] in ("kafka", "mqtt"):
+        if len(cells) == 6 and cells[0] in ("kafka", "mqtt", "iceberg"):
             rows[cells[0]] = cells[1:]
     return rows
 
@@ -121,10 +122,11 @@ def test_demo_ingests_both_sources_prints_the_summary_and_stops_its_brokers(
     assert proc.returncode == 0, f"{stdout}\n{stderr}\n--- demo.log ---\n{log[-5000:]}"
 
     rows = table_rows(stdout)
-    assert set(rows) == {"kafka", "mqtt"}, stdout
-    expected = {"kafka": KAFKA, "mqtt": MQTT}
+    assert set(rows) == {"kafka", "mqtt", "iceberg"}, stdout
+    expected = {"kafka": KAFKA, "mqtt": MQTT, "iceberg": KAFKA}
+    orchestrators = {"kafka": "Airflow", "mqtt": "Dagster", "iceberg": "ingest()"}
     for source, (orchestrator, batches, written, quarantined, rate) in rows.items():
-        assert orchestrator.startswith("Airflow" if source == "kafka" else "Dagster")
+        assert orchestrator.startswith(orchestrators[source])
         # every message exactly once: the good ones in the dataset, the malformed quarantined
         assert number(batches) == WAVES
         assert number(written) == WAVES * (expected[source] - MALFORMED) > 0
@@ -133,23 +135,38 @@ def test_demo_ingests_both_sources_prints_the_summary_and_stops_its_brokers(
 
     # what the table says is what is on disk
     summary = {s["source"]: s for s in json.loads((out / "summary.json").read_text())["sources"]}
-    for source, cells in rows.items():
+    for source in ("kafka", "mqtt"):
+        cells = rows[source]
         dataset = ds.dataset(summary[source]["dataset"], format="parquet", partitioning="hive")
         assert dataset.count_rows() == number(cells[2])
         assert Path(summary[source]["dataset"]).parent == out
 
-    # the Kafka readings again in an Iceberg table, one snapshot naming its batch
+    # the Kafka readings again in an Iceberg table on the S3 server, a snapshot per wave
+    # naming its batch; the data went with the server, the SQLite catalog stays and points
+    # at S3
     snapshots = re.findall(r"snapshot \d+: batch (\w+) \(kafka ", stdout)
-    assert len(snapshots) == 1, stdout
-    from pyiceberg.catalog.sql import SqlCatalog
+    assert len(snapshots) == WAVES, stdout
+    iceberg = json.loads((out / "summary.json").read_text())["iceberg"]
+    assert iceberg["rows"] == WAVES * (KAFKA - MALFORMED)
+    assert iceberg["batch_ids"] == snapshots
+    tables = {s["table"] for s in iceberg["snapshots"]}
+    assert tables == {"demo.readings", "demo.readings__quarantine"}, iceberg
+    with sqlite3.connect(out / "iceberg" / "catalog.db") as catalog:
+        [(location,)] = catalog.execute(
+            "SELECT metadata_location FROM iceberg_tables WHERE table_name = 'readings'"
+        ).fetchall()
+    assert location.startswith("s3://lake/demo-warehouse/"), location
+    # the playground's secret key never reaches the terminal or the log
+    from sluice.cli.brokers import S3_SECRET_KEY
 
-    lake = out / "iceberg"
-    catalog = SqlCatalog(
-        "demo", uri=f"sqlite:///{lake / 'catalog.db'}", warehouse=(lake / "warehouse").as_uri()
-    )
-    readings = catalog.load_table("demo.readings").scan().to_arrow()
-    assert readings.num_rows == WAVES * (KAFKA - MALFORMED)
-    assert set(readings.column("batch_id").to_pylist()) == set(snapshots)
+    assert S3_SECRET_KEY not in stdout + stderr + log
+
+    # lag over time: the Kafka groups' lag rose when a wave was published, and nothing waits
+    lag = json.loads((out / "summary.json").read_text())["lag"]
+    kafka_lags = [points for label, points in lag.items() if label.startswith("kafka")]
+    assert len(kafka_lags) == 2 and all(points for points in kafka_lags), lag
+    for points in kafka_lags:
+        assert max(n for _, n in points) >= KAFKA and points[-1][1] == 0, points
 
     chart = out / "ingested.png"
     assert chart.read_bytes()[:8] == PNG_SIGNATURE
@@ -159,18 +176,19 @@ def test_demo_ingests_both_sources_prints_the_summary_and_stops_its_brokers(
         assert image.format == "PNG" and image.width > 300 and image.height > 200
 
     started = {int(pid) for pid in re.findall(r"\(pid (\d+)\)", stdout)}
-    assert len(started) == 2, stdout  # noida-db and mosquitto
+    assert len(started) == 3, stdout  # noida-db, mosquitto and seaweedfs
     assert not [pid for pid in started if alive(pid)]
     state = json.loads((tmp_path / "home" / "demo" / "brokers.json").read_text())
     assert state["brokers"] == []
     assert not list((tmp_path / "home" / "demo").glob("airflow-*")), "its Airflow home is gone"
-    assert "Stopped noida" in stdout and "mosquitto" in stdout
+    assert "Stopped noida" in stdout and "mosquitto" in stdout and "seaweedfs" in stdout
 
 
 def wait_for_brokers(
     proc: subprocess.Popen[str], state: Path, others: Collection[int] = ()
 ) -> list[int]:
-    """The pids of the demo's two brokers (not ``others``), once both run."""
+    """The pids of the demo's three brokers (noida-db, mosquitto, seaweedfs; not
+    ``others``), once all run."""
 
     def pids() -> list[int] | None:
         if proc.poll() is not None:
@@ -180,7 +198,7 @@ def wait_for_brokers(
         except (OSError, ValueError, KeyError):
             return None
         found = [int(e["pid"]) for e in entries]
-        mine = len(found) == 2 and not set(found) & set(others)
+        mine = len(found) == 3 and not set(found) & set(others)
         return found if mine and all(alive(p) for p in found) else None
 
     found = wait_until(pids, 90, message="the demo's brokers to start")

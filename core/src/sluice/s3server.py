@@ -86,8 +86,11 @@ class S3Server(BrokerProcess):
         last: Exception | None = None
         while time.monotonic() < deadline:
             try:
-                self.create_bucket("sluice-ready")
                 client = self.client()
+                try:  # after a restart it exists (and a create can be refused for a while)
+                    client.head_bucket(Bucket="sluice-ready")
+                except client.exceptions.ClientError:
+                    self.create_bucket("sluice-ready")
                 client.put_object(Bucket="sluice-ready", Key="probe", Body=b"ok")
                 client.get_object(Bucket="sluice-ready", Key="probe")["Body"].read()
                 return

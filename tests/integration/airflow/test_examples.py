@@ -124,6 +124,7 @@ def test_mqtt_to_parquet(
     unique_name: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     broker = mosquitto_broker
     conn = set_connection("sluice_mqtt_default", "sluice_mqtt", broker.host, broker.port)
@@ -158,6 +159,11 @@ def test_mqtt_to_parquet(
     assert (spec.kind, spec.topic, spec.client_id) == ("mqtt", topic, session)
     assert (values["ingest"]["read"], values["ingest"]["written"]) == (5, 5)
     assert dataset_rows(tmp_path / "mqtt_to_parquet") == expected_rows()
+    # the ingest task's log tells every phase (sluice.spark.progress.ProgressLog)
+    logged = "\n".join(dag_runs.everything_seen(run.dag_run, capfd).values())
+    phases = ("starting Spark", "starting:", "read: 5", "writing:", "publishing batch")
+    for phase in (*phases, "committing:", f"committed: batch {spec.batch_id}"):
+        assert phase in logged, (phase, logged[-3000:])
 
 
 def test_kafka_event_driven_ingests_the_watchers_batch(

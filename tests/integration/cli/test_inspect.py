@@ -111,6 +111,36 @@ def test_peek_mqtt_leaves_the_session_s_messages_unacknowledged(
         assert json.loads(message.message)["device"] in row[3]
 
 
+def test_peek_mqtt_says_which_messages_were_sluice_envelopes_and_which_raw_payloads(
+    mqtt: str, unique_name: str
+) -> None:
+    from sluice.queues import MessageEnvelope
+
+    topic = f"cli/{unique_name}"
+    creator = queue_from_uri(f"{mqtt}/{topic}?qos=1&client_id={unique_name}&autocommit=false")
+    creator.open(None)
+    creator.close(None)
+    _publish(f"{mqtt}/{topic}?qos=1", 2)  # sluice publish: Sluice envelopes
+    device = queue_from_uri(f"{mqtt}/{topic}?qos=1&serialize_envelope=false")
+    device.open(None)  # a device: its JSON as it is
+    try:
+        for number in range(3):
+            device.send(None, MessageEnvelope(None, None, json.dumps({"raw": number})))
+    finally:
+        device.close(None)
+
+    out = assert_ok(run("peek", f"{mqtt}/{topic}?client_id={unique_name}&qos=1", "-n", "5"))
+    assert "2 Sluice envelope(s), 3 raw payload(s)" in out, out
+    rows = table_rows(out)
+    assert [row[-1] for row in rows] == ["envelope"] * 2 + ["raw payload"] * 3, out
+    assert all('"raw"' in row[3] for row in rows[2:]) and '"device"' in rows[0][3], out
+
+    raw = f"{mqtt}/{topic}?client_id={unique_name}&qos=1&serialize_envelope=false"
+    out = assert_ok(run("peek", raw, "-n", "5"))
+    assert "serialize_envelope=false: every payload read raw" in out, out
+    assert [row[-1] for row in table_rows(out)] == ["raw payload"] * 5, out
+
+
 def test_errors_on_topics_and_brokers(kafka: str, unique_name: str) -> None:
     assert_error(run("peek", f"{kafka}/{unique_name}"), 1, f"Topic '{unique_name}' does not exist")
     assert_error(run("lag", f"{kafka}/{unique_name}?group_id=g"), 1, "does not exist")

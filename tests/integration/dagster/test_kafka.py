@@ -67,6 +67,10 @@ def output_metadata(result: ExecuteInProcessResult, node: str) -> dict[str, Any]
     return {k: v.value for k, v in outputs[0].step_output_data.metadata.items()}
 
 
+#: The first words of the ingest's progress lines (sluice.spark.progress.ProgressLog).
+PHASES = ("starting:", "reading:", "read:", "writing:", "publishing batch", "committing:")
+
+
 def test_the_sensor_requests_a_batch_the_job_ingests_once_and_commits(
     noida_broker: BrokerProcess,
     unique_name: str,
@@ -113,6 +117,10 @@ def test_the_sensor_requests_a_batch_the_job_ingests_once_and_commits(
         {"partition": 1, "start": 0, "end": 2},
     ]
     assert metadata["duration_seconds"] > 0
+    # the run's log (Dagster's UI and `dagster` CLI) tells every phase of the ingest
+    logged = [e.user_message for e in instance.all_logs(result.run_id)]
+    for phase in PHASES:
+        assert any(m.startswith(phase) for m in logged), (phase, logged)
 
     assert "no messages waiting" in ticker.skip()
 

@@ -128,6 +128,34 @@ def test_a_second_run_is_refused_and_a_run_that_lost_its_lease_is_refused_at_its
     assert plan_batch(topic.queue) is None
 
 
+def test_a_lease_whose_release_failed_does_not_refuse_the_next_run_of_its_process(
+    s3_bucket: S3Bucket,
+) -> None:
+    """The store fails while a run releases its lease (the nemesis' s3-restart found it): the
+    lease stays, naming this process, which knows that run has ended; the next run of the
+    stream takes it at once instead of being refused for the lease's TTL. A run that is still
+    going keeps it."""
+    from sluice.spark.sinks import StreamKey
+    from sluice.spark.sinks.lease import hold
+    from sluice.spark.sinks.objects import Objects
+    from sluice.spark.sinks.s3 import S3Settings
+
+    objects = Objects(S3Settings.resolve(), s3_bucket.name)
+    objects._client = objects.settings.client(attempts=2)  # a failing release fails quickly
+    stream, key = StreamKey("kafka", "t", "g"), "lake/_sluice/runs/stream.json"
+    with hold(objects, key, stream) as first:
+        with pytest.raises(ConcurrentIngestError), hold(objects, key, stream):
+            pass  # refused: the first run is still going
+        s3_bucket.proxy.fail("503", "PUT", "/runs/", times=2)
+    assert len(s3_bucket.proxy.injected) == 2, s3_bucket.proxy.injected
+    s3_bucket.proxy.clear()
+    left, _ = objects.get_json(key)
+    assert left["run"] == first.run and not left["released"], "the release failed"
+
+    with hold(objects, key, stream) as second:  # at once, not after the TTL
+        assert second.run != first.run and second.clean
+
+
 @pytest.mark.parametrize(
     ("problem", "expected"),
     [

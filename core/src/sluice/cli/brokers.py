@@ -27,7 +27,7 @@ from sluice.brokers import BrokerAddress, BrokerProcess
 from . import output
 from .errors import CliError
 
-__all__ = ["app", "home"]
+__all__ = ["app", "home", "start"]
 
 HOME_ENV = "SLUICE_HOME"
 STATE_FILE = "brokers.json"
@@ -220,7 +220,7 @@ def up(
     ] = None,
 ) -> None:
     """Start the brokers in the background and print the URIs to use."""
-    entries, ports = _load()
+    entries, _ = _load()
     alive = [e for e in entries if running(e)]
     wanted: list[tuple[str, int | None]] = []
     if kafka is not KafkaBroker.none:
@@ -236,6 +236,14 @@ def up(
         wanted.append(("mosquitto", mqtt_port))
     if s3:
         wanted.append(("seaweedfs", s3_port))
+    _print_usage(start(wanted))
+
+
+def start(wanted: list[tuple[str, int | None]]) -> list[Entry]:
+    """Start the brokers ``wanted`` (name, port or None) that do not run yet and record them;
+    one line each on stdout (never a credential). Returns every broker running now."""
+    entries, ports = _load()
+    alive = [e for e in entries if running(e)]
     console = output.out()
     for name, port in wanted:
         existing = next((e for e in alive if e.name == name), None)
@@ -251,7 +259,7 @@ def up(
             f"files in {entry.workdir})."
         )
     _save(alive, ports)
-    _print_usage(alive)
+    return alive
 
 
 def _print_usage(entries: list[Entry]) -> None:

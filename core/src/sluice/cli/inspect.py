@@ -176,18 +176,31 @@ def _peek_mqtt(target: QueueUri, count: int, wait: float) -> None:
         return
     output.table(
         f"{len(messages)} message(s) waiting in session '{target.config['client_id']}' "
-        f"(left unacknowledged)",
-        ["topic", "message id", "key", "value"],
+        f"(left unacknowledged; {_modes(messages, queue.config)})",
+        ["topic", "message id", "key", "value", "read as"],
         [_mqtt_row(m) for m in messages],
     )
 
 
-def _mqtt_row(message: MessageEnvelope) -> tuple[str, str, str, str]:
+def _modes(messages: list[MessageEnvelope], config: dict[str, Any]) -> str:
+    """How the messages were read: Sluice envelopes (unwrapped: their id, key and payload)
+    or raw payloads (as published; an id of the receiver's own)."""
+    if not config.get("options.serialize_envelope", True):
+        return "serialize_envelope=false: every payload read raw"
+    enveloped = sum(1 for m in messages if m.wire == "envelope")
+    raw = len(messages) - enveloped
+    parts = [f"{enveloped} Sluice envelope(s)" if enveloped else ""]
+    parts.append(f"{raw} raw payload(s)" if raw else "")
+    return ", ".join(p for p in parts if p)
+
+
+def _mqtt_row(message: MessageEnvelope) -> tuple[str, str, str, str, str]:
     return (
         str(message.topic),
         output.preview(message.message_id, 12),
         output.preview(message.key, 16),
-        output.preview(message.message, 44),
+        output.preview(_shown(message.message, message.topic), 44),
+        "raw payload" if message.wire == "raw" else "envelope",
     )
 
 

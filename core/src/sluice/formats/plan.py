@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,8 @@ __all__ = [
 ]
 
 OnIncompatible = Literal["quarantine", "fail"]
+#: The schema id after an Avro payload's magic byte (the wire format's frame).
+_ID = struct.Struct(">I")
 _REGISTRY_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}
 
 
@@ -297,6 +300,12 @@ class PayloadDecoder:
         """One payload's Python value, or :class:`DecodeError` with the reason."""
         plan = self.plan
         if plan.framed:
+            if plan.format == "avro" and len(data) > 4 and data[0] == 0:
+                # Avro's frame is the magic byte and the id: read in place, no copy
+                codec, _, problems = self._codec(_ID.unpack_from(data, 1)[0], ())
+                if problems:
+                    raise self._refuse(codec, problems)
+                return codec.decode(data, 5)
             frame = unframe(data, protobuf=plan.format == "protobuf")
             codec, descriptor, problems = self._codec(frame.schema_id, frame.indexes)
             data = data[frame.offset :]

@@ -190,6 +190,9 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
         )
         if envelope is None:  # a raw payload, or serialize_envelope false
             envelope = MessageEnvelope(None, None, data)
+            envelope.wire = "raw"
+        else:
+            envelope.wire = "envelope"
         for header in _user_properties(packet):
             if header not in envelope.headers:
                 envelope.headers.append(header)

@@ -40,7 +40,8 @@ class MessageEnvelope(_PipEnvelope):  # type: ignore[misc]
     Besides the pip-services fields (``correlation_id``, ``message_type``, ``message_id``,
     ``sent_time``, ``message``) an envelope carries broker metadata: ``key`` and ``headers`` that
     a sender may set, and ``topic``, ``partition``, ``offset`` and ``timestamp`` (ms since the
-    epoch) that a receiving queue fills in. ``None`` means "not known / not applicable".
+    epoch) that a receiving queue fills in, and ``wire`` (MQTT: ``envelope`` or ``raw``).
+    ``None`` means "not known / not applicable".
     """
 
     def __init__(
@@ -67,6 +68,9 @@ class MessageEnvelope(_PipEnvelope):  # type: ignore[misc]
         self.partition: int | None = None
         self.offset: int | None = None
         self.timestamp: int | None = None
+        #: How a received MQTT message travelled: "envelope" (a Sluice or pip-services
+        #: envelope document, unwrapped), "raw" (the payload as published); None otherwise.
+        self.wire: str | None = None
 
     def header(self, name: str) -> bytes | None:
         """The last value of header ``name``, or None."""

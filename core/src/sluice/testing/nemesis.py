@@ -1,7 +1,9 @@
 """The nemesis: ingests that run while the environment fails, composed by a seed and checked
 by ``sluice audit`` and the exact multiset of payloads (docs/fault-model.md).
 
-A :class:`Scenario` is a transport (Kafka or MQTT), a sink (Parquet, Iceberg or Delta) and a
+A :class:`Scenario` is a transport (Kafka or MQTT), a sink (Parquet, Iceberg or Delta), a store
+(the local disk, or a real S3 server: SeaweedFS behind the fault-injecting proxy of
+:mod:`sluice.testing.s3proxy`, holding the Parquet dataset or the Iceberg warehouse) and a
 seed.
 :func:`run_scenario` starts brokers of its own (so it may restart, truncate and recreate
 them), then plays rounds. Each round publishes messages with unique ids (some malformed, for
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 
 Transport = Literal["kafka", "mqtt"]
 SinkKind = Literal["parquet", "iceberg", "delta"]
+Store = Literal["local", "s3"]
 
 SCHEMA = "id STRING, device STRING, temperature DOUBLE"
 #: Milliseconds a broker request may take in a scenario (a stalled read fails after this).
@@ -70,6 +73,7 @@ class Fault:
     transports: tuple[Transport, ...] = ("kafka", "mqtt")
     sinks: tuple[SinkKind, ...] = ("parquet", "iceberg", "delta")
     description: str = ""
+    stores: tuple[Store, ...] = ("local", "s3")
 
 
 _DRIVER_STEPS = (
@@ -149,13 +153,31 @@ FAULTS: dict[str, Fault] = {
             ("read.before",),
             description="the sensor (triggerer, daemon) restarts and resumes from its cursor",
         ),
+        Fault(
+            "s3-restart",
+            ("stage.after_write", "publish.after_intent", "commit.before"),
+            description="the S3 server is killed at a step and starts again while the ingest "
+            "goes on (its requests meet a dead, then a starting server)",
+            stores=("s3",),
+        ),
+        Fault(
+            "s3-error",
+            ("read.before", "stage.after_write", "publish.after_intent", "commit.before"),
+            description="the store answers the next requests (some or all methods) with "
+            "500 or 503, a few times or until the round ends",
+            stores=("s3",),
+        ),
     )
 }
 
 
-def faults_for(transport: Transport, sink: SinkKind) -> list[Fault]:
-    """The faults that apply to a transport and a sink."""
-    return [f for f in FAULTS.values() if transport in f.transports and sink in f.sinks]
+def faults_for(transport: Transport, sink: SinkKind, store: Store = "local") -> list[Fault]:
+    """The faults that apply to a transport, a sink and a store."""
+    return [
+        f
+        for f in FAULTS.values()
+        if transport in f.transports and sink in f.sinks and store in f.stores
+    ]
 
 
 @dataclass(frozen=True)
@@ -166,10 +188,12 @@ class Scenario:
     extra: int = 0  # rounds with faults chosen at random, after one of each
     value_format: str = "json"  # or "avro": payloads in the wire format of a schema registry
     only: tuple[str, ...] = ()  # play only these faults (default: every one that applies)
+    store: Store = "local"  # or "s3": the sink on the real S3 server, through the fault proxy
 
     def __str__(self) -> str:
         fmt = "" if self.value_format == "json" else f" {self.value_format}"
-        return f"{self.transport}/{self.sink}{fmt} seed {self.seed}"
+        store = "" if self.store == "local" else f" on {self.store}"
+        return f"{self.transport}/{self.sink}{fmt}{store} seed {self.seed}"
 
 
 @dataclass
@@ -203,7 +227,8 @@ class Outcome:
         verdict = "OK" if self.ok else "FAILED"
         lines = [
             f"{verdict}: {self.scenario} (replay: bench/nemesis.py --transport "
-            f"{self.scenario.transport} --sink {self.scenario.sink} --seed {self.scenario.seed})",
+            f"{self.scenario.transport} --sink {self.scenario.sink} --store "
+            f"{self.scenario.store} --seed {self.scenario.seed})",
             f"  faults: {', '.join(self.injected)}",
             f"  published {self.published}, in the sink {self.held}, lost to faults and "
             f"recorded {self.accounted}, doubled {len(self.doubled)}, missing "
@@ -224,10 +249,10 @@ def run_scenario(spark: Any, scenario: Scenario, workdir: Path) -> Outcome:
         spark, scenario, workdir
     )
     try:
-        with world.catalog_environment():
+        with world.store_environment(), world.catalog_environment():
             world.open()
             chooser = random.Random(scenario.seed)
-            plan = faults_for(scenario.transport, scenario.sink)
+            plan = faults_for(scenario.transport, scenario.sink, scenario.store)
             plan = [f for f in plan if not scenario.only or f.name in scenario.only]
             chooser.shuffle(plan)
             plan += [chooser.choice(plan) for _ in range(scenario.extra)]
@@ -306,6 +331,11 @@ class _World:
             "iceberg": f"iceberg://{self.catalog}/nemesis.readings",
             "delta": f"delta://{workdir / 'sink'}",
         }[scenario.sink]
+        self.s3: Any = None  # the S3 server and its proxy (store "s3")
+        if scenario.store == "s3" and scenario.sink == "delta":
+            raise ValueError("The nemesis plays the Delta sink on the local disk only.")
+        if scenario.store == "s3" and scenario.sink == "parquet":
+            self.sink = f"s3://{S3_BUCKET}/sink"
         self.outcome = Outcome(scenario)
         self.published: list[str] = []
         self.counter = 0
@@ -350,6 +380,8 @@ class _World:
             return self._restart_broker
         if fault.name.startswith("catalog-"):
             return lambda: self._plan_catalog_fault(fault.name, chooser)
+        if fault.name.startswith("s3-"):
+            return self.s3.hook(fault.name, chooser)  # type: ignore[no-any-return]
         raise NotImplementedError(fault.name)
 
     def accounted(self, missing: list[str]) -> tuple[list[str], int]:
@@ -392,8 +424,12 @@ class _World:
         if fault.name == "sensor-restart":
             self._ingest(spec, mode=mode)
             return
-        with armed(step, _once(self.hook(fault, spec, chooser))):
-            self._ingest(spec, mode=mode)
+        try:
+            with armed(step, _once(self.hook(fault, spec, chooser))):
+                self._ingest(spec, mode=mode)
+        finally:
+            if self.s3 is not None:
+                self.s3.settle()  # the server is up again, no error is left planned
 
     def _emit(self) -> BatchSpec | None:
         """The sensing model's next emission (one batch in flight; a failed one again)."""
@@ -472,9 +508,12 @@ class _World:
             yield
             return
         prefix = f"PYICEBERG_CATALOG__{self.catalog.upper()}__"
+        warehouse = (self.workdir / "warehouse").as_uri()
+        if self.scenario.store == "s3":
+            warehouse = f"s3://{S3_BUCKET}/warehouse"
         values = {
             f"{prefix}URI": f"sqlite:///{self.workdir / 'catalog.db'}",
-            f"{prefix}WAREHOUSE": (self.workdir / "warehouse").as_uri(),
+            f"{prefix}WAREHOUSE": warehouse,
             f"{prefix}PY_CATALOG_IMPL": "sluice.testing.faulty_catalog.FaultyCatalog",
         }
         before = {k: os.environ.get(k) for k in values}
@@ -487,6 +526,21 @@ class _World:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+
+    @contextlib.contextmanager
+    def store_environment(self) -> Iterator[None]:
+        """Store "s3": the scenario's S3 server and its proxy, and the standard AWS variables
+        pointing at the proxy (child processes inherit them; no profile is read)."""
+        if self.scenario.store != "s3":
+            yield
+            return
+        self.s3 = _S3Store(self.workdir / "seaweedfs")
+        try:
+            with _environment(self.s3.environment()):
+                yield
+        finally:
+            self.s3.close()
+            self.s3 = None
 
     # -- the end -------------------------------------------------------------------------
 
@@ -519,6 +573,92 @@ class _World:
         outcome.audit_lines = report.lines()
         outcome.waiting = self.left_waiting()
         return outcome
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in ``os.environ`` while the block runs, then what was there before."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+#: The bucket of a scenario's S3 server.
+S3_BUCKET = "nemesis"
+
+
+class _S3Store:
+    """A scenario's own S3 server (SeaweedFS, its data under ``workdir``) behind the
+    counting, fault-injecting proxy the ingests talk to; the faults of the store "s3"."""
+
+    def __init__(self, workdir: Path) -> None:
+        import threading
+
+        from ..s3server import start_seaweedfs
+        from .s3proxy import S3Proxy
+
+        self.server = start_seaweedfs(workdir=workdir)
+        self.server.create_bucket(S3_BUCKET)
+        self.proxy = S3Proxy(f"{self.server.host}:{self.server.port}").start()
+        self._restarting: threading.Thread | None = None
+        self._restart_error: BaseException | None = None
+
+    def environment(self) -> dict[str, str]:
+        return {
+            **self.server.environment(),
+            "AWS_ENDPOINT_URL": self.proxy.endpoint,
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+
+    def hook(self, name: str, chooser: random.Random) -> Callable[[], None]:
+        if name == "s3-restart":
+            return self._kill_and_start_again
+        kind = chooser.choice(["500", "503"])
+        method = chooser.choice(["*", "PUT", "GET"])
+        times = chooser.choice([1, 2, 3, 1000])  # 1000: a store that fails all round
+        return lambda: self.proxy.fail(kind, method, times=times)  # type: ignore[arg-type]
+
+    def _kill_and_start_again(self) -> None:
+        """Kill the server now; it starts again on a thread (same ports, same data), so the
+        ingest goes on against a dead, then a starting server."""
+        import threading
+
+        self.server.kill()
+
+        def start() -> None:
+            try:
+                self.server.start()
+            except BaseException as exc:
+                self._restart_error = exc
+
+        self._restarting = threading.Thread(target=start, daemon=True)
+        self._restarting.start()
+
+    def settle(self) -> None:
+        """After a round: the server is up again and no planned error is left."""
+        if self._restarting is not None:
+            self._restarting.join(120)
+            self._restarting = None
+            if self._restart_error is not None:
+                error, self._restart_error = self._restart_error, None
+                raise RuntimeError(f"the S3 server did not start again: {error}") from error
+        self.proxy.clear()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.settle()
+        with contextlib.suppress(Exception):
+            self.proxy.close()
+        self.server.close()
 
 
 def _once(action: Callable[[], None]) -> Callable[[], None]:
@@ -881,8 +1021,12 @@ def sink_ids(sink: str) -> Counter[str]:
 
     if is_delta(sink):
         good, bad = _delta_rows(sink)
+    elif is_iceberg(sink):
+        good, bad = _iceberg_rows(sink)
+    elif sink.startswith("s3://"):
+        good, bad = _committed_rows(sink)
     else:
-        good, bad = _iceberg_rows(sink) if is_iceberg(sink) else _parquet_rows(Path(sink))
+        good, bad = _parquet_rows(Path(sink))
     found: Counter[str] = Counter(i for i in good if i is not None)
     for value in bad:
         match = _ID_IN_VALUE.search(value or b"")
@@ -902,6 +1046,19 @@ def _parquet_rows(root: Path) -> tuple[list[str | None], list[bytes | None]]:
         for file in (directory / "_quarantine").glob("*.parquet"):
             bad += pq.read_table(file, columns=["value"]).column("value").to_pylist()
     return good, bad
+
+
+def _committed_rows(sink: str) -> tuple[list[str | None], list[bytes | None]]:
+    """A Parquet dataset on S3, as Sluice's readers see it: the committed batches."""
+    from ..datasets import read_dataset
+
+    def column(quarantine: bool, name: str) -> list[Any]:
+        dataset = read_dataset(sink, quarantine)
+        if not dataset.files:
+            return []
+        return list(dataset.to_table(columns=[name]).column(name).to_pylist())
+
+    return column(False, "id"), column(True, "value")
 
 
 def _iceberg_rows(sink: str) -> tuple[list[str | None], list[bytes | None]]:

@@ -5,11 +5,12 @@ The lease is a small JSON object (``run``, host, pid, process start, ``expires``
 creates it with ``If-None-Match: *``, or replaces it with ``If-Match`` on the ETag it read
 when the holder released it, let it expire, or is a dead process of this machine (same host
 and boot, its pid gone or reused: what ``flock`` gives for free, and what makes a rerun after
-a crash start at once). A thread renews it every :data:`TTL` / 4 s with ``If-Match``; a
-renewal that fails marks the lease lost, and the run gives up at its commit. The lease only
-keeps a second run from starting: the commit itself is fenced by a conditional write
-(:mod:`.parquet_s3`), so a run paused past its lease (a stopped VM) cannot publish over
-another.
+a crash start at once), or is a run of this very process that has ended (its release failed:
+the store was down at that moment; found by the nemesis' ``s3-restart``). A thread renews it
+every :data:`TTL` / 4 s with ``If-Match``; a renewal that fails marks the lease lost, and the
+run gives up at its commit. The lease only keeps a second run from starting: the commit itself
+is fenced by a conditional write (:mod:`.parquet_s3`), so a run paused past its lease (a
+stopped VM) cannot publish over another.
 """
 
 from __future__ import annotations
@@ -59,6 +60,20 @@ def _me() -> dict[str, Any]:
     }
 
 
+#: The runs of this process that hold a lease now (a lease of this process naming another run
+#: is one whose release failed: that run has ended).
+_ACTIVE: set[str] = set()
+_ACTIVE_LOCK = threading.Lock()
+
+
+def _ended_here(holder: dict[str, Any]) -> bool:
+    """The holder is a run of this process that has ended."""
+    me = _me()
+    mine = all(holder.get(k) == me[k] for k in ("host", "boot", "pid", "started"))
+    with _ACTIVE_LOCK:
+        return bool(me["boot"]) and mine and holder.get("run") not in _ACTIVE
+
+
 def _dead_here(holder: dict[str, Any]) -> bool:
     """The holder is a process of this machine that no longer runs."""
     me = _me()
@@ -91,8 +106,9 @@ class Lease:
                     self.etag = self.objects.put_json(self.key, self._body(), if_none_match=True)
                     return
                 expired = float(held.get("expires", 0)) < time.time()
-                if held.get("released") or expired or _dead_here(held):
-                    self.clean = bool(held.get("released")) or _dead_here(held)
+                ended = _dead_here(held) or _ended_here(held)
+                if held.get("released") or expired or ended:
+                    self.clean = bool(held.get("released")) or ended
                     self.etag = self.objects.put_json(self.key, self._body(), if_match=etag)
                     return
             except PreconditionFailed:
@@ -137,11 +153,17 @@ class Lease:
 def hold(objects: Objects, key: str, stream: StreamKey) -> Iterator[Lease]:
     """Hold the lease at ``key`` for the block (see the module docstring)."""
     lease = Lease(objects, key, stream)
-    lease.acquire()
-    beat = threading.Thread(target=lease._renew, name=f"lease {key}", daemon=True)
-    beat.start()
+    with _ACTIVE_LOCK:
+        _ACTIVE.add(lease.run)
     try:
-        yield lease
+        lease.acquire()
+        beat = threading.Thread(target=lease._renew, name=f"lease {key}", daemon=True)
+        beat.start()
+        try:
+            yield lease
+        finally:
+            lease.release()
+            beat.join(5)
     finally:
-        lease.release()
-        beat.join(5)
+        with _ACTIVE_LOCK:
+            _ACTIVE.discard(lease.run)
