@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ class AirflowKafka:
             shutil.rmtree(stale, ignore_errors=True)
         self.home = state / f"airflow-{os.getpid()}"
         self.home.mkdir(parents=True)
+        # OpenLineage: the provider's listener writes the runs' events to this file
+        self.lineage = output / "openlineage.jsonl"
+        self.lineage.unlink(missing_ok=True)
         host, port = kafka_url.split("://", 1)[1].rsplit(":", 1)
         # Airflow reads its configuration when it is first imported: all of it goes here.
         os.environ.update(
@@ -37,6 +41,12 @@ class AirflowKafka:
                 "SLUICE_EXAMPLE_KAFKA_TOPIC": KAFKA_TOPIC,
                 "SLUICE_EXAMPLE_SINK": str(output),
                 "SLUICE_EXAMPLE_SCHEDULE": "none",
+                "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                    {"type": "file", "log_file_path": str(self.lineage), "append": True}
+                ),
+                "AIRFLOW__OPENLINEAGE__NAMESPACE": "sluice-demo",
+                # sent from a thread, not a fork of this process (it runs a JVM)
+                "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
             }
         )
         if "airflow" in sys.modules:
@@ -57,6 +67,36 @@ class AirflowKafka:
         module = import_dag_file(AIRFLOW_DAGS / AIRFLOW_DAG_FILE)
         self.dag = getattr(module, AIRFLOW_DAG)
         self.schema: str = module.READING_SCHEMA  # the Spark DDL of the readings
+        self._listen_for_lineage()
+
+    def _listen_for_lineage(self) -> None:
+        """``dag.test()`` runs the tasks in this process: the OpenLineage provider's listener
+        joins the task runner's listeners here (a scheduler's workers load it as a plugin)."""
+        try:
+            from airflow.providers.openlineage.plugins.listener import get_openlineage_listener
+        except ImportError:  # sluice-airflow without its openlineage extra
+            return
+        from airflow.sdk.listener import get_listener_manager
+
+        manager, listener = get_listener_manager(), get_openlineage_listener()
+        if not manager.pm.is_registered(listener):
+            manager.add_listener(listener)
+
+    def lineage_events(self, runs: int, timeout: float = 20.0) -> list[dict[str, Any]]:
+        """The COMPLETE events of the ingest task, once there is one per run (the listener
+        sends them from a thread): what each run read and wrote, as OpenLineage names it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = []
+            if self.lineage.exists():
+                for line in self.lineage.read_text().splitlines():
+                    event = json.loads(line)
+                    job = event.get("job", {}).get("name", "")
+                    if event.get("eventType") == "COMPLETE" and job.endswith(".ingest"):
+                        found.append(event)
+            if len(found) >= runs or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.2)
 
     def run(self) -> dict[str, Any]:
         from sluice_airflow.testing import DagRunFailed, run_dag

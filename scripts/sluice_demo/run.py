@@ -144,6 +144,13 @@ def run_demo(options: Options, steps: Steps, brokers: Brokers, closers: list[Clo
             )
         steps.say(f"{table_rows:,} rows; metadata at {lake.metadata_location()}")
 
+    with steps.step("OpenLineage: what the Airflow runs told a lineage backend"):
+        events = airflow.lineage_events(options.waves)
+        if not events:
+            steps.say("no events (install sluice-airflow[openlineage] to emit them)")
+        for line in lineage_lines(events):
+            steps.say(line)
+
     with steps.step("Checking the Parquet datasets and drawing the chart"):
         for runs in all_runs:
             check_on_disk(runs)
@@ -176,6 +183,7 @@ def run_demo(options: Options, steps: Steps, brokers: Brokers, closers: list[Clo
         outputs += [(f"{runs.source} quarantine", runs.sink / "batch_id=*" / "_quarantine")]
     outputs += [
         ("iceberg catalog", output / "iceberg" / "catalog.db"),
+        ("lineage events", airflow.lineage),
         ("chart", chart),
         ("summary", output / "summary.json"),
     ]
@@ -202,6 +210,25 @@ class Flows:
     spark: Any
     lake: IcebergLake
     mqtt_lag: CountedLag
+
+
+def lineage_lines(events: list[dict[str, Any]]) -> list[str]:
+    """One line per COMPLETE event: the job, its input topics and output datasets with
+    their row counts, and the batch it ingested."""
+
+    def named(dataset: dict[str, Any], facets: str, statistics: str) -> str:
+        rows = dataset.get(facets, {}).get(statistics, {}).get("rowCount")
+        counted = f" ({rows} rows)" if rows is not None else ""
+        return f"{dataset['namespace']}/{dataset['name']}{counted}"
+
+    lines = []
+    for event in events:
+        inputs = ", ".join(named(d, "inputFacets", "inputStatistics") for d in event["inputs"])
+        outputs = ", ".join(named(d, "outputFacets", "outputStatistics") for d in event["outputs"])
+        batches = event["run"]["facets"].get("sluice_batch", {}).get("batches", [])
+        ids = ", ".join(b["batch_id"] for b in batches)
+        lines.append(f"{event['job']['name']}: {inputs} -> {outputs}; batch {ids}")
+    return lines
 
 
 def run_wave(

@@ -168,6 +168,21 @@ def test_demo_ingests_both_sources_prints_the_summary_and_stops_its_brokers(
     for points in kafka_lags:
         assert max(n for _, n in points) >= KAFKA and points[-1][1] == 0, points
 
+    # OpenLineage: each Airflow ingest told a lineage backend topic -> dataset, and the demo
+    # printed it
+    events = [json.loads(line) for line in (out / "openlineage.jsonl").read_text().splitlines()]
+    ingests = [
+        e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".ingest")
+    ]
+    assert len(ingests) == WAVES, [(e["eventType"], e["job"]["name"]) for e in events]
+    for event in ingests:
+        ((source,), (target,)) = event["inputs"], event["outputs"]
+        assert source["namespace"].startswith("kafka://127.0.0.1:"), source
+        assert (target["namespace"], target["name"]) == ("file", summary["kafka"]["dataset"])
+        written = target["outputFacets"]["outputStatistics"]["rowCount"]
+        assert written == KAFKA - MALFORMED
+        assert f"({written} rows); batch " in stdout, stdout
+
     chart = out / "ingested.png"
     assert chart.read_bytes()[:8] == PNG_SIGNATURE
     with Image.open(chart) as image:
