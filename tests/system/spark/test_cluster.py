@@ -11,10 +11,13 @@ from typing import Any
 
 import pytest
 
+from sluice.audit import audit
 from sluice.brokers import BrokerProcess, free_port
+from sluice.testing.plugin import S3Bucket
 from sluice.testing.spark_cluster import StandaloneCluster
 from sluice.testing.waiting import wait_until
 from tests.integration.spark.conftest import KafkaTopic, open_topic, reading
+from tests.integration.spark.crashes import assert_exactly_once
 from tests.system.spark.conftest import (
     DRIVER_CONF,
     SCHEMA,
@@ -44,7 +47,7 @@ def publish(topic: KafkaTopic, count: int, partitions: int = 6) -> None:
         future.get(10)
 
 
-def job(topic: KafkaTopic, sink: Path, master: str, **extra: Any) -> dict[str, Any]:
+def job(topic: KafkaTopic, sink: Path | str, master: str, **extra: Any) -> dict[str, Any]:
     spec = topic.plan()
     return {
         "master": master,
@@ -171,3 +174,19 @@ def test_executors_without_sluice_get_it_shipped(
 
 def _host_port(broker: BrokerProcess) -> dict[str, Any]:
     return {"host": broker.host, "port": broker.port}
+
+
+def test_executors_write_a_parquet_dataset_on_s3_with_the_drivers_credentials(
+    two_workers: StandaloneCluster, six_partitions: KafkaTopic, s3_bucket: S3Bucket
+) -> None:
+    """The workers started without any AWS setting: the writing tasks get the endpoint, region
+    and keys the driver resolved from its environment (the AWS chain), pickled into the task."""
+    publish(six_partitions, 600)
+    sink = s3_bucket.uri("readings")
+    (result,) = run_driver("python", job(six_partitions, sink, two_workers.url, mode="executors"))
+    assert (result["read"], result["written"]) == (600, 600)
+    assert_exactly_once(audit(sink, six_partitions.source), 600)
+    assert six_partitions.queue.read_message_count() == 0
+    secret = s3_bucket.environment()["AWS_SECRET_ACCESS_KEY"]
+    assert secret not in json.dumps(result)
+    assert secret not in json.dumps(two_workers.state())
