@@ -11,9 +11,13 @@ A :class:`BatchRecord` is published together with the batch's rows, in one atomi
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
+import socket
+import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -329,3 +333,30 @@ class Sink(Protocol):
 
     def save_dead_letter_progress(self, batch_id: str, progress: dict[str, Any]) -> None:
         """Record how far sending the dead letters of ``batch_id`` got."""
+
+
+@contextmanager
+def stream_lock(path: Path, stream: StreamKey, where: str) -> Iterator[None]:
+    """The one run of ``stream`` (invariant I7) on a local sink: ``flock`` on ``path``, which
+    names its holder; a second run gets :class:`ConcurrentIngestError`. ``where``: the sink,
+    as the error names it ("this sink", "the Delta table ...")."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise ConcurrentIngestError(
+                f"Another ingest of {stream.kind} topic '{stream.topic}' "
+                f"({'group' if stream.kind == 'kafka' else 'session'} '{stream.group}') is "
+                f"running on {where} ({holder}). Nothing was done; run the batch again once it "
+                "has finished (its commit may have ingested these messages)."
+            ) from None
+        try:
+            handle.truncate(0)
+            handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.ctime()}")
+            handle.flush()
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -57,19 +57,17 @@ or files that no commit added.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
-import socket
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,6 +88,7 @@ from .base import (
     StreamKey,
     StreamState,
     check_publishable,
+    stream_lock,
 )
 
 if TYPE_CHECKING:
@@ -467,30 +466,9 @@ class DeltaSink:
 
     # ---- writing -------------------------------------------------------------------------
 
-    @contextmanager
-    def exclusive(self, stream: StreamKey) -> Iterator[None]:
-        path = self._meta / "runs" / f"{stream.slug}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip() or "another process"
-                raise ConcurrentIngestError(
-                    f"Another ingest of {stream.kind} topic '{stream.topic}' "
-                    f"({'group' if stream.kind == 'kafka' else 'session'} '{stream.group}') is "
-                    f"running on the Delta table {self.root} ({holder}). Nothing was done; run "
-                    "the batch again once it has finished (its commit may have ingested these "
-                    "messages)."
-                ) from None
-            try:
-                handle.truncate(0)
-                handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.ctime()}")
-                handle.flush()
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    def exclusive(self, stream: StreamKey) -> AbstractContextManager[None]:
+        lock = self._meta / "runs" / f"{stream.slug}.lock"
+        return stream_lock(lock, stream, f"the Delta table {self.root}")
 
     def recover(self) -> None:
         """Finish the pending batch of each stream (its quarantine commit and record file:

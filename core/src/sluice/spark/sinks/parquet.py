@@ -47,11 +47,10 @@ import fcntl
 import json
 import os
 import shutil
-import socket
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -72,6 +71,7 @@ from .base import (
     StreamKey,
     StreamState,
     check_publishable,
+    stream_lock,
 )
 
 __all__ = ["RECORD_FILE", "ParquetSink", "local_path", "parquet_rows"]
@@ -241,29 +241,8 @@ class ParquetSink:
 
     # ---- writing -----------------------------------------------------------------------
 
-    @contextmanager
-    def exclusive(self, stream: StreamKey) -> Iterator[None]:
-        path = self._meta / "runs" / f"{stream.slug}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip() or "another process"
-                raise ConcurrentIngestError(
-                    f"Another ingest of {stream.kind} topic '{stream.topic}' "
-                    f"({'group' if stream.kind == 'kafka' else 'session'} '{stream.group}') is "
-                    f"running on this sink ({holder}). Nothing was done; run the batch again "
-                    "once it has finished (its commit may have ingested these messages)."
-                ) from None
-            try:
-                handle.truncate(0)
-                handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.ctime()}")
-                handle.flush()
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    def exclusive(self, stream: StreamKey) -> AbstractContextManager[None]:
+        return stream_lock(self._meta / "runs" / f"{stream.slug}.lock", stream, "this sink")
 
     def stage(self, batch_id: str) -> Staging:
         """A fresh staging area. Called under :meth:`exclusive`, so what an earlier run of
