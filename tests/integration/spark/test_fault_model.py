@@ -146,6 +146,54 @@ def test_a_recreated_topic_longer_than_the_old_position_is_recognised(
     assert audit(tmp_path, topic.source).ok
 
 
+def test_a_recreated_topic_is_recognised_in_a_partition_the_sink_never_wrote(
+    spark: Any, noida_broker: Broker, unique_name: str, tmp_path: Path
+) -> None:
+    """Nemesis seed 1105: retention took every message of partition 0 before it was read (the
+    loss recorded, no row, so no fingerprint there); the topic was recreated; partition 1's
+    fingerprint found it, but partition 0 was read from the old topic's committed offset 3
+    and offsets 0-2 of the new topic were never read."""
+    topic = open_topic(noida_broker, unique_name, partitions=2)
+    try:
+        topic.send([reading(i) for i in range(3)], partition=0)
+        topic.send([reading(10 + i) for i in range(5)], partition=1)
+        planned = topic.plan()
+        delete_below(topic, 3, partition=0)  # after planning, before reading
+        first = ingest(
+            spark, planned, tmp_path, source=topic.source, schema=SCHEMA, fail_on_data_loss=False
+        )
+        assert (first.written, first.commits) == (5, {0: 3, 1: 5})
+        admin = KafkaAdminClient(bootstrap_servers=noida_broker.bootstrap)
+        try:
+            admin.delete_topics([unique_name])
+        finally:
+            admin.close()
+        create_kafka_topic(noida_broker.bootstrap, unique_name, 2)
+        topic.producer.close()  # its sequence numbers belong to the old topic
+        topic.producer = KafkaProducer(bootstrap_servers=noida_broker.bootstrap)
+        topic.send([reading(100 + i) for i in range(8)], partition=0)
+        topic.send([reading(200 + i) for i in range(8)], partition=1)
+        spec = topic.plan()
+        assert {r.partition: r.start for r in spec.ranges} == {0: 3, 1: 5}, "old positions"
+
+        with pytest.raises(DataLossError, match="recreated"):
+            ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA)
+        result = ingest(
+            spark, spec, tmp_path, source=topic.source, schema=SCHEMA, fail_on_data_loss=False
+        )
+        waiting = plan_batch(topic.queue)
+    finally:
+        topic.queue.close(None)
+        topic.producer.close()
+
+    assert result.written == 16, "both partitions of the new topic from their log start"
+    assert result.commits == {0: 8, 1: 8} and waiting is None
+    temperatures = sorted(r["temperature"] for r in dataset_rows(tmp_path))
+    new = [(100 + i) / 10 for i in range(8)] + [(200 + i) / 10 for i in range(8)]
+    assert temperatures == sorted([(10 + i) / 10 for i in range(5)] + new)
+    assert audit(tmp_path, topic.source).ok
+
+
 def test_raw_mqtt_json_with_a_message_id_field_keeps_every_payload(
     spark: Any, mosquitto_broker: Broker, unique_name: str, tmp_path: Path
 ) -> None:
