@@ -5,6 +5,7 @@ of the refused run is left); and a rerun after the commit recognised from the lo
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -16,9 +17,10 @@ import pytest
 from deltalake import DeltaTable
 
 from sluice.batch import BatchSpec, OffsetRange
-from sluice.maintenance import compact, expire
+from sluice.maintenance import expire
 from sluice.spark.sinks import BatchRecord, ConcurrentIngestError, StreamKey
 from sluice.spark.sinks.delta import DeltaSink, app_id
+from tests.unit.cli.runner import assert_ok, run
 
 GOOD = pa.schema([("id", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
 BAD = pa.schema(
@@ -131,8 +133,10 @@ def test_the_stream_state_survives_sluice_compact_and_expire(
         orphan.parent.mkdir(parents=True, exist_ok=True)
         orphan.write_bytes(b"PAR1")
     os.utime(old, (time.time() - 7200, time.time() - 7200))
-    compacted = compact(location, "1MB", min_files=2)  # one file replaces the batches' files
-    assert compacted.tables["table"] == {"before": 2, "after": 1}, compacted.lines()
+    # through the command, as a user runs it: one file replaces the batches' files
+    command = ["compact", location, "--target-file-size", "1MB", "--min-files", "2", "--json"]
+    compacted = json.loads(assert_ok(run(*command)))
+    assert compacted["tables"]["table"] == {"before": 2, "after": 1}, compacted
     assert len(DeltaTable(str(tmp_path / "t")).file_uris()) == 1
     expired = expire(location, 0, min_age="1h")
     assert expired.files_deleted == 2 and expired.orphans_deleted == 1, expired.lines()

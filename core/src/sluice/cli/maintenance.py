@@ -18,7 +18,7 @@ _SINK_HELP = "The sink: a Parquet directory, or iceberg://CATALOG/NAMESPACE.TABL
 
 
 def _check_sink(sink: str) -> None:
-    from sluice.spark.sinks import is_iceberg
+    from sluice.spark.sinks import is_delta, is_iceberg
 
     if sink.lower().startswith(("s3://", "s3a://")):
         raise CliError(
@@ -27,7 +27,7 @@ def _check_sink(sink: str) -> None:
             "files compacted and expired.",
             usage=True,
         )
-    if not is_iceberg(sink) and not Path(sink).is_dir():
+    if not is_iceberg(sink) and not is_delta(sink) and not Path(sink).is_dir():
         raise CliError(f"'{sink}' is not a directory: give the sink of an ingest.", usage=True)
 
 

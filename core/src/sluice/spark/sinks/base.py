@@ -360,3 +360,13 @@ def stream_lock(path: Path, stream: StreamKey, where: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def rows_by_batch(rows: pa.Table, column: str) -> dict[str, pa.Table]:
+    """``rows`` split by the value of ``column`` (a batch id), without that column."""
+    import pyarrow.compute as pc
+
+    return {
+        name: rows.filter(pc.equal(rows.column(column), name)).drop_columns([column])
+        for name in set(rows.column(column).to_pylist())
+    }

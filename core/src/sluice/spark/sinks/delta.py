@@ -88,6 +88,7 @@ from .base import (
     StreamKey,
     StreamState,
     check_publishable,
+    rows_by_batch,
     stream_lock,
 )
 
@@ -451,9 +452,7 @@ class DeltaSink:
                     if column.name not in present:
                         rows = rows.append_column(column, pa.nulls(rows.num_rows, column.type))
                 rows = rows.select(wanted.names).cast(wanted)
-                for name in set(rows.column(BATCH_COLUMN).to_pylist()):
-                    mask = pc.equal(rows.column(BATCH_COLUMN), name)
-                    by_batch[name] = rows.filter(mask).drop_columns([BATCH_COLUMN])
+                by_batch.update(rows_by_batch(rows, BATCH_COLUMN))
             self._coordinates[key] = by_batch
         empty = pa.table({c: pa.array([], t) for c, t in _COORDINATES.items()})
         return self._coordinates[key].get(batch_id, empty)

@@ -100,6 +100,7 @@ from .base import (
     StreamKey,
     StreamState,
     check_publishable,
+    rows_by_batch,
 )
 from .catalogs import catalog_error, load_iceberg_catalog
 from .s3 import is_s3
@@ -602,9 +603,7 @@ class IcebergSink:
                 rows = rows.select([BATCH_COLUMN, *_COORDINATES]).cast(
                     pa.schema([(BATCH_COLUMN, pa.string()), *_COORDINATES.items()])
                 )
-                for name in set(rows.column(BATCH_COLUMN).to_pylist()):
-                    mask = pc.equal(rows.column(BATCH_COLUMN), name)
-                    by_batch[name] = rows.filter(mask).drop_columns([BATCH_COLUMN])
+                by_batch.update(rows_by_batch(rows, BATCH_COLUMN))
             self._coordinates[key] = by_batch
         empty = pa.table({c: pa.array([], t) for c, t in _COORDINATES.items()})
         return self._coordinates[key].get(batch_id, empty)
