@@ -730,18 +730,29 @@ class _KafkaWorld(_World):
         for _ in range(count):
             message_id = self._new_id()
             partition = chooser.randrange(self.partitions)
-            future = self.producer.send(
-                self.topic,
-                self.payload(message_id, chooser),
-                key=message_id.encode(),
-                partition=partition,
-            )
-            sent.append((message_id, future))
+            payload = self.payload(message_id, chooser)
+            sent.append((message_id, self._send(payload, message_id, partition)))
         self.producer.flush(30)
         for message_id, future in sent:
             metadata = future.get(30)
             self.where[message_id] = (self.generation, metadata.partition, metadata.offset)
             self.published.append(message_id)
+
+    def _send(self, payload: bytes, message_id: str, partition: int) -> Any:
+        """Send one message; a producer whose metadata lost sight of a partition (the broker
+        reported fewer for a moment: soak seeds 1137 and 1200) is replaced and the send tried
+        again."""
+        for attempt in range(3):
+            try:
+                return self.producer.send(
+                    self.topic, payload, key=message_id.encode(), partition=partition
+                )
+            except ValueError as exc:
+                if "Unrecognized partition" not in str(exc) or attempt == 2:
+                    raise
+                self.producer.flush(30)  # what was sent before stays sent
+                self._new_producer()
+        raise AssertionError("unreachable")
 
     def _queue(self) -> Any:
         from ..kafka import KafkaMessageQueue
