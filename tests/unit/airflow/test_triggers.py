@@ -94,3 +94,36 @@ def test_serialization_holds_the_connection_id_not_its_password(
 def test_bad_sizes_are_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         QueueMessageTrigger("c", "t", **kwargs)
+
+
+def test_an_idle_trigger_logs_its_waiting_line_when_it_changes_not_on_every_look(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """500 idle watchers in one triggerer each looking every STATUS_EVERY seconds: the same
+    line logged at each look was most of the triggerer's idle CPU (bench/trigger_latency.py)."""
+    from structlog.testing import capture_logs
+
+    from sluice_airflow.triggers import queue
+
+    clock = [1000.0]
+    monkeypatch.setattr(queue.time, "monotonic", lambda: clock[0])
+    trigger = QueueMessageTrigger(conn_id="sluice_kafka_default", topic="orders")
+    said: list[str] = []
+
+    def look(status: str, after: float) -> None:
+        clock[0] += after
+        with capture_logs() as logged:  # Airflow 3 logs through structlog
+            trigger._log_status(status)
+        said.extend(
+            str(entry["event"]) % tuple(entry.get("positional_args", ())) for entry in logged
+        )
+
+    look("waiting: 0 of 1 messages on orders", 0)
+    for _ in range(10):
+        look("waiting: 0 of 1 messages on orders", queue.STATUS_EVERY)
+    assert said == ["waiting: 0 of 1 messages on orders"]
+    look("waiting: 2 of 5 messages on orders", queue.STATUS_EVERY)
+    assert said[-1] == "waiting: 2 of 5 messages on orders"
+    look("waiting: 2 of 5 messages on orders", queue.STATUS_REPEAT)
+    assert said[-2:] == ["waiting: 2 of 5 messages on orders"] * 2
+    assert len(said) == 3

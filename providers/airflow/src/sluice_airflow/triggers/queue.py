@@ -23,9 +23,12 @@ its own and emits the session's next batch each time ``min_messages`` more have 
 takes the session again ``rerun_after`` seconds after its last emission, to emit what a
 failed run left in it.
 
-While it waits it logs ``waiting: N of M messages on TOPIC`` (or the batch in flight) once
-at the start and every :data:`STATUS_EVERY` seconds; a Kafka topic that does not exist is a
-warning there (``waiting: Topic 'X' does not exist at ...``), and it keeps watching for it.
+While it waits it logs ``waiting: N of M messages on TOPIC`` (or the batch in flight) at the
+start and when that line changes (looked at every :data:`STATUS_EVERY` seconds at least), and
+an unchanged line again every :data:`STATUS_REPEAT` seconds: a fleet of idle watchers in one
+triggerer would otherwise spend most of its CPU writing the same lines to its logs. A Kafka
+topic that does not exist is a warning there (``waiting: Topic 'X' does not exist at ...``),
+and it keeps watching for it.
 """
 
 from __future__ import annotations
@@ -57,12 +60,14 @@ from sluice.sensing import (
 from ..hooks.queue import Kind, QueueHook, config_from_connection, queue_kind
 from .signals import sigterm_stops_inline_run
 
-__all__ = ["STATUS_EVERY", "QueueMessageTrigger", "describe_batch"]
+__all__ = ["STATUS_EVERY", "STATUS_REPEAT", "QueueMessageTrigger", "describe_batch"]
 
 T = TypeVar("T")
 
 #: Seconds between two "waiting: ..." log lines of a waiting trigger.
 STATUS_EVERY = 30.0
+#: Seconds before an unchanged "waiting" line is logged again.
+STATUS_REPEAT = 600.0
 
 
 def describe_batch(spec: BatchSpec) -> str:
@@ -131,6 +136,7 @@ class QueueMessageTrigger(BaseEventTrigger):
         self._watcher: Watcher | None = None
         self._cursor = BatchCursor()
         self._status_at: float | None = None  # when a "waiting" line was logged last
+        self._status: str | None = None  # and which
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -164,7 +170,7 @@ class QueueMessageTrigger(BaseEventTrigger):
         try:
             async for decision in decisions:
                 await self._save_cursor()
-                self._status_at = None
+                self._status_at = self._status = None
                 again = " again" if decision.retry else ""
                 self.log.info(
                     "Emitting%s (attempt %d): %s",
@@ -241,8 +247,9 @@ class QueueMessageTrigger(BaseEventTrigger):
 
     def _log_status(self, status: str, level: int = logging.INFO) -> None:
         now = time.monotonic()
-        if self._status_at is None or now - self._status_at >= STATUS_EVERY:
-            self._status_at = now
+        repeat = self._status_at is not None and now - self._status_at >= STATUS_REPEAT
+        if status != self._status or repeat:
+            self._status_at, self._status = now, status
             self.log.log(level, "%s", status)
 
     # ---- the asset state store: the cursor survives a triggerer restart --------------------
