@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT))  # tests.system.airflow.deployment
 sys.path.insert(0, str(ROOT / "tests" / "system" / "dagster"))  # dagster_deployment
 
 import pyarrow.parquet as pq  # noqa: E402
+from percentiles import percentile  # noqa: E402  (bench/, the script's directory)
 
 from sluice.brokers import BrokerProcess, create_kafka_topic, start_noida  # noqa: E402
 
@@ -77,13 +78,6 @@ GOAL = "Airflow: p50 < 15 s, p99 < 60 s, batches bounded (not one per message)"
 
 def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
 
 
 def median(values: Sequence[float]) -> float | None:
