@@ -26,11 +26,16 @@ messages per batch. The breakdown per batch (medians) comes from the orchestrato
 (Airflow: asset event, DAG run and task instance rows of the metadata database; Dagster: the
 runs' creation, start and end times) and the batch record's ``published_at``.
 
+Each ingest task (and Dagster run) starts a JVM and a SparkSession of its own by default, as
+the examples do; ``--connect`` starts one warm Spark Connect server first and gives both sides
+its URL as ``SLUICE_SPARK_MASTER`` (the examples read it), which shows what the JVM's start
+costs in freshness.
+
 Anchors printed beside: the Iceberg Kafka Connect sink commits every 300 s by default
 (``iceberg.control.commit.interval-ms``); Amazon MSK's data delivery has a minimum freshness of
 5 minutes. Goal (Airflow): p50 < 15 s, p99 < 60 s, batches bounded (not one per message).
 
-Run: ``.venv/bin/python bench/freshness.py [--rate 1000] [--seconds 300] [--sides
+Run: ``.venv/bin/python bench/freshness.py [--rate 1000] [--seconds 300] [--connect] [--sides
 airflow,dagster]``; to try it: ``--rate 200 --seconds 30``. It starts and stops its own broker,
 database, Airflow and Dagster processes; its files go to ``--work`` (a temporary directory).
 """
@@ -562,10 +567,11 @@ def wait(condition: Callable[[], Any], timeout: float, what: str, check: Callabl
 
 def report(results: list[Result], args: argparse.Namespace) -> None:
     say("")
+    spark = args.spark_master or "a JVM per task (local[*])"
     say(
         f"Freshness, produce -> visible in the Parquet sink, {args.rate:g} msg/s for "
         f"{args.seconds:g} s ({int(args.rate * args.seconds):,} messages), "
-        f"{args.partitions} partitions, noida-db:"
+        f"{args.partitions} partitions, noida-db, Spark: {spark}:"
     )
     say(
         f"  {'side':<52} {'p50 s':>7} {'p99 s':>7} {'max s':>7} {'visible':>10} "
@@ -651,6 +657,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="seconds to wait for the last messages after publishing ends",
     )
     parser.add_argument("--spark-master", default=None, help="SLUICE_SPARK_MASTER for the tasks")
+    parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="start a warm Spark Connect server first; the tasks and runs use it (their "
+        "SLUICE_SPARK_MASTER) instead of starting a JVM each",
+    )
     parser.add_argument("--work", type=Path, default=None, help="keep the files here")
     args = parser.parse_args(argv)
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
@@ -661,7 +673,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     say(f"work directory {work}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     results: list[Result] = []
+    server: Any = None
     try:
+        if args.connect:
+            from sluice.testing.spark_cluster import start_connect_server
+
+            say("starting a Spark Connect server (local[2]) for the ingests ...")
+            server = start_connect_server(workdir=work / "spark-connect")
+            args.spark_master = server.url
+            say(f"Spark Connect server at {server.url}")
         with broker_running(work) as broker:
             say(f"noida-db at {broker.bootstrap}")
             for side in sides:
@@ -670,6 +690,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 say(f"load {os.getloadavg()[0]:.1f}")
         report(results, args)
     finally:
+        if server is not None:
+            server.close()
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
 
