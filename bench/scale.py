@@ -357,10 +357,10 @@ def report(results: Sequence[CaseResult], heap: str, args: argparse.Namespace) -
     say("")
     say(f"One batch, Parquet sink, {args.mode} mode, {args.master}, on {args.broker}:")
     for r in results:
-        mb = r.messages * r.size / 1e6
+        mb, rate = r.messages * r.size / 1e6, r.messages / r.seconds
         say(
             f"  {r.name}: {r.messages:,} x {r.size:,} B over {r.partitions} partitions "
-            f"({mb:,.0f} MB): {r.seconds:.1f} s, {r.messages / r.seconds:,.0f} msg/s, "
+            f"({mb:,.0f} MB): {r.seconds:.1f} s, {rate:,.{1 if rate < 100 else 0}f} msg/s, "
             f"{mb / r.seconds:,.1f} MB/s (published in {r.publish_seconds:.1f} s); "
             f"{r.written:,} written, {r.quarantined:,} quarantined, {r.batches} batch, "
             f"Parquet {r.output_bytes / 1e6:,.0f} MB"
