@@ -44,7 +44,8 @@ REPOSITORIES = """{ repositoriesOrError { __typename ... on RepositoryConnection
 START_SENSOR = """mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
   __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }"""
 RUNS = """query($k: String!, $v: String!) { runsOrError(filter: {tags: [{key: $k, value: $v}]})
-  { __typename ... on Runs { results { runId status creationTime startTime endTime tags { key value } } } } }"""
+  { __typename ... on Runs { results { runId status creationTime startTime endTime
+    tags { key value } } } } }"""
 
 
 def _running(process: psutil.Process) -> bool:
