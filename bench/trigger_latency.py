@@ -51,6 +51,7 @@ if "AIRFLOW_HOME" not in os.environ:  # Airflow reads its settings when first im
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # no line per batch
 
 import psutil  # noqa: E402
+from percentiles import percentile  # noqa: E402  (bench/, the script's directory)
 from tests.system.airflow.deployment import AirflowDeployment  # noqa: E402
 
 from sluice.brokers import BrokerProcess, create_kafka_topic, start_noida  # noqa: E402
@@ -64,13 +65,6 @@ WARM_UP_SECONDS = 10.0  # from the last trigger's start to the CPU measurement
 
 def say(text: str) -> None:
     print(text, flush=True)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
 
 
 def progress(name: str, done: int, total: int, values: Sequence[float]) -> None:

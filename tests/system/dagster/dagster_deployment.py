@@ -7,7 +7,8 @@ restarting the daemon does not reload it.
 Each process starts in its own process group (its code server and the run workers it
 launches are in it too) with SIGINT/SIGTERM reset to their defaults (a process started from
 a non-interactive shell inherits them ignored, and Dagster's CLIs then never stop), and is
-stopped by its process group id. :meth:`DagsterDeployment.graphql` queries the webserver.
+stopped by its process group id. :meth:`DagsterDeployment.graphql` queries the webserver;
+:func:`selector_of` and :func:`runs` find a sensor or schedule and the runs tagged so.
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ BIN = Path(sys.executable).parent
 #: The examples' instance settings (telemetry off, as the README says), and the tests' own.
 DAGSTER_YAML = (Path(__file__).resolve().parents[3] / "dags_examples" / "dagster.yaml").read_text()
 DAGSTER_YAML += "sensors:\n  use_threads: false\n"
+
+
+REPOSITORIES = """{ repositoriesOrError { __typename ... on RepositoryConnection { nodes {
+  name location { name } sensors { name } schedules { name } } } } }"""
+START_SENSOR = """mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
+  __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }"""
+RUNS = """query($k: String!, $v: String!) { runsOrError(filter: {tags: [{key: $k, value: $v}]})
+  { __typename ... on Runs { results { runId status creationTime startTime endTime
+    tags { key value } } } } }"""
 
 
 def _running(process: psutil.Process) -> bool:
@@ -218,3 +228,24 @@ def wait_for(condition: Any, timeout: float, message: str, *logs: Component) -> 
         tails = "\n".join(f"--- {c.name} log ---\n{c.log_tail()}" for c in logs)
         waited = time.monotonic() - started
         raise TimeoutError(f"{exc} (after {waited:.0f} s)\n{tails}") from None
+
+
+def selector_of(deployment: DagsterDeployment, name: str, kind: str) -> dict[str, str] | None:
+    """The GraphQL selector of the sensor or schedule ``name`` (``kind``: sensors or
+    schedules), once the code location is loaded."""
+    data = deployment.graphql(REPOSITORIES)["repositoriesOrError"]
+    for repo in data.get("nodes", []):
+        if name in [s["name"] for s in repo[kind]]:
+            return {
+                "repositoryName": repo["name"],
+                "repositoryLocationName": repo["location"]["name"],
+                ("sensorName" if kind == "sensors" else "scheduleName"): name,
+            }
+    return None
+
+
+def runs(deployment: DagsterDeployment, key: str, value: str) -> list[dict[str, Any]]:
+    """The runs tagged ``key: value``, newest first."""
+    answer = deployment.graphql(RUNS, {"k": key, "v": value})["runsOrError"]
+    found: list[dict[str, Any]] = answer["results"]
+    return found

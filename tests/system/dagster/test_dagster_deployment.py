@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from dagster_deployment import DagsterDeployment, wait_for
+from dagster_deployment import START_SENSOR, DagsterDeployment, runs, selector_of, wait_for
 
 from sluice.audit import audit
 from sluice.kafka import KafkaConnection
@@ -37,17 +37,11 @@ ROOT = Path(__file__).resolve().parents[3]
 SENSOR = "kafka_events_sensor"
 SCHEDULE = "mqtt_readings_schedule"
 
-REPOSITORIES = """{ repositoriesOrError { __typename ... on RepositoryConnection { nodes {
-  name location { name } sensors { name } schedules { name } } } } }"""
-START_SENSOR = """mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
-  __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }"""
 TICKS = """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { __typename
   ... on Sensor { sensorState { status ticks(limit: 50) {
     status timestamp skipReason runIds error { message stack cause { message stack } } } } } } }"""
 RUN_ERRORS = """query($id: ID!) { logsForRun(runId: $id) { __typename ... on EventConnection {
   events { __typename ... on ErrorEvent { error { message cause { message stack } } } } } } }"""
-RUNS = """query($k: String!, $v: String!) { runsOrError(filter: {tags: [{key: $k, value: $v}]})
-  { __typename ... on Runs { results { runId status startTime endTime tags { key value } } } } }"""
 START_SCHEDULE = """mutation($s: ScheduleSelector!) { startSchedule(scheduleSelector: $s) {
   __typename ... on ScheduleStateResult { scheduleState { status } }
   ... on PythonError { message } } }"""
@@ -150,30 +144,9 @@ def example(
         deployment.stop()
 
 
-def selector_of(deployment: DagsterDeployment, name: str, kind: str) -> dict[str, str] | None:
-    """The GraphQL selector of the sensor or schedule ``name`` (``kind``: sensors or
-    schedules), once the code location is loaded."""
-    data = deployment.graphql(REPOSITORIES)["repositoriesOrError"]
-    for repo in data.get("nodes", []):
-        if name in [s["name"] for s in repo[kind]]:
-            return {
-                "repositoryName": repo["name"],
-                "repositoryLocationName": repo["location"]["name"],
-                ("sensorName" if kind == "sensors" else "scheduleName"): name,
-            }
-    return None
-
-
 def ticks(deployment: DagsterDeployment, selector: dict[str, str]) -> list[dict[str, Any]]:
     sensor = deployment.graphql(TICKS, {"s": selector})["sensorOrError"]
     found: list[dict[str, Any]] = sensor["sensorState"]["ticks"]
-    return found
-
-
-def runs(deployment: DagsterDeployment, key: str, value: str) -> list[dict[str, Any]]:
-    """The runs tagged ``key: value``, newest first."""
-    answer = deployment.graphql(RUNS, {"k": key, "v": value})["runsOrError"]
-    found: list[dict[str, Any]] = answer["results"]
     return found
 
 

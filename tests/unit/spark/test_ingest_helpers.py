@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from sluice.batch import OffsetRange
 from sluice.spark.reading import split_ranges
 
@@ -13,3 +17,43 @@ def test_split_ranges_cuts_each_range_into_tasks_of_at_most_size() -> None:
         OffsetRange(0, 4, 5),
         OffsetRange(1, 10, 12),
     ]
+
+
+def test_hand_over_files_keep_row_groups_under_the_batch_byte_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's Parquet reader holds a whole row group in the JVM's heap: a chunk of large
+    messages handed over as one row group (256 MiB of 5 MiB messages) ran a 1 GiB driver out
+    of heap (bench/scale.py). Here the bound is 1 MiB and the messages 300 kB."""
+    import importlib
+    from types import SimpleNamespace
+
+    import pyarrow.parquet as pq
+
+    ingest_module = importlib.import_module("sluice.spark.ingest")  # the module, not ingest()
+    from sluice.spark.records import RecordColumns
+    from sluice.spark.sinks.base import Staging
+
+    # raising=False: a module without the bound fails on the row groups below, not here
+    monkeypatch.setattr(ingest_module, "BATCH_BYTES", 1 << 20, raising=False)
+    columns = RecordColumns()
+    for offset in range(10):
+        value = bytes([offset]) * 300_000
+        columns.keys.append(None)
+        columns.values.append(value)
+        columns.offsets.append(offset)
+        columns.timestamps.append(None)
+        columns.headers.append(None)
+        columns.topics.append("t")
+        columns.partitions.append(0)
+        columns.message_ids.append(None)
+    job = ingest_module._Job.__new__(ingest_module._Job)
+    job.spark = None  # no session: _cores() falls back to this machine's
+    job.formats = SimpleNamespace(multi_row=False)  # all _hand_over asks of it
+    staging = Staging("b", tmp_path / "data", tmp_path / "scratch")
+    staging.scratch.mkdir()
+    files = job._hand_over(columns.to_batch(), staging, 0)
+    metadata = [pq.ParquetFile(f).metadata for f in files]
+    groups = [m.row_group(i) for m in metadata for i in range(m.num_row_groups)]
+    assert sum(g.num_rows for g in groups) == 10
+    assert max(g.total_byte_size for g in groups) <= 1 << 20

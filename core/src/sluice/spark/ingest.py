@@ -62,7 +62,7 @@ from .remaining import commit_targets, live_commits, remaining
 from .result import IngestResult
 from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
 from .workers import check_python_workers
-from .writing import WriteCounts, write_outcomes
+from .writing import BATCH_BYTES, WriteCounts, write_outcomes
 
 __all__ = [
     "AUTO_EXECUTOR_MESSAGES",
@@ -370,11 +370,14 @@ class _Job:
         """Local Parquet files of a batch read on the driver, one per core of at least
         :data:`MIN_ROWS_PER_TASK` rows: Spark's tasks read them themselves, instead of the
         batch travelling inside the tasks. One file when the format decodes in arrival order
-        (Sparkplug B)."""
+        (Sparkplug B). Row groups of about :data:`.writing.BATCH_BYTES` at most: Spark's
+        Parquet reader holds a whole row group in the JVM's heap, and a chunk of large
+        messages in one row group (256 MiB of 5 MiB messages) ran a 1 GiB driver out of it."""
         pieces = max(1, min(_cores(self.spark), batch.num_rows // MIN_ROWS_PER_TASK))
         if self.formats.multi_row:
             pieces = 1
         size = -(-batch.num_rows // pieces)
+        group_rows = max(1, BATCH_BYTES // (largest_message_bytes(batch) + 1024))
         files = []
         for piece in range(pieces):
             raw_file = staging.scratch / f"part-{number:05d}-{piece:03d}.parquet"
@@ -382,6 +385,7 @@ class _Job:
                 pa.Table.from_batches([batch.slice(piece * size, size)]),
                 raw_file,
                 compression="none",
+                row_group_size=group_rows,
             )
             files.append(raw_file)
         return files
