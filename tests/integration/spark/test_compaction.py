@@ -22,7 +22,7 @@ from sluice.batch import BatchSpec
 from sluice.datasets import read_dataset
 from sluice.maintenance import compact, expire
 from sluice.spark import ingest
-from sluice.spark.failpoints import MAINTENANCE_FAILPOINTS, armed
+from sluice.spark.failpoints import armed
 from sluice.spark.sinks import ConcurrentIngestError, StreamKey, compacted, open_sink
 from sluice.spark.sinks.parquet import good_files
 from sluice.testing.batches import publish_rows
@@ -31,7 +31,13 @@ from sluice.testing.crash import run_command
 from .conftest import SCHEMA, KafkaTopic, dataset_rows, reading
 from .crashes import assert_exactly_once
 
-PARQUET_POINTS = [p for p in MAINTENANCE_FAILPOINTS if p.startswith("compact.")]
+# The steps of a Parquet compaction (of MAINTENANCE_FAILPOINTS; the others are Delta's)
+PARQUET_POINTS = [
+    "compact.before_commit",
+    "compact.after_intent",
+    "compact.after_commit",
+    "compact.after_supersede",
+]
 BY_HOUR = "hour(timestamp)"  # small_mqtt_sink's batches: 2 hours each, 5 in all for 4 batches
 # The partitioned crash matrix: one point before the commit (rolled back) and the one after it
 # that leaves the most to roll forward (entries, and the partition directories moved aside).

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..spark.failpoints import failpoint
 from ..spark.sinks.delta import DeltaSink
 from . import CompactionResult, ExpiryResult, Progress
 
@@ -32,6 +33,11 @@ def _tables(sink: DeltaSink) -> list[tuple[str, Any]]:
     return found
 
 
+# Where a compaction can be killed (tests): after each table's optimize commit and checkpoint.
+_COMMITTED = {"table": "compact.after_commit", "quarantine": "compact.after_quarantine_commit"}
+_CHECKPOINTED = {"table": "compact.after_checkpoint"}
+
+
 def compact_delta(sink: DeltaSink, target: int, min_files: int, say: Progress) -> CompactionResult:
     from ..queues.config import ConfigError
 
@@ -39,6 +45,7 @@ def compact_delta(sink: DeltaSink, target: int, min_files: int, say: Progress) -
     if not tables:
         raise ConfigError(f"{sink.location}: no Delta table there yet: give the sink of an ingest.")
     result = CompactionResult(sink.location)
+    failpoint("compact.before_commit")
     for name, table in tables:
         before = len(table.file_uris())
         result.files_before += before
@@ -49,7 +56,10 @@ def compact_delta(sink: DeltaSink, target: int, min_files: int, say: Progress) -
         say(f"{name}: {before} data files, merging into files of {target / 1024**2:.0f} MiB")
         metrics = table.optimize.compact(target_size=target)
         result.attempts += 1
+        failpoint(_COMMITTED[name])
         table.create_checkpoint()
+        if name in _CHECKPOINTED:
+            failpoint(_CHECKPOINTED[name])
         after = len(table.file_uris())
         result.files_after += after
         result.files_rewritten += int(metrics.get("numFilesRemoved", 0))
