@@ -126,21 +126,24 @@ def test_the_stream_state_survives_sluice_compact_and_expire(
     for start, end in ((0, 3), (3, 6)):
         staging, record = staged(sink, "a", start, end, planned_on=start // 3)
         sink.publish(staging, record)
-    # files of crashed runs: an old one is removed, a young one (a live run's?) is kept
+    # files of crashed runs: an old one is removed, a young one (a live run's?) is kept; and
+    # a file a killed compaction wrote at the table's root, never committed
     runs = tmp_path / "t" / "sluice"
     old, young = runs / "x" / "old.parquet", runs / "y.parquet"
-    for orphan in (old, young):
+    killed = tmp_path / "t" / "part-00000-0c0a7e1e-9d1b-4c4e-8f5e-000000000000-c000.zstd.parquet"
+    for orphan in (old, young, killed):
         orphan.parent.mkdir(parents=True, exist_ok=True)
         orphan.write_bytes(b"PAR1")
-    os.utime(old, (time.time() - 7200, time.time() - 7200))
+        if orphan is not young:
+            os.utime(orphan, (time.time() - 7200, time.time() - 7200))
     # through the command, as a user runs it: one file replaces the batches' files
     command = ["compact", location, "--target-file-size", "1MB", "--min-files", "2", "--json"]
     compacted = json.loads(assert_ok(run(*command)))
     assert compacted["tables"]["table"] == {"before": 2, "after": 1}, compacted
     assert len(DeltaTable(str(tmp_path / "t")).file_uris()) == 1
     expired = expire(location, 0, min_age="1h")
-    assert expired.files_deleted == 2 and expired.orphans_deleted == 1, expired.lines()
-    assert not old.exists() and young.exists()
+    assert expired.files_deleted == 2 and expired.orphans_deleted == 2, expired.lines()
+    assert not old.exists() and not killed.exists() and young.exists()
 
     fresh = DeltaSink(location)
     stream = StreamKey("kafka", "t", "a")

@@ -8,8 +8,9 @@
   resolves for appends (a compaction only removes files an append did not add).
 - Expiry is delta-rs's ``vacuum`` in its "lite" mode (files a commit removed, older than the
   cutoff) and the log's clean-up. Files of crashed runs (under ``sluice/`` in each table, never
-  in the log) are removed only when they are older than the minimum age and than the start of
-  every run lock held now, as for Parquet datasets.
+  in the log) and of killed compactions (at the table's root, not in the log) are removed only
+  when they are older than the minimum age and than the start of every run lock held now, as
+  for Parquet datasets.
 """
 
 from __future__ import annotations
@@ -69,9 +70,13 @@ def compact_delta(sink: DeltaSink, target: int, min_files: int, say: Progress) -
     return result
 
 
-def _run_files(root: Path) -> list[Path]:
+def _unlogged_files(root: Path) -> list[Path]:
+    """Files a crash can leave that no commit names: a run's (under ``sluice/``) and a killed
+    compaction's (delta-rs writes an unpartitioned table's new files at its root before its
+    commit; vacuum's default mode never looks at files the log does not name)."""
     runs = root / "sluice"
-    return sorted(p for p in runs.rglob("*") if p.is_file()) if runs.is_dir() else []
+    found = sorted(p for p in runs.rglob("*") if p.is_file()) if runs.is_dir() else []
+    return found + sorted(p for p in root.glob("*.parquet") if p.is_file())
 
 
 def expire_delta(
@@ -96,7 +101,7 @@ def expire_delta(
         known = {Path(u.removeprefix("file://")) for u in table.file_uris()}
         tombstoned = table.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False)
         known |= {root / p for p in tombstoned}
-        for path in _run_files(root):
+        for path in _unlogged_files(root):
             if path in known:
                 continue
             stamp = path.stat().st_mtime
