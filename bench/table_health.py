@@ -2,20 +2,24 @@
 expire``), against the same rows written once as one batch; for each sink, in one run.
 
     uv run python bench/table_health.py [--batches 1000] [--rows 200] [--days 10] [--repeat 5]
+        [--sinks parquet,iceberg,delta,parquet-day,iceberg-day]
 
 Writes --batches batches of --rows rows (readings of 8 devices, timestamps spread evenly over
---days days, in order) into a Parquet dataset and into an Iceberg table (SQLite catalog,
-local warehouse), and the same rows as ONE batch into a second dataset and table. The
-batches go straight through each sink's publish path (``sluice.testing.batches``: staged as
-one Parquet file per batch, recorded and published as an ingest does), not through Spark and
-a broker: 1,000 Spark ingests would time Spark, not the table.
+--days days, in order) into each sink: a Parquet dataset, an Iceberg table (SQLite catalog,
+local warehouse), a Delta table (delta-rs), and the Parquet dataset and Iceberg table
+partitioned by ``day(timestamp)`` (``-day``); and the same rows as ONE batch into a second
+one of each. The batches go straight through each sink's publish path
+(``sluice.testing.batches``: staged as one Parquet file per batch and partition value,
+recorded and published as an ingest does), not through Spark and a broker: 1,000 Spark
+ingests would time Spark, not the table.
 
-For each, it prints the data file count, the snapshot count (Iceberg; the Parquet sink's
-batch directories), and the best of --repeat timings of a one-day filter query
-(``timestamp`` in one day; count and average of ``temperature``): pyarrow.dataset over the
-Parquet dataset's directory (discovery included: it lists ``_sluice`` too), and
-``sluice.read_dataset`` (the batch directories' files only); a pyiceberg scan of the table
-(loading it included).
+For each, it prints the data file count, the snapshot count (Iceberg: snapshots; Parquet: the
+batch directories; Delta: the log's version), and the best of --repeat timings of a one-day
+filter query (``timestamp`` in one day, and for a partitioned dataset its day directory;
+count and average of ``temperature``): pyarrow.dataset over the Parquet dataset's directory
+(discovery included: it lists ``_sluice`` too), and ``sluice.read_dataset`` (the batch
+directories' files only); a pyiceberg scan of the table (loading it included); pyarrow over
+``DeltaTable(path).to_pyarrow_dataset()`` (loading the log included).
 Then ``compact`` (target 128MB, min 5 files), the same figures; ``expire --older-than 0s``,
 the same again. Goal: after compaction, the query within 1.5x of the one-batch layout.
 """
@@ -61,12 +65,17 @@ def rows(first: int, count: int, total: int, days: int) -> pa.Table:
     )
 
 
-def publish(location: str, batches: int, per_batch: int, days: int) -> float:
+BY_DAY = "day(timestamp)"
+
+
+def publish(
+    location: str, batches: int, per_batch: int, days: int, partition_by: str | None
+) -> float:
     from sluice.batch import BatchSpec, OffsetRange
     from sluice.spark.sinks import open_sink
     from sluice.testing.batches import publish_rows
 
-    sink = open_sink(location)
+    sink = open_sink(location, partition_by)
     total = batches * per_batch
     started = time.perf_counter()
     for n in range(batches):
@@ -96,36 +105,56 @@ def day_bounds(day: int) -> tuple[dt.datetime, dt.datetime]:
     return START + dt.timedelta(days=day), START + dt.timedelta(days=day + 1)
 
 
-def parquet_figures(root: Path, day: int, repeat: int) -> dict[str, Any]:
+def one_day(dataset: Any, day: int, partitioned: bool) -> tuple[int, float]:
+    """Count and mean temperature of the readings of ``day`` in a pyarrow dataset (a
+    partitioned Parquet dataset's day directory named too, so that its other days' files are
+    never opened)."""
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 
     low, high = day_bounds(day)
+    field = pc.field("timestamp")
+    where = (field >= pa.scalar(low)) & (field < pa.scalar(high))
+    if partitioned:
+        where &= pc.field("timestamp_day") == low.date().isoformat()
+    table = dataset.to_table(columns=["temperature"], filter=where)
+    return table.num_rows, float(pc.mean(table.column("temperature")).as_py() or 0)
+
+
+def parquet_figures(root: Path, day: int, repeat: int, partitioned: bool) -> dict[str, Any]:
+    import pyarrow.dataset as ds
+
+    from sluice.datasets import read_dataset
+    from sluice.spark.sinks.parquet import good_files
 
     def query() -> tuple[int, float]:
-        dataset = ds.dataset(root, format="parquet", partitioning="hive")
-        field = pc.field("timestamp")
-        table = dataset.to_table(
-            columns=["temperature"], filter=(field >= pa.scalar(low)) & (field < pa.scalar(high))
-        )
-        return table.num_rows, float(pc.mean(table.column("temperature")).as_py() or 0)
-
-    def through_sluice() -> tuple[int, float]:
-        from sluice.datasets import read_dataset
-
-        field = pc.field("timestamp")
-        table = read_dataset(root).to_table(
-            columns=["temperature"], filter=(field >= pa.scalar(low)) & (field < pa.scalar(high))
-        )
-        return table.num_rows, float(pc.mean(table.column("temperature")).as_py() or 0)
+        return one_day(ds.dataset(root, format="parquet", partitioning="hive"), day, partitioned)
 
     seconds, answer = best(query, repeat)
-    sluice_seconds, sluice_answer = best(through_sluice, repeat)
+    sluice_seconds, sluice_answer = best(
+        lambda: one_day(read_dataset(root), day, partitioned), repeat
+    )
     assert sluice_answer == answer, (sluice_answer, answer)
+    files = [len(good_files(d)) for d in root.glob("batch_id=*")]
     return {
         "sluice_query": sluice_seconds,
-        "files": len(list(root.glob("batch_id=*/*.parquet"))),
-        "snapshots": f"{sum(1 for d in root.glob('batch_id=*') if any(d.glob('*.parquet')))} dirs",
+        "files": sum(files),
+        "snapshots": f"{sum(1 for f in files if f)} dirs",
+        "query": seconds,
+        "answer": answer,
+    }
+
+
+def delta_figures(root: Path, day: int, repeat: int) -> dict[str, Any]:
+    from deltalake import DeltaTable
+
+    seconds, answer = best(
+        lambda: one_day(DeltaTable(str(root)).to_pyarrow_dataset(), day, False), repeat
+    )
+    table = DeltaTable(str(root))
+    logs = len(list((root / "_delta_log").glob("*.json")))
+    return {
+        "files": len(table.file_uris()),
+        "snapshots": f"v{table.version()}, {logs} logs",
         "query": seconds,
         "answer": answer,
     }
@@ -156,6 +185,19 @@ def iceberg_figures(catalog: Any, name: str, day: int, repeat: int) -> dict[str,
     }
 
 
+SINKS = ("parquet", "iceberg", "delta", "parquet-day", "iceberg-day")
+
+
+def location(kind: str, work: Path, layout: str) -> str:
+    """Where ``kind``'s ``layout`` (``small``: many batches; ``once``: one) is written."""
+    if kind.startswith("parquet"):
+        return str(work / f"{kind}-{layout}")
+    if kind == "delta":
+        return f"delta://{work / f'delta-{layout}'}"
+    table = f"iceberg://health/b.{kind.replace('-', '_')}_{layout}"
+    return f"{table}?partition_by={BY_DAY}" if kind.endswith("-day") else table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -165,7 +207,9 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument(
-        "--sinks", default="parquet,iceberg", help="which sinks, comma-separated (default both)"
+        "--sinks",
+        default=",".join(SINKS),
+        help=f"which sinks, comma-separated (default all: {','.join(SINKS)})",
     )
     args = parser.parse_args()
     day = args.days // 2
@@ -185,20 +229,25 @@ def main() -> None:
         f"{args.batches} batches of {args.rows} rows ({total} rows over {args.days} days) in {work}"
     )
 
-    header = f"{'sink':8} {'layout':24} {'files':>6} {'snapshots':>10} {'1-day query':>12}  ratio"
+    header = f"{'sink':12} {'layout':24} {'files':>6} {'snapshots':>16} {'1-day query':>12}  ratio"
     for kind in args.sinks.split(","):
+        if kind not in SINKS:
+            parser.error(f"--sinks: unknown sink {kind!r}; choose from {', '.join(SINKS)}")
         results: list[tuple[str, str, dict[str, Any]]] = []
-        small = str(work / "parquet-small") if kind == "parquet" else "iceberg://health/b.small"
-        once = str(work / "parquet-once") if kind == "parquet" else "iceberg://health/b.once"
+        small, once = (location(kind, work, layout) for layout in ("small", "once"))
+        partition_by = BY_DAY if kind.endswith("-day") else None
         say(f"{kind}: publishing {args.batches} small batches")
-        seconds = publish(small, args.batches, args.rows, args.days)
+        seconds = publish(small, args.batches, args.rows, args.days, partition_by)
         say(f"{kind}: {args.batches} batches in {seconds:.1f} s; the same rows as one batch")
-        publish(once, 1, total, args.days)
+        publish(once, 1, total, args.days, partition_by)
 
         def figures(location: str, kind: str = kind) -> dict[str, Any]:
-            if kind == "parquet":
-                return parquet_figures(Path(location), day, args.repeat)
-            return iceberg_figures(catalog, location.rpartition("/")[2], day, args.repeat)
+            if kind.startswith("parquet"):
+                return parquet_figures(Path(location), day, args.repeat, kind.endswith("-day"))
+            if kind == "delta":
+                return delta_figures(Path(location.removeprefix("delta://")), day, args.repeat)
+            name = location.rpartition("/")[2].partition("?")[0]
+            return iceberg_figures(catalog, name, day, args.repeat)
 
         results.append((kind, "one batch", figures(once)))
         results.append((kind, f"{args.batches} batches", figures(small)))
@@ -210,7 +259,8 @@ def main() -> None:
         expire(small, 0, progress=say)
         took = time.perf_counter() - started
         results.append((kind, f"+ expired ({took:.1f} s)", figures(small)))
-        assert compacted.files_after < compacted.files_before
+        # a partitioned table is compacted per partition value: with few batches a day, none
+        assert compacted.files_after <= compacted.files_before
 
         show(header, results, args.batches)
 
@@ -221,7 +271,7 @@ def show(header: str, results: list[tuple[str, str, dict[str, Any]]], batches: i
     for kind, layout, f in results:
         ratio = f["query"] / baseline
         print(
-            f"{kind:8} {layout:24} {f['files']:>6} {f['snapshots']!s:>10} "
+            f"{kind:12} {layout:24} {f['files']:>6} {f['snapshots']!s:>16} "
             f"{f['query'] * 1000:>9.1f} ms  {ratio:.2f}x  (rows, mean: {f['answer'][0]}, "
             f"{f['answer'][1]:.3f})",
             flush=True,
@@ -231,7 +281,7 @@ def show(header: str, results: list[tuple[str, str, dict[str, Any]]], batches: i
         baseline = results[0][2]["sluice_query"]
         for kind, layout, f in results:
             ratio = f["sluice_query"] / baseline
-            print(f"{kind:8} {layout:24} {f['sluice_query'] * 1000:>9.1f} ms  {ratio:.2f}x")
+            print(f"{kind:12} {layout:24} {f['sluice_query'] * 1000:>9.1f} ms  {ratio:.2f}x")
     answers = {f["answer"] for _, _, f in results}
     assert len(answers) == 1, f"every layout answers the same: {answers}"
 

@@ -10,6 +10,7 @@ being copied into place, or left half-copied by a crash, is not read until it is
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 __all__ = ["read_dataset"]
@@ -35,8 +36,7 @@ def read_dataset(sink: str | os.PathLike[str], quarantine: bool = False) -> Any:
         )
     elif isinstance(opened, ParquetSink):
         opened.recover()
-        pattern = "batch_id=*/_quarantine/*.parquet" if quarantine else "batch_id=*/*.parquet"
-        files = sorted(str(p) for p in opened.root.glob(pattern))
+        files = sorted(str(p) for p in _local_files(opened.root, quarantine))
         filesystem, base = None, str(opened.root)
     else:
         raise TypeError(f"{sink} is not a Parquet dataset (read an Iceberg table with pyiceberg)")
@@ -48,3 +48,13 @@ def read_dataset(sink: str | os.PathLike[str], quarantine: bool = False) -> Any:
         partitioning=partitioning,
         partition_base_dir=base,
     )
+
+
+def _local_files(root: Path, quarantine: bool) -> list[Path]:
+    """The files of a local dataset's batch (and merged) directories, in their partition
+    directories too."""
+    from .spark.sinks.parquet import good_files
+
+    if quarantine:
+        return list(root.glob("batch_id=*/_quarantine/*.parquet"))
+    return [f for directory in root.glob("batch_id=*") for f in good_files(directory)]

@@ -5,6 +5,7 @@ of the refused run is left); and a rerun after the commit recognised from the lo
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -21,6 +23,8 @@ from sluice.maintenance import expire
 from sluice.spark.sinks import BatchRecord, ConcurrentIngestError, StreamKey
 from sluice.spark.sinks.delta import DeltaSink, app_id
 from tests.unit.cli.runner import assert_ok, run
+
+from ..spark.test_compaction import small_mqtt_sink
 
 GOOD = pa.schema([("id", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
 BAD = pa.schema(
@@ -126,21 +130,24 @@ def test_the_stream_state_survives_sluice_compact_and_expire(
     for start, end in ((0, 3), (3, 6)):
         staging, record = staged(sink, "a", start, end, planned_on=start // 3)
         sink.publish(staging, record)
-    # files of crashed runs: an old one is removed, a young one (a live run's?) is kept
+    # files of crashed runs: an old one is removed, a young one (a live run's?) is kept; and
+    # a file a killed compaction wrote at the table's root, never committed
     runs = tmp_path / "t" / "sluice"
     old, young = runs / "x" / "old.parquet", runs / "y.parquet"
-    for orphan in (old, young):
+    killed = tmp_path / "t" / "part-00000-0c0a7e1e-9d1b-4c4e-8f5e-000000000000-c000.zstd.parquet"
+    for orphan in (old, young, killed):
         orphan.parent.mkdir(parents=True, exist_ok=True)
         orphan.write_bytes(b"PAR1")
-    os.utime(old, (time.time() - 7200, time.time() - 7200))
+        if orphan is not young:
+            os.utime(orphan, (time.time() - 7200, time.time() - 7200))
     # through the command, as a user runs it: one file replaces the batches' files
     command = ["compact", location, "--target-file-size", "1MB", "--min-files", "2", "--json"]
     compacted = json.loads(assert_ok(run(*command)))
     assert compacted["tables"]["table"] == {"before": 2, "after": 1}, compacted
     assert len(DeltaTable(str(tmp_path / "t")).file_uris()) == 1
     expired = expire(location, 0, min_age="1h")
-    assert expired.files_deleted == 2 and expired.orphans_deleted == 1, expired.lines()
-    assert not old.exists() and young.exists()
+    assert expired.files_deleted == 2 and expired.orphans_deleted == 2, expired.lines()
+    assert not old.exists() and not killed.exists() and young.exists()
 
     fresh = DeltaSink(location)
     stream = StreamKey("kafka", "t", "a")
@@ -153,3 +160,25 @@ def test_the_stream_state_survives_sluice_compact_and_expire(
     assert fresh.state(stream).batches == 3
     ids = DeltaTable(str(tmp_path / "t")).to_pyarrow_table().column("id").to_pylist()
     assert sorted(ids) == sorted(f"a-{i}" for i in range(9))
+
+
+def test_a_filter_on_any_column_finds_its_rows_through_pyarrow(tmp_path: Path) -> None:
+    """delta-rs's ``to_pyarrow_dataset`` prunes files by their add actions' bounds, and takes a
+    column without bounds as matching nothing: every column the sink's files have bounds for
+    must have them in the log."""
+    small_mqtt_sink(f"delta://{tmp_path / 't'}")
+    dataset = DeltaTable(str(tmp_path / "t")).to_pyarrow_dataset()
+    hour = dt.datetime(2026, 1, 1, 1, tzinfo=dt.UTC)
+    time = pc.field("timestamp")
+
+    def ids(where: Any) -> list[str]:
+        return sorted(dataset.to_table(columns=["message_id"], filter=where)[0].to_pylist())
+
+    assert ids((time >= hour) & (time < hour + dt.timedelta(hours=1))) == [
+        "m0-3",
+        "m1-0",
+        "m1-1",
+        "m1-2",
+    ]
+    assert ids(pc.field("temperature") >= 30.0) == [f"m3-{i}" for i in range(4)]
+    assert ids(pc.field("message_id") == "m2-1") == ["m2-1"]

@@ -7,31 +7,74 @@ a live run's."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pytest
 
 from sluice.audit import audit
 from sluice.batch import BatchSpec
+from sluice.datasets import read_dataset
 from sluice.maintenance import compact, expire
 from sluice.spark import ingest
-from sluice.spark.failpoints import MAINTENANCE_FAILPOINTS, armed
-from sluice.spark.sinks import ConcurrentIngestError, StreamKey, open_sink
+from sluice.spark.failpoints import armed
+from sluice.spark.sinks import ConcurrentIngestError, StreamKey, compacted, open_sink
+from sluice.spark.sinks.parquet import good_files
 from sluice.testing.batches import publish_rows
 from sluice.testing.crash import run_command
 
 from .conftest import SCHEMA, KafkaTopic, dataset_rows, reading
 from .crashes import assert_exactly_once
 
-PARQUET_POINTS = [p for p in MAINTENANCE_FAILPOINTS if p.startswith("compact.")]
+# The steps of a Parquet compaction (of MAINTENANCE_FAILPOINTS; the others are Delta's)
+PARQUET_POINTS = [
+    "compact.before_commit",
+    "compact.after_intent",
+    "compact.after_commit",
+    "compact.after_supersede",
+]
+BY_HOUR = "hour(timestamp)"  # small_mqtt_sink's batches: 2 hours each, 5 in all for 4 batches
+# On a partitioned dataset, the one point where the layout matters: after the commit, the
+# most is left to roll forward (the entries, the partition directories moved aside); rolling
+# back deletes the staged directory whatever its layout.
+CRASHES = [(p, None) for p in PARQUET_POINTS] + [("compact.after_commit", BY_HOUR)]
 
 
 def data_files(sink: Path) -> list[Path]:
-    return sorted(sink.glob("batch_id=*/*.parquet"))
+    return sorted(f for directory in sink.glob("batch_id=*") for f in good_files(directory))
+
+
+def hive_rows(sink: Path) -> list[tuple[str, str]]:
+    """(hour directory, message id) of every good row, as pyarrow's hive discovery of the
+    dataset's directory and ``sluice.read_dataset`` see them (they must agree)."""
+    found = []
+    for dataset in (ds.dataset(sink, partitioning="hive"), read_dataset(sink)):
+        table = dataset.to_table(columns=["timestamp_hour", "message_id"])
+        found.append(sorted(zip(*table.to_pydict().values(), strict=True)))
+    assert found[0] == found[1]
+    return found[0]
+
+
+def batch_view(sink: Path, specs: list[BatchSpec]) -> dict[str, Any]:
+    """What Sluice's readers see of each batch: its record, its rows' coordinates (the audit,
+    MQTT de-duplication) and its quarantined rows (dead letters)."""
+    opened = open_sink(sink)
+    view = {}
+    for spec in specs:
+        record = opened.find(spec.batch_id)
+        good = opened.row_coordinates(spec.batch_id, False).column("message_id").to_pylist()
+        assert record is not None, spec.batch_id
+        bad = []
+        if record.counts.get("quarantined"):
+            table = opened.quarantine_table(spec.batch_id)
+            bad = sorted(table.column("message_id").to_pylist())
+        view[spec.batch_id] = (record.to_json(), sorted(good), bad)
+    return view
 
 
 def test_compaction_keeps_the_audit_reruns_and_the_state(
@@ -94,11 +137,14 @@ def test_an_ingest_committing_during_a_compaction_is_kept_once(
 
 
 def mqtt_rows(batch: int, count: int = 4) -> tuple[pa.Table, pa.Table | None]:
+    """A batch's rows: 20 minutes apart from ``batch`` hours on (by hour, a batch's rows are
+    in two partitions, and the next batch shares one of them)."""
     moment = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(hours=batch)
+    times = [moment + dt.timedelta(minutes=20 * i) for i in range(count)]
     good = pa.table(
         {
             "temperature": [float(batch * 10 + i) for i in range(count)],
-            "timestamp": pa.array([moment] * count, pa.timestamp("us", tz="UTC")),
+            "timestamp": pa.array(times, pa.timestamp("us", tz="UTC")),
             "partition": pa.array([0] * count, pa.int32()),
             "offset": pa.array([-1] * count, pa.int64()),
             "message_id": [f"m{batch}-{i}" for i in range(count)],
@@ -118,12 +164,14 @@ def mqtt_rows(batch: int, count: int = 4) -> tuple[pa.Table, pa.Table | None]:
     return good, bad
 
 
-def small_mqtt_sink(location: str | Path, batches: int = 4) -> list[BatchSpec]:
+def small_mqtt_sink(
+    location: str | Path, batches: int = 4, partition_by: str | None = None, first: int = 0
+) -> list[BatchSpec]:
     """``batches`` small MQTT batches published through the sink's publish path (no broker:
     the audit of MQTT batches needs none)."""
-    sink = open_sink(location)
+    sink = open_sink(location, partition_by)
     specs = []
-    for n in range(batches):
+    for n in range(first, first + batches):
         spec = BatchSpec("mqtt", "sensors/#", client_id="maintenance", max_messages=10, sequence=n)
         publish_rows(sink, spec, *mqtt_rows(n))
         specs.append(spec)
@@ -151,14 +199,15 @@ def test_a_second_compaction_at_once_is_refused_and_touches_nothing(tmp_path: Pa
     assert report.ok and (report.streams[0].messages, report.streams[0].batches) == (18, 4)
 
 
-@pytest.mark.parametrize("point", PARQUET_POINTS)
+@pytest.mark.parametrize(("point", "partition_by"), CRASHES)
 def test_a_compaction_killed_at_each_failpoint_leaves_the_sink_before_or_after(
-    tmp_path: Path, point: str
+    tmp_path: Path, point: str, partition_by: str | None
 ) -> None:
     sink = tmp_path / "sink"
-    specs = small_mqtt_sink(sink)
+    specs = small_mqtt_sink(sink, partition_by=partition_by)
     before = audit(sink)
     assert before.ok
+    rows, view = (hive_rows(sink) if partition_by else None), batch_view(sink, specs)
 
     code, stderr = run_command(["compact", str(sink), "--min-files", "2"], point)
 
@@ -171,10 +220,81 @@ def test_a_compaction_killed_at_each_failpoint_leaves_the_sink_before_or_after(
     assert (len(merged), len(originals)) in ((0, 4), (1, 0)), "before or after"
     committed = point not in ("compact.before_commit", "compact.after_intent")
     assert (len(merged) == 1) == committed
+    assert batch_view(sink, specs) == view
     result = compact(sink, "1MB", min_files=2)
-    assert len(data_files(sink)) == 1, result.lines()
+    partitions = {f.parent for f in data_files(sink)}
+    assert len(data_files(sink)) == len(partitions) == (5 if partition_by else 1), result.lines()
     assert audit(sink).ok
-    assert open_sink(sink).find(specs[-1].batch_id) is not None
+    assert batch_view(sink, specs) == view
+    if partition_by:
+        assert hive_rows(sink) == rows
+
+
+def test_a_partitioned_dataset_is_compacted_per_partition_directory(tmp_path: Path) -> None:
+    """The merged directory keeps the hive layout (one file per hour directory), a batch's
+    entry has a slice in each file its rows are in, and every reader sees the same rows; a
+    merged directory is merged again with newer batches."""
+    sink = tmp_path / "sink"
+    specs = small_mqtt_sink(sink, partition_by=BY_HOUR)
+    stream = StreamKey.of(specs[0])
+    rows, view, state = hive_rows(sink), batch_view(sink, specs), open_sink(sink).state(stream)
+    hours = [f"timestamp_hour=2026-01-01-0{h}" for h in range(5)]
+
+    result = compact(sink, "1MB", min_files=2)
+
+    assert (result.batches, result.files_before, result.files_after) == (4, 8, 5)
+    (merged,) = sink.glob("batch_id=compacted-*")
+    assert [f.parent.relative_to(merged).as_posix() for f in good_files(merged)] == hours
+    assert (merged / "_quarantine" / "part-00000.parquet").exists()
+    entry = compacted.entry(sink, specs[1].batch_id)
+    assert entry is not None
+    assert [file for file, _, _ in compacted.slices(entry, False)] == [
+        f"{hour}/part-00000.parquet" for hour in hours[1:3]
+    ]
+    assert hive_rows(sink) == rows
+    assert batch_view(sink, specs) == view
+    assert open_sink(sink).state(stream).to_json() == state.to_json()
+    assert audit(sink).ok
+
+    specs += small_mqtt_sink(sink, 2, first=4)
+    rows, view = hive_rows(sink), batch_view(sink, specs)
+    again = compact(sink, "1MB", min_files=2)
+
+    assert (again.batches, again.files_after) == (6, 7), again.lines()
+    assert len(list(sink.glob("batch_id=*"))) == 1
+    assert hive_rows(sink) == rows
+    assert batch_view(sink, specs) == view
+    report = audit(sink)
+    assert report.ok and (report.streams[0].messages, report.streams[0].batches) == (27, 6)
+
+
+def test_a_merged_directory_of_the_first_format_is_still_read_and_merged(tmp_path: Path) -> None:
+    """Entries and manifests written by the first release (``good``/``bad``: ``[start,
+    rows]`` of the one file) are read, audited and compacted again."""
+    sink = tmp_path / "sink"
+    specs = small_mqtt_sink(sink)
+    view = batch_view(sink, specs)
+    compact(sink, "1MB", min_files=2)
+    (merged,) = sink.glob("batch_id=compacted-*")
+    manifest = json.loads((merged / compacted.MANIFEST_FILE).read_text())
+    for batch in manifest["batches"]:
+        for kind, quarantined in (("good", False), ("bad", True)):
+            found = compacted.slices(batch, quarantined)
+            batch[kind] = [found[0][1], found[0][2]] if found else [0, 0]
+        compacted.write_json(
+            compacted.entry_path(sink, batch["batch_id"]), {**batch, "directory": merged.name}
+        )
+    (merged / compacted.MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert compacted.entry(sink, specs[0].batch_id)["good"] == [0, 4]  # type: ignore[index]
+
+    assert batch_view(sink, specs) == view
+    assert audit(sink).ok
+    specs += small_mqtt_sink(sink, 1, first=4)
+    view = batch_view(sink, specs)
+    result = compact(sink, "1MB", min_files=2)
+    assert (result.batches, len(data_files(sink))) == (5, 1)
+    assert batch_view(sink, specs) == view
+    assert audit(sink).ok
 
 
 def test_expiry_removes_crashed_runs_staging_but_never_a_live_runs(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from sluice.audit import audit
 from sluice.maintenance import compact
 from sluice.queues import ConfigError
 from sluice.spark import ingest
+from sluice.spark.sinks.parquet import good_files
 from sluice.testing.plugin import Broker
 
 from ..iceberg.test_partitioned_iceberg import DAYS, SCHEMA, reading
@@ -85,8 +86,17 @@ def test_a_partitioned_dataset_has_hive_directories_in_each_batch_that_readers_s
         ingest(spark, topic.plan(), str(sink), source=topic.source, schema=SCHEMA,
                partition_by="month(ts)")  # fmt: skip
 
-    # compaction would flatten the layout: refused, naming why, and nothing moves
-    files = sorted(sink.rglob("*.parquet"))
-    with pytest.raises(ConfigError, match="partitioned"):
-        compact(str(sink), "1MB", min_files=2)
-    assert sorted(sink.rglob("*.parquet")) == files
+    # compaction keeps the layout: one file per partition directory, the same rows for
+    # pyarrow and Spark, and the day's query still prunes
+    def seen() -> tuple[list[tuple[Any, ...]], int]:
+        table = ds.dataset(sink, partitioning="hive").to_table(columns=["ts_day", "device", "ts"])
+        day_count = spark.read.parquet(str(sink)).filter("ts_day = '2026-01-06'").count()
+        return sorted(zip(*table.to_pydict().values(), strict=True)), day_count
+
+    before = seen()
+    assert compact(str(sink), "1MB", min_files=2).batches == 2
+    (merged,) = sink.glob("batch_id=*")
+    assert {f.parent.parent.name for f in good_files(merged)} == {f"ts_day={d}" for d in days}
+    assert len(good_files(merged)) == len(days)
+    assert seen() == before
+    assert audit(str(sink), topic.source).ok

@@ -8,8 +8,9 @@
   resolves for appends (a compaction only removes files an append did not add).
 - Expiry is delta-rs's ``vacuum`` in its "lite" mode (files a commit removed, older than the
   cutoff) and the log's clean-up. Files of crashed runs (under ``sluice/`` in each table, never
-  in the log) are removed only when they are older than the minimum age and than the start of
-  every run lock held now, as for Parquet datasets.
+  in the log) and of killed compactions (at the table's root, not in the log) are removed only
+  when they are older than the minimum age and than the start of every run lock held now, as
+  for Parquet datasets.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..spark.failpoints import failpoint
 from ..spark.sinks.delta import DeltaSink
 from . import CompactionResult, ExpiryResult, Progress
 
@@ -32,6 +34,11 @@ def _tables(sink: DeltaSink) -> list[tuple[str, Any]]:
     return found
 
 
+# Where a compaction can be killed (tests): after each table's optimize commit and checkpoint.
+_COMMITTED = {"table": "compact.after_commit", "quarantine": "compact.after_quarantine_commit"}
+_CHECKPOINTED = {"table": "compact.after_checkpoint"}
+
+
 def compact_delta(sink: DeltaSink, target: int, min_files: int, say: Progress) -> CompactionResult:
     from ..queues.config import ConfigError
 
@@ -39,6 +46,7 @@ def compact_delta(sink: DeltaSink, target: int, min_files: int, say: Progress) -
     if not tables:
         raise ConfigError(f"{sink.location}: no Delta table there yet: give the sink of an ingest.")
     result = CompactionResult(sink.location)
+    failpoint("compact.before_commit")
     for name, table in tables:
         before = len(table.file_uris())
         result.files_before += before
@@ -49,7 +57,10 @@ def compact_delta(sink: DeltaSink, target: int, min_files: int, say: Progress) -
         say(f"{name}: {before} data files, merging into files of {target / 1024**2:.0f} MiB")
         metrics = table.optimize.compact(target_size=target)
         result.attempts += 1
+        failpoint(_COMMITTED[name])
         table.create_checkpoint()
+        if name in _CHECKPOINTED:
+            failpoint(_CHECKPOINTED[name])
         after = len(table.file_uris())
         result.files_after += after
         result.files_rewritten += int(metrics.get("numFilesRemoved", 0))
@@ -59,9 +70,13 @@ def compact_delta(sink: DeltaSink, target: int, min_files: int, say: Progress) -
     return result
 
 
-def _run_files(root: Path) -> list[Path]:
+def _unlogged_files(root: Path) -> list[Path]:
+    """Files a crash can leave that no commit names: a run's (under ``sluice/``) and a killed
+    compaction's (delta-rs writes an unpartitioned table's new files at its root before its
+    commit; vacuum's default mode never looks at files the log does not name)."""
     runs = root / "sluice"
-    return sorted(p for p in runs.rglob("*") if p.is_file()) if runs.is_dir() else []
+    found = sorted(p for p in runs.rglob("*") if p.is_file()) if runs.is_dir() else []
+    return found + sorted(p for p in root.glob("*.parquet") if p.is_file())
 
 
 def expire_delta(
@@ -86,7 +101,7 @@ def expire_delta(
         known = {Path(u.removeprefix("file://")) for u in table.file_uris()}
         tombstoned = table.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False)
         known |= {root / p for p in tombstoned}
-        for path in _run_files(root):
+        for path in _unlogged_files(root):
             if path in known:
                 continue
             stamp = path.stat().st_mtime

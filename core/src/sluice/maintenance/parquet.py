@@ -5,8 +5,9 @@ Compaction. The *units* of a sink are its batch directories and its merged direc
 publish order. Consecutive units whose good files are smaller than the target are grouped
 up to the target's size (a unit whose schema does not merge with the group's starts a new
 group); a group of at least ``min_files`` data files is merged: its rows are read (every
-batch's rows stay contiguous), written to one data file and one quarantine file in a staged
-merged directory with its manifest, and committed under the sink's lock:
+batch's rows stay contiguous), written to one data file per partition directory (a
+partitioned dataset keeps its hive layout inside the merged directory) and one quarantine
+file in a staged merged directory with its manifest, and committed under the sink's lock:
 
 1. crashed publishes and compactions are finished first;
 2. every unit is checked to be still in place, unchanged (else another compaction took it:
@@ -61,6 +62,7 @@ class _Unit:
     """A batch directory or a merged one."""
 
     name: str  # batch_id=...
+    directory: Path
     batches: list[dict[str, Any]]  # batch_id, record, and (merged) good/bad slices
     good: list[Path]
     bad: list[Path]
@@ -85,15 +87,13 @@ class _Group:
 
 
 def _data_files(root: Path) -> int:
-    return sum(1 for _ in root.glob("batch_id=*/*.parquet"))
+    return sum(len(good_files(directory)) for directory in root.glob("batch_id=*"))
 
 
 def _units(sink: ParquetSink) -> list[_Unit]:
     found = []
     for directory in sorted(sink.root.glob("batch_id=*")):
-        good = sorted(directory.glob("*.parquet"))
-        if good_files(directory) != good:  # partition directories: never merged flat
-            continue
+        good = good_files(directory)
         bad = sorted((directory / compacted.QUARANTINE_DIR).glob("*.parquet"))
         size = sum(f.stat().st_size for f in good)
         record = directory / RECORD_FILE
@@ -106,7 +106,7 @@ def _units(sink: ParquetSink) -> list[_Unit]:
         else:
             continue
         published = min(float(b["record"].get("published_at", 0.0)) for b in batches)
-        found.append(_Unit(directory.name, batches, good, bad, size, published))
+        found.append(_Unit(directory.name, directory, batches, good, bad, size, published))
     return sorted(found, key=lambda u: (u.published, u.name))
 
 
@@ -154,20 +154,40 @@ def _groups(units: list[_Unit], target: int, min_files: int) -> list[_Group]:
     return groups
 
 
+Parts = dict[str, pa.Table]  # partition directory -> rows
+
+
 def _read(files: list[Path]) -> pa.Table | None:
     tables = [pq.read_table(f) for f in files]
     return pa.concat_tables(tables, promote_options="default") if tables else None
 
 
-def _slices(unit: _Unit, quarantined: bool) -> Iterator[tuple[dict[str, Any], pa.Table | None]]:
-    """Each batch of ``unit`` with its rows (good or quarantined)."""
-    table = _read(unit.bad if quarantined else unit.good)
+def _partition(directory: Path, file: Path) -> str:
+    """The partition directory of ``file`` in a batch or merged directory (``""``: none)."""
+    parent = file.parent.relative_to(directory).as_posix()
+    return "" if parent == "." else parent
+
+
+def _batch_rows(unit: _Unit, quarantined: bool) -> Iterator[tuple[dict[str, Any], Parts]]:
+    """Each batch of ``unit`` with its rows (good or quarantined) per partition directory
+    (``""`` for an unpartitioned dataset's and for quarantined rows)."""
     if not unit.merged:
-        yield unit.batches[0], table
+        by_partition: dict[str, list[Path]] = {}
+        for file in unit.bad if quarantined else unit.good:
+            key = "" if quarantined else _partition(unit.directory, file)
+            by_partition.setdefault(key, []).append(file)
+        read = {key: _read(files) for key, files in by_partition.items()}
+        yield unit.batches[0], {key: rows for key, rows in read.items() if rows is not None}
         return
+    tables: dict[str, pa.Table] = {}  # each merged file read once
     for batch in unit.batches:
-        start, count = batch["bad" if quarantined else "good"]
-        yield batch, (table.slice(start, count) if table is not None and count else None)
+        parts: Parts = {}
+        for name, start, count in compacted.slices(batch, quarantined):
+            if name not in tables:
+                tables[name] = pq.read_table(unit.directory / name)
+            key = "" if quarantined else _partition(unit.directory, unit.directory / name)
+            parts[key] = tables[name].slice(start, count)
+        yield batch, parts
 
 
 def _write(tables: list[pa.Table], path: Path) -> None:
@@ -184,21 +204,23 @@ def _stage(sink: ParquetSink, group: _Group, compaction: str) -> Path:
     staged.mkdir(parents=True)
     batches: dict[str, dict[str, Any]] = {}
     for quarantined in (False, True):
-        tables: list[pa.Table] = []
-        start = 0
+        files: dict[str, list[pa.Table]] = {}  # merged file -> its rows, batch by batch
+        written: dict[str, int] = {}  # merged file -> its rows so far
         for unit in group.units:
-            for batch, rows in _slices(unit, quarantined):
-                count = rows.num_rows if rows is not None else 0
+            for batch, parts in _batch_rows(unit, quarantined):
                 entry = batches.setdefault(
                     batch["batch_id"], {"batch_id": batch["batch_id"], "record": batch["record"]}
                 )
-                entry["bad" if quarantined else "good"] = [start if count else 0, count]
-                if rows is not None and count:
-                    tables.append(rows)
-                    start += count
-        if tables:
-            directory = staged / compacted.QUARANTINE_DIR if quarantined else staged
-            _write(tables, directory / compacted.GOOD_FILE)
+                placed = entry.setdefault("bad" if quarantined else "good", [])
+                for partition, rows in sorted(parts.items()):
+                    if not rows.num_rows:
+                        continue
+                    file = compacted.merged_file(partition, quarantined)
+                    placed.append([file, written.get(file, 0), rows.num_rows])
+                    files.setdefault(file, []).append(rows)
+                    written[file] = written.get(file, 0) + rows.num_rows
+        for file, tables in files.items():
+            _write(tables, staged / file)
     manifest = {
         "id": compaction,
         "created": time.time(),
@@ -213,7 +235,7 @@ def _stage(sink: ParquetSink, group: _Group, compaction: str) -> Path:
 
 def _unchanged(sink: ParquetSink, unit: _Unit) -> bool:
     directory = sink.root / unit.name
-    return directory.is_dir() and sorted(directory.glob("*.parquet")) == unit.good
+    return directory.is_dir() and good_files(directory) == unit.good
 
 
 @contextmanager
@@ -239,12 +261,6 @@ def compact_parquet(
 ) -> CompactionResult:
     if not sink.root.is_dir():
         raise ConfigError(f"{sink.root} is not a directory: give the sink of an ingest.")
-    if spec := sink.dataset_partitioning():
-        raise ConfigError(
-            f"The dataset {sink.root} is partitioned by {spec}: Sluice does not compact "
-            "partitioned Parquet datasets yet (a merged batch would lose the directory layout). "
-            "Partition an Iceberg table instead, which compacts per partition value."
-        )
     result = CompactionResult(sink.location)
     with _compaction_lock(sink):
         sink.recover()

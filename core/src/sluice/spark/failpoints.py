@@ -56,10 +56,13 @@ TASK_FAILPOINTS = ("task.lost",)
 
 #: Steps of ``sluice compact`` and ``sluice expire`` (:mod:`sluice.maintenance`), in order.
 MAINTENANCE_FAILPOINTS = (
-    "compact.before_commit",  # the merged files are written, nothing is committed
+    "compact.before_commit",  # the merged files are written (Delta: not yet), nothing committed
     "compact.after_intent",  # Parquet: the intent is recorded, the merged directory not in place
-    "compact.after_commit",  # committed (Iceberg: the snapshot; Parquet: the merged directory)
+    "compact.after_commit",  # committed (Iceberg: the snapshot; Parquet: the merged directory;
+    # Delta: the table's optimize commit, before its checkpoint)
     "compact.after_supersede",  # Parquet: the compacted directories are moved aside
+    "compact.after_checkpoint",  # Delta: the table's checkpoint is written, the quarantine's not
+    "compact.after_quarantine_commit",  # Delta: the quarantine table's optimize is committed
     "expire.after_commit",  # Iceberg: snapshots expired, their files not yet deleted
 )
 

@@ -1,8 +1,9 @@
 """Batches published straight through a sink's publish path, without Spark or a broker: for
 the maintenance tests and ``bench/table_health.py``, which need many small batches quickly.
 
-:func:`publish_rows` stages the rows as one Parquet file (as one task of the ingest's Spark
-job would: through :meth:`Sink.targets`, the sink's constant columns added), records the
+:func:`publish_rows` stages the rows as one Parquet file (one per partition directory of a
+partitioned dataset), as one task of the ingest's Spark job would: through
+:meth:`Sink.targets`, the sink's constant columns added; it records the
 batch (Kafka: the rows' offsets; MQTT: their message ids) and publishes it with
 :meth:`Sink.publish`, under :meth:`Sink.exclusive`, as an ingest does.
 """
@@ -43,8 +44,9 @@ def publish_rows(
         staging = sink.stage(spec.batch_id)
         bad_schema = bad.schema if bad is not None else pa.schema([("reason", pa.string())])
         targets = sink.targets(staging, good.schema, bad_schema)
-        if good.num_rows:
-            _write(targets.data, good, targets.constants, targets.filesystem)
+        for directory, _, rows in targets.partitioning.split(good) if good.num_rows else ():
+            where = f"{targets.data.rstrip('/')}/{directory}" if directory else targets.data
+            _write(where, rows, targets.constants, targets.filesystem)
         if bad is not None and bad.num_rows:
             _write(targets.quarantine, bad, targets.constants, targets.filesystem)
         both = [t for t in (good, bad) if t is not None and t.num_rows]

@@ -1,15 +1,16 @@
 """Where the rows of a compacted Parquet batch are (``sluice compact``, :mod:`sluice.maintenance`).
 
 A compaction merges several batch directories (or earlier merged ones) of a Parquet sink into
-one *merged* directory, ``batch_id=compacted-<id>/``: one data file and one quarantine file,
-the rows of each batch one contiguous slice of them, in publish order, and a manifest
-(``_sluice_compaction.json``) listing each batch's record and slices. The directories it
-replaces are moved aside, file by file, into ``_sluice/superseded/<id>/`` (``sluice expire``
-deletes them).
+one *merged* directory, ``batch_id=compacted-<id>/``: one data file per partition directory
+(one in all for an unpartitioned dataset) and one quarantine file, the rows of each batch one
+contiguous slice of each, in publish order, and a manifest (``_sluice_compaction.json``)
+listing each batch's record and slices. The directories it replaces are moved aside, file by
+file, into ``_sluice/superseded/<id>/`` (``sluice expire`` deletes them).
 
 ::
 
     <sink>/batch_id=compacted-<id>/part-00000.parquet              good rows of several batches
+    <sink>/batch_id=compacted-<id>/ts_day=2026-01-05/part-00000.parquet   (partitioned)
     <sink>/batch_id=compacted-<id>/_quarantine/part-00000.parquet  their bad rows
     <sink>/batch_id=compacted-<id>/_sluice_compaction.json         records and slices
     <sink>/_sluice/compacted/<hash of batch id>.json               a batch's record and slice
@@ -53,7 +54,9 @@ __all__ = [
     "finish",
     "finish_all",
     "intents",
+    "merged_file",
     "rows",
+    "slices",
 ]
 
 MANIFEST_FILE = "_sluice_compaction.json"
@@ -93,7 +96,8 @@ def _read(path: Path) -> Any:
 
 def entry(root: Path, batch_id: str) -> dict[str, Any] | None:
     """The entry of a compacted batch: ``record``, ``directory`` (the merged directory's
-    name) and ``good``/``bad`` slices ``[start, rows]``; None for a batch never compacted."""
+    name) and its ``good``/``bad`` slices (see :func:`slices`); None for a batch never
+    compacted."""
     found: dict[str, Any] | None = _read(entry_path(root, batch_id))
     return found
 
@@ -111,7 +115,29 @@ def record(root: Path, batch_id: str) -> BatchRecord | None:
     return BatchRecord.from_json(found["record"]) if found else None
 
 
-@functools.lru_cache(maxsize=4)
+Slice = tuple[str, int, int]  # a file relative to the merged directory, first row, rows
+
+
+def merged_file(partition: str, quarantined: bool) -> str:
+    """The merged directory's file of a partition directory (``""``: unpartitioned)."""
+    parent = QUARANTINE_DIR if quarantined else partition
+    return f"{parent}/{GOOD_FILE}" if parent else GOOD_FILE
+
+
+def slices(batch: dict[str, Any], quarantined: bool) -> list[Slice]:
+    """Where a batch's good (or quarantined) rows are in its merged directory: a list of
+    ``[file, start, rows]``; an entry of the first release's format, ``[start, rows]`` of
+    the one data (or quarantine) file, is read as that file's slice."""
+    value = batch.get("bad" if quarantined else "good") or []
+    if len(value) == 2 and all(isinstance(v, int) for v in value):
+        start, count = value
+        return [(merged_file("", quarantined), start, count)] if count else []
+    return [(str(file), int(start), int(count)) for file, start, count in value if count]
+
+
+# Consecutive batches of a merged directory read the same files (the audit walks them in
+# order): one read per file, for as many files as a merged directory has partitions.
+@functools.lru_cache(maxsize=64)
 def _read_file(path: str, columns: tuple[str, ...] | None, mtime_ns: int) -> pa.Table:
     return pq.read_table(path, columns=list(columns) if columns is not None else None)
 
@@ -119,18 +145,21 @@ def _read_file(path: str, columns: tuple[str, ...] | None, mtime_ns: int) -> pa.
 def rows(
     root: Path, batch_id: str, quarantined: bool, columns: list[str] | None = None
 ) -> pa.Table | None:
-    """The rows of a compacted batch (its slice of the merged directory's file), or None if
-    the batch was never compacted. The merged file is read once for consecutive calls."""
+    """The rows of a compacted batch (its slices of the merged directory's files, partition
+    directory by partition directory), or None if the batch was never compacted or has no
+    such rows."""
     found = entry(root, batch_id)
     if found is None:
         return None
     directory = root / found["directory"]
-    path = directory / QUARANTINE_DIR / GOOD_FILE if quarantined else directory / GOOD_FILE
-    start, count = found["bad" if quarantined else "good"]
-    if not count:
+    wanted = tuple(columns) if columns else None
+    parts = []
+    for file, start, count in slices(found, quarantined):
+        path = directory / file
+        parts.append(_read_file(str(path), wanted, path.stat().st_mtime_ns).slice(start, count))
+    if not parts:
         return None
-    table = _read_file(str(path), tuple(columns) if columns else None, path.stat().st_mtime_ns)
-    return table.slice(start, count)
+    return pa.concat_tables(parts, promote_options="default")
 
 
 def intents(root: Path) -> list[Path]:

@@ -57,9 +57,11 @@ or files that no commit added.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -115,8 +117,6 @@ META_DIR = "_sluice"
 #: Commit attempts on conflicts before giving up.
 COMMIT_ATTEMPTS = 30
 PREFIX = "sluice."
-#: Columns whose statistics go into a file's add action (data skipping by batch and offset).
-_STATS_COLUMNS = (BATCH_COLUMN, "partition", "offset")
 _COORDINATES = {"partition": pa.int32(), "offset": pa.int64(), "message_id": pa.string()}
 _BASE_SCHEMA = pa.schema(
     [
@@ -261,19 +261,18 @@ def _directory_name(batch_id: str) -> str:
 
 def _stats(path: Path) -> str:
     """The add action's statistics of a data file: its row count, and the minimum, maximum and
-    null count of the batch and offset columns (from the Parquet footer; a column whose
-    footer lacks statistics is left out, which readers take as unknown)."""
+    null count of every top-level column the Parquet footer has them for. All of them, not
+    only the batch and offset columns: delta-rs's ``to_pyarrow_dataset`` turns a column's
+    missing bounds into ``column >= null``, so a filter on it would skip every file."""
     metadata = pq.read_metadata(path)
     stats: dict[str, Any] = {"numRecords": metadata.num_rows}
-    # a column's index among the leaves (a nested column such as headers has several)
-    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
     low: dict[str, Any] = {}
     high: dict[str, Any] = {}
     nulls: dict[str, int] = {}
-    for name in _STATS_COLUMNS:
-        if name not in leaves or metadata.num_rows == 0:
+    for index in range(metadata.num_columns if metadata.num_rows else 0):
+        name = metadata.schema.column(index).path
+        if "." in name:  # a leaf of a nested column (headers): Delta keeps no bounds of those
             continue
-        index = leaves[name]
         groups = [
             metadata.row_group(g).column(index).statistics for g in range(metadata.num_row_groups)
         ]
@@ -281,13 +280,37 @@ def _stats(path: Path) -> str:
             continue
         nulls[name] = sum(g.null_count for g in groups)
         if all(g.has_min_max for g in groups):  # else unknown: an all-null row group has none
-            low[name] = min(g.min for g in groups)
-            high[name] = max(g.max for g in groups)
+            bounds = (
+                _bound(min(g.min for g in groups), False),
+                _bound(max(g.max for g in groups), True),
+            )
+            if None not in bounds:
+                low[name], high[name] = bounds
     if low:
         stats["minValues"], stats["maxValues"] = low, high
     if nulls:
         stats["nullCount"] = nulls
     return json.dumps(stats)
+
+
+def _bound(value: Any, upper: bool) -> Any:
+    """A column's minimum (or maximum) as the Delta log writes it; None for a type whose
+    bounds Delta does not keep (binary) or a NaN. Timestamps are kept to the millisecond:
+    a maximum is rounded up, so that it stays at or above every value."""
+    if isinstance(value, dt.datetime):
+        value = value.astimezone(dt.UTC) if value.tzinfo else value
+        floor = value.replace(microsecond=value.microsecond // 1000 * 1000)
+        if upper and floor != value:
+            floor += dt.timedelta(milliseconds=1)
+        text = floor.isoformat(timespec="milliseconds")
+        return text.replace("+00:00", "Z") if floor.tzinfo else text
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
+    if isinstance(value, (bool, int, str)):
+        return value
+    return None
 
 
 class DeltaSink:
