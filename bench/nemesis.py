@@ -1,6 +1,6 @@
 """The nemesis soak: many seeded scenarios of ingests while the environment fails.
 
-    uv run python bench/nemesis.py [--seeds 200] [--first 1] [--extra 4]
+    uv run python bench/nemesis.py [--seeds 200] [--first 1] [--extra 4] [--jobs 1]
                                    [--transport kafka|mqtt] [--sink parquet|iceberg|delta]
                                    [--store local|s3]
     uv run python bench/nemesis.py --seed 17 --transport mqtt --sink iceberg   # replay one
@@ -14,22 +14,29 @@ the order the seed chooses, then --extra faults chosen by the seed; then the ora
 (``sluice audit`` and the exact multiset of payload ids). It prints a line per scenario and,
 at the end, scenarios run, faults injected, and messages lost and doubled (must be 0 and 0;
 "lost to faults" are messages a fault deleted or a broker forgot, each recorded). A failing
-scenario prints its seed and replay command, and the run exits 1.
+scenario (or one whose harness raised) prints its seed and replay command, and the run exits 1.
+--jobs N splits the seeds among N processes, each with its own Spark and brokers (a scenario
+mostly waits on brokers and restarts, so three or four share two cores well); the last lines
+add up all of them.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
+JOB = ""  # " k/N" in one of several jobs
+
 
 def say(text: str) -> None:
-    print(f"[nemesis] {text}", flush=True)
+    print(f"[nemesis{JOB}] {text}", flush=True)
 
 
 def main() -> int:
@@ -47,7 +54,14 @@ def main() -> int:
         help="where the sink lives: local disk, or a real S3 server (SeaweedFS)",
     )
     parser.add_argument("--keep", action="store_true", help="keep each scenario's directory")
+    parser.add_argument("--jobs", type=int, default=1, help="processes to split the seeds among")
+    parser.add_argument("--share", help=argparse.SUPPRESS)  # "k/N": a job's part of the seeds
+    parser.add_argument("--summary", help=argparse.SUPPRESS)  # where a job writes its totals
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error("--jobs takes 1 or more")
+    if args.jobs > 1 and args.seed is None:
+        return run_jobs(args)
 
     from sluice.spark import spark_session
     from sluice.testing.nemesis import Scenario, run_scenario
@@ -58,7 +72,13 @@ def main() -> int:
     every = ["parquet", "iceberg"] + (["delta"] if args.store == "local" else [])
     sinks = [args.sink] if args.sink else every
     kinds = list(itertools.product(transports, sinks))
-    seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
+    every_seed = range(args.first, args.first + args.seeds)
+    if args.share:
+        global JOB
+        part, parts = (int(n) for n in args.share.split("/"))
+        JOB = f" job {part + 1}/{parts}"
+        every_seed = every_seed[part::parts]
+    seeds = [args.seed] if args.seed is not None else list(every_seed)
     say("starting Spark (local[2])")
     spark = spark_session("local[2]", "sluice-nemesis", {"spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("OFF")  # the faults make Spark log stack traces
@@ -69,7 +89,10 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="sluice-nemesis-"))
     try:
         for number, seed in enumerate(seeds):
-            transport, sink = kinds[number % len(kinds)] if args.seed is None else kinds[0]
+            # The seed's place among all the seeds picks its transport and sink, so a run split
+            # into jobs plays the same scenarios as one that is not.
+            place = seed - args.first
+            transport, sink = kinds[place % len(kinds)] if args.seed is None else kinds[0]
             scenario = Scenario(
                 transport,  # type: ignore[arg-type]
                 sink,  # type: ignore[arg-type]
@@ -79,7 +102,16 @@ def main() -> int:
             )
             workdir = root / f"{seed}-{transport}-{sink}"
             begun = time.monotonic()
-            outcome = run_scenario(spark, scenario, workdir)
+            try:
+                outcome = run_scenario(spark, scenario, workdir)
+            except Exception:  # the harness itself: a failed scenario, and the soak goes on
+                import traceback
+
+                totals.update(scenarios=1, errors=1)
+                failed.append(f"seed {seed} ({scenario}) raised:\n{traceback.format_exc()}")
+                say(f"{number + 1}/{len(seeds)} {scenario}: ERROR\n{failed[-1]}")
+                say(f"replay: {replay(scenario)}")
+                continue
             faults.update(f.split("@")[0] for f in outcome.injected)
             totals.update(
                 scenarios=1,
@@ -97,12 +129,28 @@ def main() -> int:
             if not outcome.ok:
                 failed.append(outcome.report())
                 print(outcome.report(), flush=True)
+                say(f"replay: {replay(scenario)}")
             elif not args.keep:
                 import shutil
 
                 shutil.rmtree(workdir, ignore_errors=True)
     finally:
         spark.stop()
+    if args.summary:
+        summary = {"totals": {**totals, "failed": len(failed)}, "faults": faults}
+        Path(args.summary).write_text(json.dumps(summary))
+    return report(totals, faults, len(failed), time.monotonic() - started)
+
+
+def replay(scenario: object) -> str:
+    transport, sink, seed = (getattr(scenario, k) for k in ("transport", "sink", "seed"))
+    store = getattr(scenario, "store", "local")
+    return f"uv run python bench/nemesis.py --seed {seed} --transport {transport} --sink {sink}" + (
+        f" --store {store}" if store != "local" else ""
+    )
+
+
+def report(totals: Counter[str], faults: Counter[str], failed: int, seconds: float) -> int:
     say(
         f"scenarios {totals['scenarios']}, faults injected {totals['injected']} "
         f"({', '.join(f'{k} {v}' for k, v in sorted(faults.items()))}), messages published "
@@ -110,10 +158,42 @@ def main() -> int:
     )
     say(
         f"messages lost {totals['lost']}, doubled {totals['doubled']} "
-        f"(goal 0 and 0), failed scenarios {len(failed)}, "
-        f"{time.monotonic() - started:.0f} s"
+        f"(goal 0 and 0), failed scenarios {failed} (of them, the harness raised in "
+        f"{totals['errors']}), {seconds:.0f} s"
     )
     return 1 if failed else 0
+
+
+def run_jobs(args: argparse.Namespace) -> int:
+    """Run the seeds in ``args.jobs`` processes of this script and add up their totals."""
+    started = time.monotonic()
+    summaries = Path(tempfile.mkdtemp(prefix="sluice-nemesis-jobs-"))
+    passed = ["--seeds", str(args.seeds), "--first", str(args.first), "--extra", str(args.extra)]
+    passed += ["--store", args.store] + (["--keep"] if args.keep else [])
+    passed += [f"--{k}={getattr(args, k)}" for k in ("transport", "sink") if getattr(args, k)]
+    children = []
+    for part in range(args.jobs):
+        command = [sys.executable, __file__, *passed, "--share", f"{part}/{args.jobs}"]
+        command += ["--summary", str(summaries / f"{part}.json")]
+        children.append(subprocess.Popen(command))
+    say(f"{args.seeds} seeds in {args.jobs} jobs (pids {', '.join(str(c.pid) for c in children)})")
+    codes = [child.wait() for child in children]
+    totals: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
+    missing = 0
+    for part in range(args.jobs):
+        path = summaries / f"{part}.json"
+        if not path.exists():
+            missing += 1
+            continue
+        summary = json.loads(path.read_text())
+        totals.update(summary["totals"])
+        faults.update(summary["faults"])
+    say(f"all {args.jobs} jobs:")
+    status = report(totals, faults, totals["failed"], time.monotonic() - started)
+    if missing:
+        say(f"{missing} job(s) ended without a summary: see their output above")
+    return 1 if status or missing or any(codes) else 0
 
 
 if __name__ == "__main__":

@@ -22,6 +22,12 @@ SLOW_FIRST = (
     "tests/integration/nemesis/test_nemesis_kafka.py",
     "tests/integration/nemesis/test_nemesis_mqtt.py",
     "tests/integration/s3/test_s3_faults.py",
+    # Not minutes each, but minutes in all: started early, none of them is the last file left.
+    "tests/integration/spark/test_crash_matrix.py",
+    "tests/contract/test_queue_contract.py",
+    "tests/integration/kafka/test_kafka_queue.py",
+    "tests/integration/iceberg/test_iceberg_crashes.py",
+    "tests/integration/iceberg/test_iceberg_faults.py",
 )
 
 

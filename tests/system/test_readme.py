@@ -44,7 +44,7 @@ README = ROOT / "README.md"
 VENV_BIN = Path(sys.executable).parent
 #: The fixed ports of the README: Kafka, MQTT, and the Dagster UI of ``dagster dev``.
 PORTS = (19092, 11883, 3000)
-BLOCK_TIMEOUT = 240.0
+BLOCK_TIMEOUT = 420.0
 
 
 def blocks() -> list[Block]:
@@ -113,7 +113,7 @@ def brokers_down(session: Session) -> None:
     assert not left, f"brokers still running after 'sluice brokers down': {left}"
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1500)
 def test_readme_runs_as_written(tmp_path: Path) -> None:
     busy = [port for port in PORTS if not port_free(port)]
     if busy:

@@ -64,12 +64,14 @@ def test_kafka_killed_at_each_failpoint_then_rerun_is_exactly_once(
     assert dead_letter_origins(topic.broker.bootstrap, f"{topic.name}.dlq") == bad
 
 
-@pytest.mark.parametrize("reader", READERS)
 def test_kafka_twenty_ingests_killed_at_random_moments(
-    spark: Any, topic: KafkaTopic, reader: str, tmp_path: Path
+    spark: Any, topic: KafkaTopic, tmp_path: Path
 ) -> None:
     """Each round sends messages, plans from the committed offsets and kills the ingest at a
-    random moment (some finish first); a last ingest finishes. Bounded: 20 rounds."""
+    random moment (some finish first); a last ingest finishes. Bounded: 20 rounds. One reader
+    is enough here: what is under test is the protocol around it, and every reader is killed
+    at each failpoint above."""
+    reader = READERS[0]
     chooser = random.Random(20261122)
     sink, sent = tmp_path / "sink", 0
     options = {"source": with_reader(topic.source, reader), "schema": SCHEMA, "dead_letter": True}
