@@ -194,6 +194,51 @@ def test_a_recreated_topic_is_recognised_in_a_partition_the_sink_never_wrote(
     assert audit(tmp_path, topic.source).ok
 
 
+def test_a_recreated_topic_is_read_in_a_partition_the_plan_left_out(
+    spark: Any, noida_broker: Broker, unique_name: str, tmp_path: Path
+) -> None:
+    """Nemesis seed 57: the recreated topic's partition 1 had grown exactly to the old
+    committed offset, so nothing waited there by the group's offsets and the plan left it
+    out; partition 0's fingerprint found the new topic, and partition 1's new messages were
+    never read (the audit passed: the old rows carry the same offsets)."""
+    topic = open_topic(noida_broker, unique_name, partitions=2)
+    try:
+        topic.send([reading(i) for i in range(3)], partition=0)
+        topic.send([reading(10 + i) for i in range(4)], partition=1)
+        first = ingest(spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA)
+        assert (first.written, first.commits) == (7, {0: 3, 1: 4})
+        admin = KafkaAdminClient(bootstrap_servers=noida_broker.bootstrap)
+        try:
+            admin.delete_topics([unique_name])
+        finally:
+            admin.close()
+        create_kafka_topic(noida_broker.bootstrap, unique_name, 2)
+        topic.producer.close()  # its sequence numbers belong to the old topic
+        topic.producer = KafkaProducer(bootstrap_servers=noida_broker.bootstrap)
+        topic.send([reading(100 + i) for i in range(5)], partition=0)
+        topic.send([reading(200 + i) for i in range(4)], partition=1)  # ends at the old 4
+        spec = topic.plan()
+        assert [(r.partition, r.start, r.end) for r in spec.ranges] == [(0, 3, 5)]
+
+        with pytest.raises(DataLossError, match="recreated"):
+            ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA)
+        result = ingest(
+            spark, spec, tmp_path, source=topic.source, schema=SCHEMA, fail_on_data_loss=False
+        )
+        waiting = plan_batch(topic.queue)
+    finally:
+        topic.queue.close(None)
+        topic.producer.close()
+
+    assert result.written == 9, "both partitions of the new topic from their log start"
+    assert waiting is None
+    temperatures = sorted(r["temperature"] for r in dataset_rows(tmp_path))
+    old = [i / 10 for i in range(3)] + [(10 + i) / 10 for i in range(4)]
+    new = [(100 + i) / 10 for i in range(5)] + [(200 + i) / 10 for i in range(4)]
+    assert temperatures == sorted(old + new)
+    assert audit(tmp_path, topic.source).ok
+
+
 def test_raw_mqtt_json_with_a_message_id_field_keeps_every_payload(
     spark: Any, mosquitto_broker: Broker, unique_name: str, tmp_path: Path
 ) -> None:

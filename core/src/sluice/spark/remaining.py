@@ -28,7 +28,7 @@ that is in no published batch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,13 +60,17 @@ def remaining(
     state: StreamState,
     fail_on_data_loss: bool = True,
     recreated: Mapping[int, str] | None = None,
+    also: Sequence[int] = (),
 ) -> Work:
     """The work left of ``spec`` (see the module docstring). ``bounds`` gives each partition's
     (log start, log end); ``state`` is the stream's state in the sink; ``recreated`` names
-    partitions known to be recreated, with the evidence."""
+    partitions known to be recreated, with the evidence; ``also`` names recreated partitions
+    outside the batch, read from their log start with it (their old committed offsets
+    belong to the old topic)."""
     work = Work()
     held = state.held
-    for r in spec.ranges:
+    outside = [OffsetRange(p, bounds[p][1], bounds[p][1]) for p in also if p in bounds]
+    for r in [*spec.ranges, *outside]:
         p = r.partition
         if p not in bounds:
             raise ValueError(
