@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient
 
 from sluice import read_dataset
 from sluice.batch import BatchSpec, plan_batch
@@ -47,6 +48,19 @@ class KafkaTopic:
         self.producer.flush(10)
         for future in sent:
             future.get(10)  # raises if the broker refused the record
+
+    def recreate(self, partitions: int) -> None:
+        """Delete the topic and create it again with ``partitions``, and a new producer (the
+        old one's sequence numbers belong to the old topic; it is closed first, or its next
+        metadata request would create the topic again with the broker's default)."""
+        self.producer.close()
+        admin = KafkaAdminClient(bootstrap_servers=self.broker.bootstrap)
+        try:
+            admin.delete_topics([self.name])
+        finally:
+            admin.close()
+        create_kafka_topic(self.broker.bootstrap, self.name, partitions)
+        self.producer = KafkaProducer(bootstrap_servers=self.broker.bootstrap)
 
     def plan(self, max_messages: int | None = None) -> BatchSpec:
         spec = plan_batch(self.queue, max_messages=max_messages)

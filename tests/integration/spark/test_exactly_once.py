@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, TopicPartition
 
 from sluice.audit import audit
 from sluice.batch import BatchSpec, OffsetRange, plan_batch
@@ -18,7 +18,6 @@ from sluice.spark.failpoints import FailpointError, armed
 from sluice.spark.kafka_source import commit_offsets
 from sluice.spark.remaining import DataLossError
 from sluice.testing.plugin import Broker
-from sluice.testing.topics import create_kafka_topic
 
 from .conftest import SCHEMA, KafkaTopic, dataset_rows, open_topic, reading
 
@@ -110,14 +109,7 @@ def test_a_recreated_topic_fails_the_ingest_unless_the_loss_is_accepted(
     try:
         topic.send([reading(i) for i in range(30)])
         ingest(spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA)
-        admin = KafkaAdminClient(bootstrap_servers=noida_broker.bootstrap)
-        try:
-            admin.delete_topics([unique_name])
-        finally:
-            admin.close()
-        create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
-        topic.producer.close()  # its sequence numbers belong to the old topic
-        topic.producer = KafkaProducer(bootstrap_servers=noida_broker.bootstrap)
+        topic.recreate(1)
         topic.send([reading(100 + i) for i in range(10)])
         spec = batch(topic, 0, 10)
 

@@ -46,6 +46,13 @@ def delete_below(topic: KafkaTopic, offset: int, partition: int = 0) -> None:
         admin.close()
 
 
+def refused_then_accepted(spark: Any, topic: KafkaTopic, spec: BatchSpec, sink: Path) -> Any:
+    """The ingest of ``spec`` on a recreated topic fails; with the loss accepted, its result."""
+    with pytest.raises(DataLossError, match="recreated"):
+        ingest(spark, spec, sink, source=topic.source, schema=SCHEMA)
+    return ingest(spark, spec, sink, source=topic.source, schema=SCHEMA, fail_on_data_loss=False)
+
+
 @pytest.fixture
 def one_partition(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
     opened = open_topic(noida_broker, unique_name, partitions=1)
@@ -116,14 +123,7 @@ def test_a_recreated_topic_longer_than_the_old_position_is_recognised(
     try:
         topic.send([reading(i) for i in range(30)])
         ingest(spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA)
-        admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-        try:
-            admin.delete_topics([unique_name])
-        finally:
-            admin.close()
-        create_kafka_topic(kafka.bootstrap, unique_name, 1)
-        topic.producer.close()  # its sequence numbers belong to the old topic
-        topic.producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)
+        topic.recreate(1)
         topic.send([reading(100 + i) for i in range(40)])
         spec = whole(topic, 30, 40)
         evidence = "topic id" if broker == "tansu_broker" else "offset 29 is not the one"
@@ -163,24 +163,13 @@ def test_a_recreated_topic_is_recognised_in_a_partition_the_sink_never_wrote(
             spark, planned, tmp_path, source=topic.source, schema=SCHEMA, fail_on_data_loss=False
         )
         assert (first.written, first.commits) == (5, {0: 3, 1: 5})
-        admin = KafkaAdminClient(bootstrap_servers=noida_broker.bootstrap)
-        try:
-            admin.delete_topics([unique_name])
-        finally:
-            admin.close()
-        create_kafka_topic(noida_broker.bootstrap, unique_name, 2)
-        topic.producer.close()  # its sequence numbers belong to the old topic
-        topic.producer = KafkaProducer(bootstrap_servers=noida_broker.bootstrap)
+        topic.recreate(2)
         topic.send([reading(100 + i) for i in range(8)], partition=0)
         topic.send([reading(200 + i) for i in range(8)], partition=1)
         spec = topic.plan()
         assert {r.partition: r.start for r in spec.ranges} == {0: 3, 1: 5}, "old positions"
 
-        with pytest.raises(DataLossError, match="recreated"):
-            ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA)
-        result = ingest(
-            spark, spec, tmp_path, source=topic.source, schema=SCHEMA, fail_on_data_loss=False
-        )
+        result = refused_then_accepted(spark, topic, spec, tmp_path)
         waiting = plan_batch(topic.queue)
     finally:
         topic.queue.close(None)
@@ -207,24 +196,13 @@ def test_a_recreated_topic_is_read_in_a_partition_the_plan_left_out(
         topic.send([reading(10 + i) for i in range(4)], partition=1)
         first = ingest(spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA)
         assert (first.written, first.commits) == (7, {0: 3, 1: 4})
-        admin = KafkaAdminClient(bootstrap_servers=noida_broker.bootstrap)
-        try:
-            admin.delete_topics([unique_name])
-        finally:
-            admin.close()
-        create_kafka_topic(noida_broker.bootstrap, unique_name, 2)
-        topic.producer.close()  # its sequence numbers belong to the old topic
-        topic.producer = KafkaProducer(bootstrap_servers=noida_broker.bootstrap)
+        topic.recreate(2)
         topic.send([reading(100 + i) for i in range(5)], partition=0)
         topic.send([reading(200 + i) for i in range(4)], partition=1)  # ends at the old 4
         spec = topic.plan()
         assert [(r.partition, r.start, r.end) for r in spec.ranges] == [(0, 3, 5)]
 
-        with pytest.raises(DataLossError, match="recreated"):
-            ingest(spark, spec, tmp_path, source=topic.source, schema=SCHEMA)
-        result = ingest(
-            spark, spec, tmp_path, source=topic.source, schema=SCHEMA, fail_on_data_loss=False
-        )
+        result = refused_then_accepted(spark, topic, spec, tmp_path)
         waiting = plan_batch(topic.queue)
     finally:
         topic.queue.close(None)
