@@ -110,7 +110,7 @@ def main() -> int:
                 totals.update(scenarios=1, errors=1)
                 failed.append(f"seed {seed} ({scenario}) raised:\n{traceback.format_exc()}")
                 say(f"{number + 1}/{len(seeds)} {scenario}: ERROR\n{failed[-1]}")
-                say(f"replay: {replay(scenario)}")
+                say(f"replay: uv run python {scenario.replay}")
                 continue
             faults.update(f.split("@")[0] for f in outcome.injected)
             totals.update(
@@ -128,8 +128,7 @@ def main() -> int:
             )
             if not outcome.ok:
                 failed.append(outcome.report())
-                print(outcome.report(), flush=True)
-                say(f"replay: {replay(scenario)}")
+                print(outcome.report(), flush=True)  # it names the replay command
             elif not args.keep:
                 import shutil
 
@@ -140,14 +139,6 @@ def main() -> int:
         summary = {"totals": {**totals, "failed": len(failed)}, "faults": faults}
         Path(args.summary).write_text(json.dumps(summary))
     return report(totals, faults, len(failed), time.monotonic() - started)
-
-
-def replay(scenario: object) -> str:
-    transport, sink, seed = (getattr(scenario, k) for k in ("transport", "sink", "seed"))
-    store = getattr(scenario, "store", "local")
-    return f"uv run python bench/nemesis.py --seed {seed} --transport {transport} --sink {sink}" + (
-        f" --store {store}" if store != "local" else ""
-    )
 
 
 def report(totals: Counter[str], faults: Counter[str], failed: int, seconds: float) -> int:

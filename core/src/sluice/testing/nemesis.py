@@ -190,6 +190,14 @@ class Scenario:
     only: tuple[str, ...] = ()  # play only these faults (default: every one that applies)
     store: Store = "local"  # or "s3": the sink on the real S3 server, through the fault proxy
 
+    @property
+    def replay(self) -> str:
+        """The command that plays this scenario again."""
+        return (
+            f"bench/nemesis.py --transport {self.transport} --sink {self.sink} "
+            f"--store {self.store} --seed {self.seed}"
+        )
+
     def __str__(self) -> str:
         fmt = "" if self.value_format == "json" else f" {self.value_format}"
         store = "" if self.store == "local" else f" on {self.store}"
@@ -226,9 +234,7 @@ class Outcome:
     def report(self) -> str:
         verdict = "OK" if self.ok else "FAILED"
         lines = [
-            f"{verdict}: {self.scenario} (replay: bench/nemesis.py --transport "
-            f"{self.scenario.transport} --sink {self.scenario.sink} --store "
-            f"{self.scenario.store} --seed {self.scenario.seed})",
+            f"{verdict}: {self.scenario} (replay: {self.scenario.replay})",
             f"  faults: {', '.join(self.injected)}",
             f"  published {self.published}, in the sink {self.held}, lost to faults and "
             f"recorded {self.accounted}, doubled {len(self.doubled)}, missing "
@@ -873,8 +879,8 @@ class _KafkaWorld(_World):
         self.publish(chooser.randint(3, 12), chooser)
 
     def _grow_an_auto_created_topic(self) -> None:
-        """A client's metadata request between the deletion and the creation (a subscribed
-        consumer's refresh: soak seed 26 of the third 200-seed try) makes noida-db create the
+        """A client's metadata request between the deletion and the creation (soak seed 26 of
+        the third 200-seed try; which client was not confirmed) makes noida-db create the
         topic with one partition, and the creation then finds it there: it gets the
         scenario's partitions now. It is a new topic all the same."""
         from kafka.admin import NewPartitions
