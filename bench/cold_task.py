@@ -15,8 +15,14 @@ messages of bench/ingest.py) and, interleaved, ``--rounds`` times:
   bench/ingest.py), then exits;
 - ``connect`` (optional): as ``sluice``, on a warm Spark Connect server started once before
   anything is timed (``sc://``);
+- ``no-archive`` (optional): as ``sluice``, with ``SLUICE_SPARK_CDS=0``: a JVM that loads
+  Spark's classes from its jars, as before ``sluice.spark.class_archive``;
 - ``before`` (optional): as ``sluice``, run by another checkout's interpreter
   (``--before-python``, e.g. the main branch's venv): the same task before a change.
+
+The Sluice sides share a class archive in a cache directory of the benchmark's own. It is
+written, before anything is timed, by the first Sluice process (the smallest batch), as on
+a machine's first task; that process's time is printed apart, with the archive's size.
 
 Each time is the parent's wall clock from the process's start to its exit. The Sluice
 processes also report where their time went: interpreter and imports, session start, and
@@ -86,9 +92,17 @@ def say(text: str) -> None:
     print(f"[cold] {text}", flush=True)
 
 
-def run_child(args: list[str], python: str = sys.executable) -> tuple[float, dict[str, Any]]:
+def run_child(
+    args: list[str], python: str = sys.executable, env: dict[str, str] | None = None
+) -> tuple[float, dict[str, Any]]:
     started = time.monotonic()
-    done = subprocess.run([python, *args], capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [python, *args],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, **(env or {})},
+    )
     seconds = time.monotonic() - started
     if done.returncode != 0:
         raise RuntimeError(f"child failed ({done.returncode}):\n{done.stderr[-4000:]}")
@@ -151,7 +165,9 @@ def main() -> None:
     )
     parser.add_argument("--sizes", default="20000,200000,2000000")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--sides", default="sluice,hand", help="sluice,hand[,connect][,before]")
+    parser.add_argument(
+        "--sides", default="sluice,hand", help="sluice,hand[,connect][,no-archive][,before]"
+    )
     parser.add_argument(
         "--before-python",
         default="",
@@ -192,6 +208,27 @@ def main() -> None:
             produce(broker.bootstrap, topic, n)
             spec_json(broker.bootstrap, topic, n)
             topics[n] = (broker, topic)
+        cache = {"SLUICE_CACHE_DIR": str(work / "cache")}
+        if {"sluice", "before"} & set(sides):
+            n = min(sizes)
+            broker, topic = topics[n]
+            spec = spec_json(broker.bootstrap, topic, n)
+            seconds, _ = run_child(
+                [
+                    "-c",
+                    SLUICE_CHILD,
+                    args.master,
+                    spec,
+                    str(work / "first"),
+                    f"kafka://{broker.bootstrap}",
+                    SCHEMA,
+                ],
+                env=cache,
+            )
+            archives = list((work / "cache" / "jvm").glob("*.jsa"))
+            size = f"{archives[0].stat().st_size / 2**20:,.0f} MiB" if archives else "none"
+            say(f"the first Sluice process ({n:,} messages, writes the class archive): "
+                f"{seconds:.1f} s; archive: {size}")  # fmt: skip
         results: dict[tuple[str, int], list[float]] = {}
         details: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for n in sizes:
@@ -208,8 +245,13 @@ def main() -> None:
                         master = connect_url if side == "connect" else args.master
                         spec = spec_json(broker.bootstrap, topic, n)
                         python = args.before_python if side == "before" else sys.executable
+                        env = dict(cache)
+                        if side == "no-archive":
+                            env["SLUICE_SPARK_CDS"] = "0"
                         seconds, detail = run_child(
-                            ["-c", SLUICE_CHILD, master, spec, str(out), source, SCHEMA], python
+                            ["-c", SLUICE_CHILD, master, spec, str(out), source, SCHEMA],
+                            python,
+                            env,
                         )
                         assert detail["written"] + detail["quarantined"] == n, detail
                     results.setdefault((side, n), []).append(seconds)
@@ -226,7 +268,10 @@ def main() -> None:
                 line += f"  {side} {medians[side, n]:6.1f} s ({n / medians[side, n]:>7,.0f} msg/s)"
             if "sluice" in sides and "hand" in sides:
                 line += f"  sluice/hand {medians['sluice', n] / medians['hand', n]:.2f}x"
-            for other in ("connect", "before"):
+            if "sluice" in sides and "no-archive" in sides:
+                ratio = medians["sluice", n] / medians["no-archive", n]
+                line += f"  sluice/no-archive {ratio:.2f}x"
+            for other in ("connect", "no-archive", "before"):
                 if other in sides and "hand" in sides:
                     line += f"  {other}/hand {medians[other, n] / medians['hand', n]:.2f}x"
             print(line)

@@ -50,6 +50,23 @@ _ENVIRONMENT: tuple[tuple[str, str, str], ...] = (
         "Spark master of `sluice.spark.spark_session` and `sluice ingest` (default `local[*]`).",
     ),
     (
+        "sluice.spark.session:SHIP_ENV",
+        "SLUICE_SPARK_SHIP",
+        "`1`: every session ships Sluice to its executors (`spark_session(ship_sluice=True)`).",
+    ),
+    (
+        "sluice.spark.class_archive:CDS_ENV",
+        "SLUICE_SPARK_CDS",
+        "`0`: JVMs that Sluice starts neither write nor map the class archive of Spark's "
+        "classes (default on; see `sluice.spark.class_archive`).",
+    ),
+    (
+        "sluice.spark.class_archive:CACHE_ENV",
+        "SLUICE_CACHE_DIR",
+        "Sluice's cache, e.g. that class archive (default `$XDG_CACHE_HOME/sluice` or "
+        "`~/.cache/sluice`).",
+    ),
+    (
         "sluice.cli.brokers:HOME_ENV",
         "SLUICE_HOME",
         "Where `sluice brokers` keeps the embedded brokers' state (default `~/.sluice`).",

@@ -22,6 +22,8 @@ from importlib.metadata import Distribution, PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
+from . import class_archive
+
 __all__ = [
     "DEFAULT_MASTER",
     "MASTER_ENV",
@@ -97,7 +99,13 @@ def spark_session(
                 "spark.driver.bindAddress", "127.0.0.1"
             )
         builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
-    for key, value in {**_DEFAULT_CONF, **(conf or {})}.items():
+    settings = {**_DEFAULT_CONF, **(conf or {})}
+    archive = None
+    if _starts_a_jvm(master):
+        archive = class_archive.prepare(settings)
+        if archive is not None:
+            settings[class_archive.JAVA_OPTIONS_KEY] = archive.java_options
+    for key, value in settings.items():
         builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()
@@ -105,11 +113,23 @@ def spark_session(
         if master is not None and master.startswith("sc://"):
             raise ImportError(f"{_CONNECT_HINT} ({exc})") from exc
         raise
+    if archive is not None:
+        archive.finish_at_exit()
     if ship_sluice is None:
         ship_sluice = os.environ.get(SHIP_ENV, "").lower() in ("1", "true", "yes")
     if ship_sluice:
         _ship(session)
     return session
+
+
+def _starts_a_jvm(master: str | None) -> bool:
+    """Whether getOrCreate will launch a JVM here: not Spark Connect, not under spark-submit,
+    and no JVM yet (a stopped SparkContext leaves its JVM, which the next one reuses)."""
+    if master is None or master.startswith("sc://") or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return False
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is None
 
 
 def _check_active(master: str | None) -> None:
