@@ -92,7 +92,7 @@ class ClassArchive:
             proc.wait(timeout=_DUMP_TIMEOUT_S)
             if proc.returncode == 0 and part.is_file() and _opens(self.java, part):
                 os.replace(part, self.path)
-                log.info("Spark's classes are archived for later JVMs: %s", self.path)
+                log.debug("Spark's classes are archived for later JVMs: %s", self.path)
         except Exception as exc:  # a cache: the next process tries again
             log.debug("no class archive from this JVM: %s", exc)
         finally:
