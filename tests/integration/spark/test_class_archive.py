@@ -88,9 +88,16 @@ def test_the_callers_own_default_java_options_win(
     planned = class_archive.prepare({})
     assert planned is not None and planned.part is not None  # no archive yet: write one
     assert "-XX:ArchiveClassesAtExit=" in planned.java_options
-    # another class path is another archive
+    # another class path is another archive: extra jars, or Spark's jars in another place
     other = class_archive.prepare({"spark.jars": "/opt/extra.jar"})
     assert other is not None and other.path != planned.path
+    jars = class_archive._spark_jars()
+    assert jars is not None
+    (tmp_path / "spark-elsewhere").mkdir()
+    (tmp_path / "spark-elsewhere" / "jars").symlink_to(jars)
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "spark-elsewhere"))
+    elsewhere = class_archive.prepare({})
+    assert elsewhere is not None and elsewhere.path not in (planned.path, other.path)
 
 
 def test_one_process_at_a_time_writes_the_archive(

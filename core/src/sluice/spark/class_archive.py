@@ -191,7 +191,8 @@ def _key(java: str, conf: Mapping[str, str]) -> str:
     stat = os.stat(java)
     digest.update(f"{java}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     jars = _spark_jars()
-    if jars is not None:
+    if jars is not None:  # the JVM checks the class path by its text: another venv, another key
+        digest.update(f"{jars}\n".encode())
         for jar in sorted(jars.glob("*.jar")):
             digest.update(f"{jar.name}\0{jar.stat().st_size}\n".encode())
     for key in _CLASS_PATH_KEYS:
