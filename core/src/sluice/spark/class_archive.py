@@ -50,7 +50,7 @@ _CLASS_PATH_KEYS = ("spark.jars", "spark.jars.packages", "spark.driver.extraClas
 #: CDS's own log lines (classes it cannot archive, an archive it cannot use) are not news.
 _QUIET = "-Xlog:cds*=off"
 _DUMP_TIMEOUT_S = 180.0
-_STALE_PART_S = 3600.0
+_STALE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,8 @@ def prepare(conf: Mapping[str, str]) -> ClassArchive | None:
     cache directory, or the caller sets the driver's default Java options itself."""
     if os.environ.get(CDS_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
-    if JAVA_OPTIONS_KEY in conf or _in_spark_defaults(JAVA_OPTIONS_KEY):
+    jars = _spark_jars()
+    if JAVA_OPTIONS_KEY in conf or _in_spark_defaults(JAVA_OPTIONS_KEY, jars):
         return None
     java = _java()
     if java is None:
@@ -117,7 +118,7 @@ def prepare(conf: Mapping[str, str]) -> ClassArchive | None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
-    path = folder / f"spark-{_key(java, conf)}.jsa"
+    path = folder / f"spark-{_key(java, jars, conf)}.jsa"
     if path.is_file():
         return ClassArchive(path, java)
     _remove_stale_parts(folder)
@@ -156,7 +157,7 @@ def _abandoned(claim: Path) -> bool:
         age = time.time() - claim.stat().st_mtime
     except (OSError, ValueError):
         return True
-    if age > _STALE_PART_S or pid <= 0:
+    if age > _STALE_S or pid <= 0:
         return True
     try:
         os.kill(pid, 0)
@@ -186,11 +187,10 @@ def _java() -> str | None:
     return os.path.realpath(found)
 
 
-def _key(java: str, conf: Mapping[str, str]) -> str:
+def _key(java: str, jars: Path | None, conf: Mapping[str, str]) -> str:
     digest = hashlib.sha256()
     stat = os.stat(java)
     digest.update(f"{java}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    jars = _spark_jars()
     if jars is not None:  # the JVM checks the class path by its text: another venv, another key
         digest.update(f"{jars}\n".encode())
         for jar in sorted(jars.glob("*.jar")):
@@ -210,11 +210,11 @@ def _spark_jars() -> Path | None:
     return jars if jars.is_dir() else None
 
 
-def _in_spark_defaults(key: str) -> bool:
-    """Whether spark-defaults.conf (which ``conf`` would override, not extend) sets ``key``."""
+def _in_spark_defaults(key: str, jars: Path | None) -> bool:
+    """Whether spark-defaults.conf (which ``conf`` would override, not extend) sets ``key``;
+    ``jars``: Spark's jars directory, beside its default conf directory."""
     conf_dir = os.environ.get("SPARK_CONF_DIR")
     if not conf_dir:
-        jars = _spark_jars()
         conf_dir = str(jars.parent / "conf") if jars else ""
     defaults = Path(conf_dir) / "spark-defaults.conf" if conf_dir else None
     if defaults is None or not defaults.is_file():
@@ -249,5 +249,5 @@ def _remove_stale_parts(folder: Path) -> None:
     now = time.time()
     for part in folder.glob("*.part"):
         with contextlib.suppress(OSError):
-            if now - part.stat().st_mtime > _STALE_PART_S:
+            if now - part.stat().st_mtime > _STALE_S:
                 part.unlink()
