@@ -12,6 +12,7 @@ that used to lose or double messages silently, on a real broker and a real Spark
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -369,16 +370,30 @@ def test_transactions_are_read_committed_on_both_readers_up_to_the_last_stable_o
 def test_reading_chunks_are_bounded_by_bytes_as_well_as_rows(
     topic: KafkaTopic, reader: str
 ) -> None:
-    """The finding: chunks were bounded by rows only (100,000 messages of 1 MB: 100 GB)."""
+    """The finding: chunks were bounded by rows only (100,000 messages of 1 MB: 100 GB). And
+    at full size (bench/scale.py, 1,000 messages of 5 MiB) the largest chunk passed its bound
+    by one message: 272,629,760 bytes against 268,435,456. No chunk passes it now, except a
+    message larger than the bound, which goes alone."""
     value = b"x" * 10_000
-    topic.send([value] * 50, partition=0)
+    topic.send([value] * 50, partition=0)  # keys k0 ... k49
     spec = BatchSpec("kafka", topic.name, group_id="g")
     kwargs = reader_kwargs(source_config(spec, with_reader(topic.source, reader)))
-    batches = list(
-        read_ranges(kwargs, topic.name, [OffsetRange(0, 0, 50)], 1000, 10, chunk_bytes=35_000)
-    )
 
-    sizes = [sum(len(v) for v in b.column("value").to_pylist()) for b in batches]
-    assert sum(b.num_rows for b in batches) == 50
-    assert all(size <= 35_000 + len(value) for size in sizes), sizes
-    assert len(batches) >= 50 * len(value) // (35_000 + len(value)), sizes
+    def chunks(chunk_bytes: int) -> list[list[int]]:
+        """Each chunk's messages, as their bytes of key and value."""
+        ranges = [OffsetRange(0, 0, 50)]
+        batches = list(read_ranges(kwargs, topic.name, ranges, 1000, 10, chunk_bytes=chunk_bytes))
+        values = [v for b in batches for v in b.column("value").to_pylist()]
+        assert values == [value] * 50, "every message once, in order"
+        return [
+            [len(r["key"]) + len(r["value"]) for r in b.select(["key", "value"]).to_pylist()]
+            for b in batches
+        ]
+
+    for bound in (35_000, 10_000 * 3 + len(b"k0k1k2")):  # the second: 3 messages exactly
+        found = chunks(bound)
+        assert all(sum(c) <= bound for c in found), (bound, found)
+        for chunk, following in itertools.pairwise(found):  # full: the next one would not fit
+            assert sum(chunk) + following[0] > bound, (bound, found)
+        assert len(found[0]) == 3, (bound, found)
+    assert [len(c) for c in chunks(5_000)] == [1] * 50, "a message above the bound goes alone"

@@ -162,9 +162,9 @@ def read_ranges(
     stall_timeout_s: float,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """The messages of ``ranges`` as Arrow batches of at most ``chunk_size`` rows and about
-    ``chunk_bytes`` bytes of keys and values (a batch passes it by one message at most), read
-    by the range reader ``kwargs`` name (:class:`ReaderKwargs`; plain arguments:
+    """The messages of ``ranges`` as Arrow batches of at most ``chunk_size`` rows and at most
+    ``chunk_bytes`` bytes of keys and values (a message larger than that is a batch of its
+    own), read by the range reader ``kwargs`` name (:class:`ReaderKwargs`; plain arguments:
     kafka-python's, see :func:`sluice.kafka.ranges.read_range_records`)."""
     # In a Spark task (executor mode) the driver's registration is not in this process: hide
     # the password from this process's kafka-python and librdkafka logs before anything logs.
@@ -176,13 +176,17 @@ def read_ranges(
         ends = list(itertools.accumulate(reader.sizes(records)))  # bytes of records[:k + 1]
         done = 0
         while done < len(records):
-            allowed = (ends[done - 1] if done else 0) + chunk_bytes - size
-            upto = min(bisect.bisect_left(ends, allowed, done) + 1, len(records))
+            before = ends[done - 1] if done else 0
+            # records[done:upto] fit in what is left of the chunk's bytes
+            upto = bisect.bisect_right(ends, before + chunk_bytes - size, done)
+            if upto == done and not len(columns):  # one message above the bound goes alone
+                upto = done + 1
             upto = min(upto, done + chunk_size - len(columns))
-            reader.extend(columns, records[done:upto], topic, partition)
-            size += ends[upto - 1] - (ends[done - 1] if done else 0)
-            done = upto
-            if len(columns) >= chunk_size or size >= chunk_bytes:
+            if upto > done:
+                reader.extend(columns, records[done:upto], topic, partition)
+                size += ends[upto - 1] - before
+                done = upto
+            if len(columns) >= chunk_size or size >= chunk_bytes or done < len(records):
                 yield columns.to_batch()
                 columns, size = RecordColumns(), 0
     if len(columns):
