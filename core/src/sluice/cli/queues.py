@@ -36,9 +36,12 @@ __all__ = [
 
 Kind = Literal["kafka", "mqtt"]
 
-#: Defaults for every command: fail fast when a Kafka broker is not there (the library's
-#: own default retries for minutes, right for a service, not for a command).
-_KAFKA_DEFAULTS = {"options.max_retries": 1}
+#: Defaults for every command: fail within seconds when a Kafka broker is not there (the
+#: library's own default retries for minutes, right for a service, not for a command), but
+#: give one that is there 5 s to answer, not the library's 1 s: a busy broker took longer
+#: (noida-db spends about a second after an offset commit; a CI run's `sluice lag` right after
+#: `sluice ingest` failed on it).
+_KAFKA_DEFAULTS = {"options.max_retries": 1, "options.connect_timeout": 5000}
 
 
 @dataclass(frozen=True)
