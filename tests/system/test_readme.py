@@ -6,7 +6,8 @@ block to the next. It starts in a fresh working directory that looks like the ro
 ``Makefile`` are there, while everything the blocks write lands in the temporary directory),
 with a fresh ``HOME``, ``AIRFLOW_HOME``, ``DAGSTER_HOME`` and ``SLUICE_HOME``, nothing of the
 test run's own Airflow, Dagster, Spark or Sluice settings, and the workspace venv's ``bin``
-first on ``PATH``: what ``source .venv/bin/activate`` after ``uv sync`` gives.
+first on ``PATH``: what ``source .venv/bin/activate`` after ``uv sync`` gives. (One thing is
+kept: the machine's cache of Spark's classes, ``SLUICE_CACHE_DIR``.)
 
 ``pip install ./core ./providers/...`` is not run against the shared venv (it would replace
 its editable installs with copies, under other running tests, and needs the network). A
@@ -34,6 +35,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from sluice.spark.class_archive import CACHE_ENV, cache_dir
 
 from .readme_blocks import Block, Session, clean_environment, parse, running, write_pip_shim
 
@@ -88,6 +91,10 @@ def new_user(tmp_path: Path) -> Session:
             "AIRFLOW_HOME": str(homes["airflow"]),
             "DAGSTER_HOME": str(homes["dagster"]),
             "SLUICE_HOME": str(homes["sluice"]),
+            # The machine's class archive of Spark's classes, not one of its own: a new HOME
+            # would have its first JVM write a new one (about 20 s of CPU on the test run,
+            # for what tests/integration/spark/test_class_archive.py already covers).
+            CACHE_ENV: str(cache_dir()),
             "VIRTUAL_ENV": str(VENV_BIN.parent),
             "PATH": os.pathsep.join(
                 [str(scratch / "bin"), str(VENV_BIN), "/usr/sbin", env.get("PATH", "")]
