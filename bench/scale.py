@@ -238,6 +238,7 @@ def measured_chunks(chunks: Chunks) -> Callable[[], None]:
             chunks.payload_bytes.append(size)
             chunks.arrow_bytes.append(batch.nbytes)
             yield batch
+            del batch  # as the ingest does: not held while the next chunk is read
 
     reading.chunks_on_driver = measuring
 

@@ -596,6 +596,7 @@ class _Job:
             largest = max(largest, largest_message_bytes(batch))
             files += self._hand_over(batch, staging, number)
             done += batch.num_rows
+            del batch  # not held while the next chunk is read: one chunk in memory at a time
             self.report(IngestEvent("reading", done, total))
         self._event("read", done, total)
         if not files:  # none when the ranges hold only offsets without a message

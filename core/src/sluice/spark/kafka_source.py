@@ -187,8 +187,10 @@ def read_ranges(
                 size += ends[upto - 1] - before
                 done = upto
             if len(columns) >= chunk_size or size >= chunk_bytes or done < len(records):
-                yield columns.to_batch()
-                columns, size = RecordColumns(), 0
+                # let go of the messages before the chunk is handed on (one copy held, not two)
+                chunk, columns, size = columns.to_batch(), RecordColumns(), 0
+                yield chunk
+                del chunk  # and of the chunk while the next one is read
     if len(columns):
         yield columns.to_batch()
 

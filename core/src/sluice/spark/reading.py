@@ -71,8 +71,8 @@ def chunks_on_driver(
     stall_s: float,
     chunk_bytes: int,
 ) -> Iterator[pa.RecordBatch]:
-    """The messages of ``todo`` as record batches of at most ``chunk_size`` rows and about
-    ``chunk_bytes`` bytes."""
+    """The messages of ``todo`` as record batches of at most ``chunk_size`` rows and at most
+    ``chunk_bytes`` bytes (:func:`~sluice.spark.kafka_source.read_ranges`)."""
     from .kafka_source import read_ranges
 
     for group in _rounds(todo):
