@@ -7,7 +7,7 @@ UV="uv"; command -v uv >/dev/null 2>&1 || UV="python3 -m uv"
 # The tests' Spark drivers live seconds, each on small batches: the JVM's second JIT tier (C2)
 # only burns the CPU the other worker needs. C1 alone made tests/integration/cli/test_ingest.py
 # 11% faster and cold 20,000-message tasks 14% faster (bench/cold_task.py; it is slower for
-# big batches, which is why Sluice itself does not set it). The README's blocks run without it.
+# big batches, which is why Sluice itself does not set it).
 export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:--XX:TieredStopAtLevel=1}"
 # Two worker processes (pytest-xdist), a test file each at a time, the longest files first
 # (tests/conftest.py): most of the suite waits on brokers, JVMs and subprocesses, so two

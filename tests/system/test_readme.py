@@ -6,8 +6,9 @@ block to the next. It starts in a fresh working directory that looks like the ro
 ``Makefile`` are there, while everything the blocks write lands in the temporary directory),
 with a fresh ``HOME``, ``AIRFLOW_HOME``, ``DAGSTER_HOME`` and ``SLUICE_HOME``, nothing of the
 test run's own Airflow, Dagster, Spark or Sluice settings, and the workspace venv's ``bin``
-first on ``PATH``: what ``source .venv/bin/activate`` after ``uv sync`` gives. (One thing is
-kept: the machine's cache of Spark's classes, ``SLUICE_CACHE_DIR``.)
+first on ``PATH``: what ``source .venv/bin/activate`` after ``uv sync`` gives. (Kept, as they
+change how fast the JVMs start and run, not what they do: the machine's cache of Spark's
+classes, ``SLUICE_CACHE_DIR``, and ``make test``'s ``SPARK_SUBMIT_OPTS``.)
 
 ``pip install ./core ./providers/...`` is not run against the shared venv (it would replace
 its editable installs with copies, under other running tests, and needs the network). A
@@ -95,6 +96,8 @@ def new_user(tmp_path: Path) -> Session:
             # would have its first JVM write a new one (about 20 s of CPU on the test run,
             # for what tests/integration/spark/test_class_archive.py already covers).
             CACHE_ENV: str(cache_dir()),
+            # make test's JIT setting (scripts/test.sh), if any: how fast, not what happens
+            **{k: v for k, v in os.environ.items() if k == "SPARK_SUBMIT_OPTS"},
             "VIRTUAL_ENV": str(VENV_BIN.parent),
             "PATH": os.pathsep.join(
                 [str(scratch / "bin"), str(VENV_BIN), "/usr/sbin", env.get("PATH", "")]
