@@ -824,11 +824,17 @@ class _KafkaWorld(_World):
             return lambda: self._add_partition(chooser)
         return super().hook(fault, spec, chooser)
 
-    def _admin(self) -> Any:
+    @contextlib.contextmanager
+    def _admin(self) -> Iterator[Any]:
+        """An admin client of the broker, closed after the block."""
         from kafka import KafkaAdminClient
 
         assert self.broker is not None
-        return KafkaAdminClient(bootstrap_servers=self.broker.bootstrap)
+        admin = KafkaAdminClient(bootstrap_servers=self.broker.bootstrap)
+        try:
+            yield admin
+        finally:
+            admin.close()
 
     def _overlapping_run(self) -> None:
         spec = plan_batch(self._queue())
@@ -850,11 +856,8 @@ class _KafkaWorld(_World):
             return
         tp = chooser.choice(held)
         below = chooser.randint(starts[tp] + 1, ends[tp])
-        admin = self._admin()
-        try:
+        with self._admin() as admin:
             admin.delete_records({tp: below})
-        finally:
-            admin.close()
         key = (self.generation, tp.partition)
         self.deleted[key] = max(self.deleted.get(key, 0), below)
 
@@ -866,12 +869,9 @@ class _KafkaWorld(_World):
         self.producer.close(5)
         self.producer = None
         try:
-            admin = self._admin()
-            try:
+            with self._admin() as admin:
                 admin.delete_topics([self.topic])
                 wait_until(lambda: self.topic not in admin.list_topics(), 20, message="deletion")
-            finally:
-                admin.close()
             assert self.broker is not None
             create_kafka_topic(self.broker.bootstrap, self.topic, self.partitions)
             self._grow_an_auto_created_topic()
@@ -893,23 +893,17 @@ class _KafkaWorld(_World):
         from kafka.admin import NewPartitions
         from kafka.errors import InvalidPartitionsError
 
-        admin = self._admin()
-        try:
+        with self._admin() as admin:
             found = admin.describe_topics([self.topic])[0]["partitions"]
             if len(found) < self.partitions:
                 with contextlib.suppress(InvalidPartitionsError):  # its metadata was late
                     admin.create_partitions({self.topic: NewPartitions(self.partitions)})
-        finally:
-            admin.close()
 
     def _add_partition(self, chooser: random.Random) -> None:
         from kafka.admin import NewPartitions
 
-        admin = self._admin()
-        try:
+        with self._admin() as admin:
             admin.create_partitions({self.topic: NewPartitions(self.partitions + 1)})
-        finally:
-            admin.close()
         self.partitions += 1
         self._new_producer()
         self.publish(chooser.randint(3, 10), chooser)
