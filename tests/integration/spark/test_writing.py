@@ -116,3 +116,22 @@ def test_a_failing_job_publishes_nothing_and_leaves_no_attempts(spark: Any, tmp_
         write_outcomes(failing, ["n", "value"], ["n", "reason"], targets)
 
     assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_a_session_builds_the_classification_of_equal_rules_once(spark: Any) -> None:
+    """Building the columns takes about 0.1 s of round trips to the JVM; a long-lived
+    session's later ingests of the same rules reuse them, other rules get their own."""
+    from sluice.spark.classify import Classification, Rules, parse_schema
+    from sluice.spark.records import RAW_SCHEMA_DDL
+
+    first = Classification.for_session(spark, Rules(parse_schema("a STRING, b DOUBLE")))
+    again = Classification.for_session(spark, Rules(parse_schema("a STRING, b DOUBLE")))
+    other = Classification.for_session(spark, Rules(parse_schema("a STRING, b BIGINT")))
+
+    assert again is first
+    assert other is not first
+    raw = spark.createDataFrame(
+        [(None, b'{"a": "y", "b": 1.5}', "t", 0, 7, None, [], None)], RAW_SCHEMA_DDL
+    )
+    assert first.apply(raw).first()["reason"] is None
+    assert "'b' is not bigint" in other.apply(raw).first()["reason"]

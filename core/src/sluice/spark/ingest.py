@@ -331,7 +331,7 @@ class _Job:
 
     @cached_property
     def classification(self) -> Classification:
-        return Classification.of(self.rules)
+        return Classification.for_session(self.spark, self.rules)
 
     def _write(
         self,
