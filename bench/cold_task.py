@@ -18,7 +18,11 @@ messages of bench/ingest.py) and, interleaved, ``--rounds`` times:
 - ``no-archive`` (optional): as ``sluice``, with ``SLUICE_SPARK_CDS=0``: a JVM that loads
   Spark's classes from its jars, as before ``sluice.spark.class_archive``;
 - ``before`` (optional): as ``sluice``, run by another checkout's interpreter
-  (``--before-python``, e.g. the main branch's venv): the same task before a change.
+  (``--before-python``, e.g. the main branch's venv): the same task before a change;
+- ``floor``, ``connect-floor`` (optional): as ``sluice`` and ``connect`` with no batch: the
+  process imports Airflow, Sluice and PySpark, starts its session and exits. This is what any
+  task that starts Spark pays before its first message, so floor/hand is the lowest ratio a
+  Spark-based task can reach at that size.
 
 The Sluice sides share a class archive in a cache directory of the benchmark's own. It is
 written, before anything is timed, by the first Sluice process (the smallest batch), as on
@@ -62,16 +66,20 @@ marks["session"] = time.monotonic() - started
 stages = {}
 def progress(event):
     stages.setdefault(event.stage, time.monotonic() - started)
-result = ingest(spark, sys.argv[2], sys.argv[3], source=sys.argv[4], schema=sys.argv[5],
-                progress=progress)
+result = None
+if sys.argv[2]:  # no batch: the floor, a process that starts its session and exits
+    result = ingest(spark, sys.argv[2], sys.argv[3], source=sys.argv[4], schema=sys.argv[5],
+                    progress=progress)
 marks["ingest"] = time.monotonic() - started
 jobs = None
 try:
     jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None).size()
 except Exception:
     pass
-print("RESULT " + json.dumps({"marks": marks, "stages": stages, "jobs": jobs, "mode": result.mode,
-                  "written": result.written, "quarantined": result.quarantined}), flush=True)
+print("RESULT " + json.dumps({"marks": marks, "stages": stages, "jobs": jobs,
+                  "mode": result.mode if result else "none",
+                  "written": result.written if result else 0,
+                  "quarantined": result.quarantined if result else 0}), flush=True)
 """
 
 HAND_CHILD = """
@@ -166,7 +174,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="20000,200000,2000000")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
-        "--sides", default="sluice,hand", help="sluice,hand[,connect][,no-archive][,before]"
+        "--sides",
+        default="sluice,hand",
+        help="sluice,hand[,connect][,no-archive][,before][,floor][,connect-floor]",
     )
     parser.add_argument(
         "--before-python",
@@ -193,7 +203,7 @@ def main() -> None:
             big = start_tansu()
             servers.append(big)
         connect_url = ""
-        if "connect" in sides:
+        if {"connect", "connect-floor"} & set(sides):
             from sluice.testing.spark_cluster import start_connect_server
 
             server = start_connect_server()
@@ -242,8 +252,9 @@ def main() -> None:
                             ["-c", HAND_CHILD, bench_dir, broker.bootstrap, topic, str(n), str(out)]
                         )
                     else:
-                        master = connect_url if side == "connect" else args.master
-                        spec = spec_json(broker.bootstrap, topic, n)
+                        master = connect_url if side.startswith("connect") else args.master
+                        floor = side.endswith("floor")
+                        spec = "" if floor else spec_json(broker.bootstrap, topic, n)
                         python = args.before_python if side == "before" else sys.executable
                         env = dict(cache)
                         if side == "no-archive":
@@ -253,7 +264,8 @@ def main() -> None:
                             python,
                             env,
                         )
-                        assert detail["written"] + detail["quarantined"] == n, detail
+                        counted = detail["written"] + detail["quarantined"]
+                        assert counted == (0 if floor else n), detail
                     results.setdefault((side, n), []).append(seconds)
                     details.setdefault((side, n), []).append(detail)
                     load = os.getloadavg()[0]
@@ -271,18 +283,28 @@ def main() -> None:
             if "sluice" in sides and "no-archive" in sides:
                 ratio = medians["sluice", n] / medians["no-archive", n]
                 line += f"  sluice/no-archive {ratio:.2f}x"
-            for other in ("connect", "no-archive", "before"):
+            for other in ("connect", "no-archive", "before", "floor", "connect-floor"):
                 if other in sides and "hand" in sides:
                     line += f"  {other}/hand {medians[other, n] / medians['hand', n]:.2f}x"
             print(line)
-        for side in [s for s in sides if s != "hand"]:
+
+        def med(rows: list[dict[str, float]], key: str) -> float:
+            return statistics.median(r.get(key, float("nan")) for r in rows)
+
+        for side in [s for s in sides if s.endswith("floor")]:
+            marks = [d["marks"] for n in sizes for d in details[side, n]]
+            every = [s for n in sizes for s in results[side, n]]
+            print(
+                f"  {side} (every size): {statistics.median(every):.1f} s: import airflow "
+                f"{med(marks, 'airflow'):.1f} s, sluice+pyspark "
+                f"{med(marks, 'imports') - med(marks, 'airflow'):.1f} s, session "
+                f"{med(marks, 'session') - med(marks, 'imports'):.1f} s, exit "
+                f"{statistics.median(every) - med(marks, 'ingest'):.1f} s"
+            )
+        for side in [s for s in sides if s != "hand" and not s.endswith("floor")]:
             for n in sizes:
                 marks = [d["marks"] for d in details[side, n]]
                 stages = [d["stages"] for d in details[side, n]]
-
-                def med(rows: list[dict[str, float]], key: str) -> float:
-                    return statistics.median(r.get(key, float("nan")) for r in rows)
-
                 print(
                     f"  {side} {n:,}: import airflow {med(marks, 'airflow'):.1f} s, "
                     f"sluice+pyspark {med(marks, 'imports') - med(marks, 'airflow'):.1f} s, "
@@ -303,7 +325,7 @@ def main() -> None:
                     f"{statistics.median(m['airflow'] for m in marks):.1f} s, work "
                     f"{statistics.median(m['work'] for m in marks):.1f} s"
                 )
-            for side in [s for s in sides if s != "hand"]:
+            for side in [s for s in sides if s != "hand" and not s.endswith("floor")]:
                 print(
                     f"  crossover ({side}): "
                     + crossover(

@@ -1,6 +1,7 @@
 """Ingestion throughput, all sides measured in one run on one broker (noida-db, started here).
 
-    uv run python bench/ingest.py [--messages 200000] [--repeats 5] [--big 1000000]
+    uv run python bench/ingest.py [--messages 200000] [--repeats 5] [--warm-rounds 1]
+                                  [--big 1000000]
 
 On 200,000 JSON messages of about 200 bytes over 3 partitions, 1% of them malformed, it
 times:
@@ -21,13 +22,14 @@ times:
       fresh install does out of the box;
 and prints messages/s and the ratios. Then it ingests a batch of --big messages in driver mode in
 a child process and prints that process's peak RSS (Python driver, and the Spark JVM beside it).
-The SparkSession is started before anything is timed. Every side then runs one untimed round
-(the JVM's just-in-time compiler is still warming up: its numbers are printed as the "first
-round") and --repeats timed rounds, interleaved; the median counts. Before each side the
-benchmark waits until the broker is idle: an offset commit to noida-db costs it about one
-CPU-second of work in the next two seconds, which would otherwise land on whichever side runs
-next. The broker's CPU time during each side is printed with it. The 1,000,000-message
-batch runs on Tansu (noida-db 0.2.3 stalls on fetches of a log that large).
+The SparkSession is started before anything is timed. Every side then runs --warm-rounds
+untimed rounds (default 1: the JVM's just-in-time compiler is still warming up; the first
+one's numbers are printed as the "first round") and --repeats timed rounds, interleaved;
+the median counts. Before each side the benchmark waits until the broker is idle: an offset
+commit to noida-db costs it about one CPU-second of work in the next two seconds, which would
+otherwise land on whichever side runs next. The broker's CPU time during each side is printed
+with it. The 1,000,000-message batch runs on Tansu (noida-db 0.2.3 stalls on fetches of a log
+that large).
 """
 
 from __future__ import annotations
@@ -415,6 +417,12 @@ def main() -> None:
         "--repeats", type=int, default=5, help="rounds over every side; the median counts"
     )
     parser.add_argument(
+        "--warm-rounds",
+        type=int,
+        default=1,
+        help="untimed rounds over every side first (the JVM's compiler warms up over several)",
+    )
+    parser.add_argument(
         "--sides", default="abcdefghi", help="which sides to run (letters; default all)"
     )
     parser.add_argument(
@@ -480,16 +488,17 @@ def main() -> None:
         first: dict[str, float] = {}
         runs: dict[str, list[float]] = {key: [] for key in sides}
         broker_cpu: dict[str, list[float]] = {key: [] for key in sides}
-        for repeat in range(args.repeats + 1):
+        warm_rounds = max(1, args.warm_rounds)
+        for repeat in range(1 - warm_rounds, args.repeats + 1):
             for key, side in sides.items():
                 waited = wait_until_idle(broker_process)
                 before = cpu_seconds(broker_process)
                 seconds = side(work / f"{key}-{repeat}")
                 used = cpu_seconds(broker_process) - before
                 detail = f"{seconds:.2f} s (broker idle after {waited:.1f} s; {used:.2f} CPU-s)"
-                if repeat == 0:
-                    first[key] = seconds
-                    say(f"first round (untimed): ({key}) {detail}")
+                if repeat <= 0:
+                    first.setdefault(key, seconds)
+                    say(f"untimed round {repeat + warm_rounds} of {warm_rounds}: ({key}) {detail}")
                 else:
                     runs[key].append(seconds)
                     broker_cpu[key].append(used)
