@@ -67,7 +67,7 @@ stages = {}
 def progress(event):
     stages.setdefault(event.stage, time.monotonic() - started)
 result = None
-if sys.argv[2]:  # no batch: the floor, a process that starts its session and exits
+if sys.argv[2]:  # no batch for the floor sides: the session starts, nothing is ingested
     result = ingest(spark, sys.argv[2], sys.argv[3], source=sys.argv[4], schema=sys.argv[5],
                     progress=progress)
 marks["ingest"] = time.monotonic() - started
@@ -219,7 +219,7 @@ def main() -> None:
             spec_json(broker.bootstrap, topic, n)
             topics[n] = (broker, topic)
         cache = {"SLUICE_CACHE_DIR": str(work / "cache")}
-        if {"sluice", "before"} & set(sides):
+        if {"sluice", "before", "floor"} & set(sides):
             n = min(sizes)
             broker, topic = topics[n]
             spec = spec_json(broker.bootstrap, topic, n)
@@ -293,7 +293,7 @@ def main() -> None:
 
         for side in [s for s in sides if s.endswith("floor")]:
             marks = [d["marks"] for n in sizes for d in details[side, n]]
-            every = [s for n in sizes for s in results[side, n]]
+            every = [seconds for n in sizes for seconds in results[side, n]]
             print(
                 f"  {side} (every size): {statistics.median(every):.1f} s: import airflow "
                 f"{med(marks, 'airflow'):.1f} s, sluice+pyspark "
