@@ -218,7 +218,17 @@ def _seconds_until_landed(
 
 
 def _idle(d: AirflowDeployment, dag_id: str) -> bool:
-    return not [r for r in d.dag_runs(dag_id) if r["state"] in ("queued", "running")]
+    """Nothing of the paused ``dag_id`` runs or is about to. The scheduler looks at no run of a
+    paused DAG: a run queued before the pause stays queued, a running one stays "running" after
+    its last task ends, and a task it had not queued yet waits. Only task instances already
+    queued or running go on. (Waiting for no queued or running run waited in vain whenever the
+    pause caught one; on a slow machine it did.)"""
+    active = d.sql(
+        "SELECT count(*) FROM task_instance WHERE dag_id = %s "
+        "AND state IN ('queued', 'running', 'restarting', 'deferred')",
+        (dag_id,),
+    )
+    return not active[0][0]
 
 
 @pytest.fixture(scope="module")
@@ -258,7 +268,7 @@ def scheduled(second_batch: ExampleSystem) -> ScheduledStory:
         # paused), then in the scheduled DAG's next run on its own (unpausing it starts the
         # run of its latest interval at once: what a tick does).
         d.pause(SCHEDULED_DAG)
-        wait_until(lambda: _idle(d, SCHEDULED_DAG), 120, 1.0, f"{SCHEDULED_DAG} idle")
+        wait_until(lambda: _idle(d, SCHEDULED_DAG), 120, 1.0, f"no task of {SCHEDULED_DAG} running")
         _wait_until_settled(system)
         started = time.monotonic()
         devices = system.publish_kafka(4)
