@@ -180,10 +180,7 @@ class Classification:
         if cache is None:
             cache = {}
             setattr(spark, _SESSION_CACHE, cache)
-        try:
-            found = cache.get(rules)
-        except TypeError:  # a type of the rules that cannot be hashed: built every time
-            return cls.of(rules)
+        found = cache.get(rules)
         if found is None:
             if len(cache) >= _CACHED_PER_SESSION:
                 del cache[next(iter(cache))]

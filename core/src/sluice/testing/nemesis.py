@@ -824,17 +824,12 @@ class _KafkaWorld(_World):
             return lambda: self._add_partition(chooser)
         return super().hook(fault, spec, chooser)
 
-    @contextlib.contextmanager
-    def _admin(self) -> Iterator[Any]:
+    def _admin(self) -> contextlib.closing[Any]:
         """An admin client of the broker, closed after the block."""
         from kafka import KafkaAdminClient
 
         assert self.broker is not None
-        admin = KafkaAdminClient(bootstrap_servers=self.broker.bootstrap)
-        try:
-            yield admin
-        finally:
-            admin.close()
+        return contextlib.closing(KafkaAdminClient(bootstrap_servers=self.broker.bootstrap))
 
     def _overlapping_run(self) -> None:
         spec = plan_batch(self._queue())
