@@ -212,7 +212,7 @@ class KafkaLagProbe:
         """The stream now; :class:`~sluice.errors.TopicNotFoundError` if the topic does not
         exist, ``ConnectionError`` when the broker cannot be reached."""
         from .errors import TopicNotFoundError
-        from .kafka.config import bootstrap_servers, consumer_config
+        from .kafka.config import bootstrap_servers, unretried_consumer_config
 
         if self._connection is None:
             raise RuntimeError("The lag probe is closed.")
@@ -229,7 +229,9 @@ class KafkaLagProbe:
                 ranges.append(OffsetRange(partition, start, end))
         if self._oldest and ranges:
             timeout = float(self._values["options.request_timeout"]) / 1000
-            stamps = oldest_timestamps(consumer_config(self._values), self.topic, ranges, timeout)
+            stamps = oldest_timestamps(
+                unretried_consumer_config(self._values), self.topic, ranges, timeout
+            )
             for p in partitions:
                 p.oldest_timestamp = stamps.get(p.partition)
         return StreamLag("kafka", self.topic, self.group, now, partitions)

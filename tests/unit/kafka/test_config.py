@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from sluice.kafka import KafkaConnection, KafkaMessageQueue
-from sluice.kafka.config import client_config
+from sluice.kafka.config import CONNECTION_KEYS, client_config, unretried_consumer_config
 from sluice.queues import ConfigError, UnknownConfigKeyWarning
+from sluice.queues.config import read_config, to_config_params
 
 
 def built(config: dict[str, object]) -> dict[str, object]:
@@ -254,3 +255,17 @@ def test_timeouts_map_onto_kafka_python() -> None:
         kwargs["request_timeout_ms"],
         kwargs["reconnect_backoff_max_ms"],
     ) == (250, 4000, 700)
+
+
+def test_a_client_outside_the_retry_loop_may_bootstrap_for_all_attempts() -> None:
+    """open() retries its bootstrap of one connect_timeout; a batch's readers are built once,
+    so theirs spans all of options.max_retries (a 1 s bootstrap failed a loaded CI run)."""
+    config = read_config(
+        to_config_params({"options.connect_timeout": 250, "options.max_retries": 4}),
+        CONNECTION_KEYS,
+        "KafkaConnection",
+    )
+    assert client_config(config)["bootstrap_timeout_ms"] == 250
+    unretried = unretried_consumer_config(config)
+    assert unretried["bootstrap_timeout_ms"] == 1000
+    assert unretried["isolation_level"] == "read_committed"

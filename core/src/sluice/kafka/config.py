@@ -45,7 +45,13 @@ CONNECTION_KEYS: tuple[ConfigKey, ...] = (
         1,
         "0 none, 1 error, 2 warn, 3 info, 4 debug (kafka-python's logger).",
     ),
-    ConfigKey("options.connect_timeout", int, 1000, "Milliseconds to connect to a broker."),
+    ConfigKey(
+        "options.connect_timeout",
+        int,
+        1000,
+        "Milliseconds of one attempt to connect to a broker (open() makes options.max_retries; "
+        "a client built once, such as a batch reader, may take them all in one).",
+    ),
     ConfigKey("options.max_retries", int, 5, "Connection attempts open() makes before it fails."),
     ConfigKey(
         "options.retry_timeout",
@@ -283,6 +289,19 @@ def consumer_config(config: dict[str, Any]) -> dict[str, Any]:
     return {
         **client_config(config),
         "isolation_level": config.get("options.isolation_level") or "read_committed",
+    }
+
+
+def unretried_consumer_config(config: dict[str, Any]) -> dict[str, Any]:
+    """:func:`consumer_config` for a client built once, outside :class:`KafkaConnection`'s
+    retry loop (a batch's readers, the audit, the lag metrics): its bootstrap may take all of
+    ``options.max_retries`` attempts of ``options.connect_timeout`` (kafka-python retries
+    inside it, with backoff). One attempt of the default 1 s is too short on a loaded machine.
+    """
+    attempts = max(1, int(config["options.max_retries"]))
+    return {
+        **consumer_config(config),
+        "bootstrap_timeout_ms": int(config["options.connect_timeout"]) * attempts,
     }
 
 

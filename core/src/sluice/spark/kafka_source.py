@@ -29,8 +29,8 @@ from ..kafka.config import (
     DEFAULT_READER,
     READER_CHOICES,
     READERS,
-    consumer_config,
     credentials,
+    unretried_consumer_config,
 )
 from ..kafka.logs import hide_secret
 from ..kafka.offsets import refresh_ends, tracked_consumer
@@ -99,7 +99,7 @@ def reader_kwargs(config: Mapping[str, Any], accept_loss: bool = False) -> Reade
     hide_secret(credentials(dict(config))[1])
     reader = str(config.get("options.reader") or DEFAULT_READER)
     _range_reader(reader)  # a reader that cannot run fails before anything is read
-    kwargs = {**consumer_config(dict(config)), "enable_auto_commit": False}
+    kwargs = {**unretried_consumer_config(dict(config)), "enable_auto_commit": False}
     return ReaderKwargs(kwargs, reader, accept_loss)
 
 
