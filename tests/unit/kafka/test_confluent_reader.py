@@ -71,6 +71,7 @@ def test_every_client_setting_translates_to_librdkafka() -> None:
                 "options.ssl_keyfile": "/key.pem",
                 "options.ssl_check_hostname": False,
                 "options.connect_timeout": 500,
+                "options.max_retries": 1,  # a reader bootstraps for all attempts: 500 ms
             }
         )
     )
