@@ -112,6 +112,7 @@ class BrokerProcess(BrokerAddress):
     log_path: Path
     host: str = HOST
     users: dict[str, str] = field(default_factory=dict)
+    run_as: str | None = None  # a user (and group) of that name to run as, when we are root
     _proc: subprocess.Popen[bytes] | None = None
     _owns_workdir: bool = False
 
@@ -132,6 +133,9 @@ class BrokerProcess(BrokerAddress):
                 stdin=subprocess.DEVNULL,
                 cwd=self.workdir,
                 start_new_session=True,
+                user=self.run_as,
+                group=self.run_as,
+                extra_groups=[] if self.run_as else None,
             )
         try:
             wait_for_port(self.host, self.port, timeout, self._proc)

@@ -1,6 +1,6 @@
 """One real Airflow deployment per test session, running the example DAGs against real brokers.
 
-The deployment (the ``deployment`` package) uses this machine's PostgreSQL, LocalExecutor and the
+The deployment (the ``deployment`` package) uses the session's PostgreSQL, LocalExecutor and the
 DAGs folder ``dags_examples/airflow``; the DAGs read their topics, groups and sink from the
 ``SLUICE_EXAMPLE_*`` variables set here, and their connections from ``AIRFLOW_CONN_*``:
 
@@ -29,6 +29,7 @@ import pytest
 
 from sluice.queues import MessageEnvelope, queue_from_config
 from sluice.testing import BrokerProcess
+from sluice.testing.postgres import PostgresServer
 from sluice.testing.topics import create_kafka_topic
 
 from .deployment import AirflowDeployment
@@ -126,6 +127,7 @@ def _reading(device: str) -> dict[str, Any]:
 def example_system(
     noida_broker: BrokerProcess,
     mosquitto_auth_broker: BrokerProcess,
+    postgres_server: PostgresServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ExampleSystem]:
     """The example DAGs in a running Airflow deployment (all paused, as Airflow creates them)."""
@@ -171,7 +173,10 @@ def example_system(
         }
     )
     deployment = AirflowDeployment(
-        home=tmp_path_factory.mktemp("airflow-home"), dags_folder=DAGS_FOLDER, extra_env=env
+        home=tmp_path_factory.mktemp("airflow-home"),
+        dags_folder=DAGS_FOLDER,
+        extra_env=env,
+        postgres=postgres_server,
     )
     with deployment:
         yield ExampleSystem(
