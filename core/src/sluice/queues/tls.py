@@ -94,6 +94,6 @@ def check_credentials(
     raise ConfigError(
         f"{component}: credentials are configured but {where}: this would send the password "
         f"unencrypted. Use TLS: {use_tls}. Or, for a broker on a network you trust, opt in "
-        f"with config key '{ALLOW_PLAINTEXT_CREDENTIALS}' true (in a URI: "
+        f"with config key '{ALLOW_PLAINTEXT_CREDENTIALS}' true (in a queue URI: "
         f"?allow_plaintext_credentials=true){also}."
     )
