@@ -100,7 +100,12 @@ def test_unreachable_brokers_fail_in_one_line_without_the_password(unique_name: 
     assert_error(kafka, 1, f"Cannot connect to Kafka at 127.0.0.1:{port}", "broker is running")
     assert "host and port in the URI" in kafka.output and "connection." not in kafka.output
     assert "s3cret" not in kafka.output
-    mqtt = run("publish", f"mqtt://svc:s3cret@127.0.0.1:{port}/{unique_name}", "--sample", "iot")
+    mqtt = run(
+        "publish",
+        f"mqtt://svc:s3cret@127.0.0.1:{port}/{unique_name}?allow_plaintext_credentials=true",
+        "--sample",
+        "iot",
+    )
     assert_error(mqtt, 1, f"Cannot connect to the MQTT broker at 127.0.0.1:{port}")
     assert "host and port in the URI" in mqtt.output and "connection." not in mqtt.output
     assert "s3cret" not in mqtt.output
