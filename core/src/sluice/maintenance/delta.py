@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -80,15 +79,15 @@ def _unlogged_files(root: Path) -> list[Path]:
 
 
 def expire_delta(
-    sink: DeltaSink, age: float, floor: float, dry_run: bool, say: Progress
+    sink: DeltaSink, age: float, floor: float, dry_run: bool, say: Progress, now: float
 ) -> ExpiryResult:
     from .parquet import _held_since
 
     result = ExpiryResult(sink.location, dry_run=dry_run)
     hours = math.ceil(age / 3600)
     held = _held_since(sink.root / "_sluice" / "runs")
-    oldest_live = min(held.values(), default=time.time())
-    orphan_before = min(time.time() - max(age, floor), oldest_live)
+    oldest_live = min(held.values(), default=now)
+    orphan_before = min(now - max(age, floor), oldest_live)
     for name, table in _tables(sink):
         removed = table.vacuum(
             retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False
