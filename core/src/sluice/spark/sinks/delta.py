@@ -514,6 +514,18 @@ class DeltaSink:
                     with contextlib.suppress(OSError):
                         old.unlink()
 
+    def pending_files(self) -> set[Path]:
+        """The quarantine files that a pending batch of any stream names, in every state file
+        (those the log names and those it does not yet): files no commit has added, that
+        :meth:`recover` or the batch's rerun may still commit."""
+        found: set[Path] = set()
+        streams = self._meta / "streams"
+        for path in sorted(streams.glob("*/*.json")) if streams.is_dir() else []:
+            with contextlib.suppress(OSError, ValueError):
+                pending = (json.loads(path.read_text()) or {}).get("pending") or {}
+                found |= {self.target.quarantine / f for f in pending.get("quarantine", [])}
+        return found
+
     def _finish(self, slug: str, version: int, pending: dict[str, Any] | None) -> None:
         """The steps after a batch's commit point; each is done once, whoever runs it."""
         if not pending or pending["batch_id"] in self._finished:
