@@ -362,12 +362,7 @@ def _expire_table(
 
     reachable_paths = {path_of(u) for u in reachable}
     known_paths = {path_of(u) for u in known}
-    quarantine_pending: set[str] = set()
-    if sink._load(sink.target.table) is not None:
-        fresh_main = sink._load(sink.target.table)
-        assert fresh_main is not None
-        for entry in _pending(fresh_main).values():
-            quarantine_pending |= {path_of(f) for f in entry.get("quarantine", [])}
+    quarantine_pending = {path_of(f) for f in sink.pending_files()}
     found, base = resolve(table.location(), filesystem)
     doomed = []
     for path, mtime, size in _listing(sink, table.location()):

@@ -633,8 +633,10 @@ class DeltaSink:
 
     def pending_files(self) -> set[Path]:
         """The quarantine files that a pending batch of any stream names, in every state file
-        (those the log names and those it does not yet): files no commit has added, that
-        :meth:`recover` or the batch's rerun may still commit."""
+        (those the log names and those it does not yet): in no commit until its quarantine
+        commit, which :meth:`recover` or the batch's rerun makes from them (as
+        :meth:`IcebergSink.pending_files <sluice.spark.sinks.iceberg.IcebergSink.pending_files>`:
+        expiry keeps them)."""
         found: set[Path] = set()
         streams = self._meta / "streams"
         for path in sorted(streams.glob("*/*.json")) if streams.is_dir() else []:
