@@ -19,7 +19,6 @@ after a ``FileNotFoundError``.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 __all__ = ["read_dataset"]
@@ -56,4 +55,3 @@ def read_dataset(sink: str | os.PathLike[str], quarantine: bool = False) -> Any:
         partitioning=partitioning,
         partition_base_dir=base,
     )
-
