@@ -340,6 +340,10 @@ def _run_ivy(coordinates: Sequence[Coordinate], say: Progress, timeout: float) -
         proc.kill()
         proc.wait()
         raise _unreachable(coordinates, f"Ivy did not finish within {timeout:.0f} s") from None
+    except BaseException:  # Ctrl-C, a broken pipe: Ivy must not outlive us
+        proc.kill()
+        proc.wait()
+        raise
     if proc.returncode != 0 or not out.is_file():
         problems = [
             ln.strip()
