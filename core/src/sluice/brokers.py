@@ -161,7 +161,7 @@ class BrokerProcess(BrokerAddress):
 
     def start(self, timeout: float = 20.0) -> BrokerProcess:
         """Start the process and wait until it serves clients."""
-        return self.spawn().wait_ready(timeout)
+        return self.spawn().wait_serving(timeout)
 
     def spawn(self) -> BrokerProcess:
         """Start the process, without waiting (nodes of a cluster start together)."""
@@ -181,7 +181,7 @@ class BrokerProcess(BrokerAddress):
             )
         return self
 
-    def wait_ready(self, timeout: float = 20.0) -> BrokerProcess:
+    def wait_serving(self, timeout: float = 20.0) -> BrokerProcess:
         """Wait until the process :meth:`spawn` started serves clients (else stop it)."""
         try:
             started = time.monotonic()
@@ -716,7 +716,7 @@ def start_kafka_cluster(
         for node in members:
             node.spawn()
         for node in members:
-            node.wait_ready(timeout)
+            node.wait_serving(timeout)
         return cluster
     except BaseException:
         cluster.close()
