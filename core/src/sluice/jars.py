@@ -281,7 +281,7 @@ def _unreachable(coordinates: Sequence[Coordinate], detail: str) -> JarError:
 
 
 _FOUND = re.compile(r"^\s*found (\S+) in ")
-_DOWNLOADED = re.compile(r"^\s*\[SUCCESSFUL \] (\S+)!(\S+) \((\d+)ms\)")
+_DOWNLOADED = re.compile(r"^\s*\[SUCCESSFUL \] (\S+)!([^\s(]+)\S* \((\d+)ms\)")
 _SIZE = re.compile(r"\((\d+)kB\)\s*$")
 
 
