@@ -41,7 +41,7 @@ from ..errors import TopicNotFoundError
 from ..secrets import redact_exception
 from .config import consumer_config, credentials
 from .logs import hide_secret
-from .offsets import refresh_ends, resume_offset, tracked_consumer
+from .offsets import refresh_ends, resume_offset, tracked_consumer, waiting_out_coordinator
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -57,8 +57,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two reads of the ends unless a watcher asks for less.
 DEFAULT_INTERVAL = 0.25
-#: How long a committed-offsets read waits out a group coordinator that is not available yet.
-COORDINATOR_WAIT = 10.0
 #: Seconds between two corrections of the ends from fetch responses (see the module docstring).
 EXACT_EVERY = 5.0
 #: Seconds between two refreshes of the topics' partitions (new partitions, new topics).
@@ -104,18 +102,8 @@ class _Clients:
         fresh = _admin(self.kwargs)  # raises while the broker is down
         _close(self.admin)
         self.admin = fresh
-        # Apache Kafka answers COORDINATOR_NOT_AVAILABLE while it creates __consumer_offsets
-        # (at a fresh cluster's first group question) or moves a coordinator: a while, not an
-        # outage. Ask again, backing off, for up to COORDINATOR_WAIT s.
-        deadline, pause = time.monotonic() + COORDINATOR_WAIT, 0.05
-        while True:
-            try:
-                return _group_offsets(self.admin, by_group)
-            except KafkaError as exc:
-                if not exc.retriable or time.monotonic() + pause > deadline:
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
+        admin = self.admin
+        return waiting_out_coordinator(lambda: _group_offsets(admin, by_group))
 
     def close(self) -> None:
         for client in (self.lister, self.fetcher, self.admin):
