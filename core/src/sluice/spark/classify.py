@@ -3,8 +3,16 @@
 Every check runs as a Spark expression on the executors (or the driver's local relation), so
 no payload passes through Python. A record is quarantined, with a ``reason``, when it is a
 tombstone (null value), empty, larger than ``max_value_bytes``, not UTF-8, not JSON, or JSON
-that does not match the schema (the reason names the fields). Good rows get the schema's
-fields as columns next to the message's own (:data:`MESSAGE_COLUMNS`).
+that does not match the schema: a field present with a wrong type (the reason names the
+fields), not a JSON object, or an object that holds none of the schema's fields (the reason
+names the expected and the present keys, with a "did you mean" for close names: a schema
+that matches nothing quarantines every record, and the quarantine limit fails the batch,
+instead of writing rows of nulls). A record that holds some of the fields is kept, the
+missing ones null, as Spark's ``from_json`` does: producers leave out empty optional fields
+and schemas grow fields that older records lack, so a partial match is normal data, while
+no match at all is a wrong schema. Keys are matched case-sensitively, as ``from_json`` does;
+keys the schema lacks are ignored. Good rows get the schema's fields as columns next to the
+message's own (:data:`MESSAGE_COLUMNS`).
 
 Formats decoded in Python (avro, protobuf, json_schema, sparkplug_b: :mod:`.formats`) arrive
 here decoded, with the reason a record did not decode; ``string`` values become one text
@@ -14,6 +22,7 @@ column (``payload``, or ``payload_column``), ``bytes`` values none. A decoded ke
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +46,7 @@ _CORRUPT = "__sluice_corrupt"
 _DECODED = frozenset({"avro", "protobuf", "json_schema", "sparkplug_b"})
 _SESSION_CACHE = "_sluice_classifications"
 _CACHED_PER_SESSION = 32
+_SHOWN_KEYS = 10  # expected and present keys named in a reason
 
 
 @dataclass(frozen=True)
@@ -148,9 +158,11 @@ class Classification:
                 options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
                 parsed.append(F.from_json(text, with_corrupt, options).alias(_PARSED))
                 corrupt = F.col(f"{_PARSED}.{_CORRUPT}").isNotNull()
-                reason = reason.when(
-                    corrupt & F.try_parse_json(text).isNull(), F.lit("invalid JSON")
-                ).when(corrupt, _mismatch(rules.schema, text))
+                reason = (
+                    reason.when(corrupt & F.try_parse_json(text).isNull(), F.lit("invalid JSON"))
+                    .when(corrupt, _mismatch(rules.schema, text))
+                    .when(*_no_field(rules.schema, text))
+                )
         key, reason = _key(rules, parsed, reason)
         payload: list[Column] = []
         if rules.value_format == "string":
@@ -222,6 +234,69 @@ def _message_id() -> Column:
     """The envelope's id: the source's own (for Kafka the ``message_id`` header, found by
     :mod:`.records`), else the record's coordinates ``<topic>-<partition>-<offset>``."""
     return F.coalesce(F.col(ID_COLUMN), F.concat_ws("-", "topic", "partition", "offset"))
+
+
+def _no_field(schema: StructType, text: Column) -> tuple[Column, Column]:
+    """When an object parsed into nothing but nulls holds none of the schema's fields (an
+    explicit null is a field held), and the reason: the expected keys, the present ones and a
+    "did you mean" for each field whose name is close to a present key. The keys are read
+    only for rows whose fields are all null (``CASE WHEN`` and ``AND`` evaluate lazily), so
+    rows that match cost one null check per field."""
+    names = schema.fieldNames()
+    all_null = F.lit(True)
+    for name in names:
+        all_null = all_null & F.col(f"{_PARSED}.`{name}`").isNull()
+    keys = F.json_object_keys(text)
+    none = all_null & ~F.coalesce(F.arrays_overlap(keys, F.array(*map(F.lit, names))), F.lit(True))
+    expected = ", ".join(names[:_SHOWN_KEYS]) + (" ..." if len(names) > _SHOWN_KEYS else "")
+    present = F.when(F.size(keys) == 0, F.lit("none")).otherwise(
+        F.concat(
+            F.array_join(F.slice(keys, 1, _SHOWN_KEYS), ", "),
+            F.when(F.size(keys) > _SHOWN_KEYS, F.lit(" ...")).otherwise(F.lit("")),
+        )
+    )
+    hints = F.concat_ws(", ", *(_closest(name, keys) for name in names[:_SHOWN_KEYS]))
+    return none, F.concat(
+        F.lit(
+            "does not match the schema: the record holds none of its fields "
+            f"(expected: {expected}; present: "
+        ),
+        present,
+        F.lit(")"),
+        F.when(hints != "", F.concat(F.lit("; did you mean "), hints, F.lit("? "))).otherwise(
+            F.lit(". ")
+        ),
+        F.lit("Fix the schema's field names (they are case-sensitive) or the producer's"),
+    )
+
+
+def _closest(name: str, keys: Column) -> Column:
+    """``'name -> key'`` for the present key closest to the field ``name`` (compared in lower
+    case without ``_``, ``-``, ``.`` or spaces: equal, one a prefix of the other, both of 3+
+    characters, or an edit distance of at most a third of the name), else null."""
+    wanted = re.sub(r"[^0-9a-z]", "", name.lower())
+    if not wanted:
+        return F.lit(None).cast("string")
+
+    def plain(key: Column) -> Column:
+        return F.lower(F.regexp_replace(key, "[^0-9A-Za-z]", ""))
+
+    def close(key: Column) -> Column:
+        given = plain(key)
+        near = F.levenshtein(given, F.lit(wanted)) <= max(1, len(wanted) // 3)
+        if len(wanted) >= 3:
+            prefix = given.startswith(wanted) | F.lit(wanted).startswith(given)
+            near = near | ((F.length(given) >= 3) & prefix)
+        return (F.length(given) > 0) & near
+
+    ranked = F.transform(
+        F.filter(keys, close),
+        lambda key: F.struct(
+            F.levenshtein(plain(key), F.lit(wanted)).alias("distance"), key.alias("key")
+        ),
+    )
+    best = F.array_min(ranked).getField("key")
+    return F.when(best.isNotNull(), F.concat(F.lit(f"{name} -> "), best))
 
 
 def _mismatch(schema: StructType, text: Column) -> Column:
