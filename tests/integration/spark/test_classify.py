@@ -34,6 +34,7 @@ def test_a_record_with_none_of_the_fields_is_quarantined_with_a_did_you_mean(
         '{"Device_ID": "d2", "reading": 1}',
         "{}",
         '{"x": 1, "y": 2}',
+        '{"temprature": 1, "Device-Id": "d3"}',
     ]
     reasons = [row["reason"] for row in classify(spark, values)]
     assert reasons == [
@@ -42,6 +43,8 @@ def test_a_record_with_none_of_the_fields_is_quarantined_with_a_did_you_mean(
         NO_FIELD + "present: Device_ID, reading); did you mean device_id -> Device_ID? " + FIX,
         NO_FIELD + "present: none). " + FIX,
         NO_FIELD + "present: x, y). " + FIX,
+        NO_FIELD + "present: temprature, Device-Id); did you mean temp -> temprature, "
+        "device_id -> Device-Id? " + FIX,
     ]
     wrapped = classify(spark, values[:1], payload_column="payload")
     assert wrapped[0]["reason"] == reasons[0], "the same with the payload as one column"

@@ -22,7 +22,6 @@ column (``payload``, or ``payload_column``), ``bytes`` values none. A decoded ke
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,15 +238,21 @@ def _message_id() -> Column:
 def _no_field(schema: StructType, text: Column) -> tuple[Column, Column]:
     """When an object parsed into nothing but nulls holds none of the schema's fields (an
     explicit null is a field held), and the reason: the expected keys, the present ones and a
-    "did you mean" for each field whose name is close to a present key. The keys are read
-    only for rows whose fields are all null (``CASE WHEN`` and ``AND`` evaluate lazily), so
-    rows that match cost one null check per field."""
+    "did you mean" (:func:`_hints`) for the present keys close to a field's name.
+
+    Rows that match cost one null check per field: the keys are read (``json_object_keys``)
+    only when all fields are null (``AND`` and ``CASE WHEN`` evaluate lazily). No lambda
+    (``transform``, ``filter``): Spark runs a projection holding one without whole-stage code
+    generation; and little code, whatever the number of fields: whole-stage code generation
+    inlines every branch into one method, which the JIT leaves uncompiled once it grows too
+    large. Either made the whole classification twice as slow (a regular expression per
+    field, or lambdas over the keys, measured on 200,000 rows)."""
     names = schema.fieldNames()
     all_null = F.lit(True)
     for name in names:
         all_null = all_null & F.col(f"{_PARSED}.`{name}`").isNull()
     keys = F.json_object_keys(text)
-    none = all_null & ~F.coalesce(F.arrays_overlap(keys, F.array(*map(F.lit, names))), F.lit(True))
+    held = F.coalesce(F.arrays_overlap(keys, F.array(*map(F.lit, names))), F.lit(True))
     expected = ", ".join(names[:_SHOWN_KEYS]) + (" ..." if len(names) > _SHOWN_KEYS else "")
     present = F.when(F.size(keys) == 0, F.lit("none")).otherwise(
         F.concat(
@@ -255,48 +260,71 @@ def _no_field(schema: StructType, text: Column) -> tuple[Column, Column]:
             F.when(F.size(keys) > _SHOWN_KEYS, F.lit(" ...")).otherwise(F.lit("")),
         )
     )
-    hints = F.concat_ws(", ", *(_closest(name, keys) for name in names[:_SHOWN_KEYS]))
-    return none, F.concat(
+    hints = _hints(names[:_SHOWN_KEYS], keys)
+    reason = F.concat(
         F.lit(
             "does not match the schema: the record holds none of its fields "
             f"(expected: {expected}; present: "
         ),
         present,
         F.lit(")"),
-        F.when(hints != "", F.concat(F.lit("; did you mean "), hints, F.lit("? "))).otherwise(
-            F.lit(". ")
+        F.coalesce(
+            F.concat(F.lit("; did you mean "), hints, F.lit("? ")),
+            F.lit(". "),
         ),
         F.lit("Fix the schema's field names (they are case-sensitive) or the producer's"),
     )
+    return all_null & ~held, reason
 
 
-def _closest(name: str, keys: Column) -> Column:
-    """``'name -> key'`` for the present key closest to the field ``name`` (compared in lower
-    case without ``_``, ``-``, ``.`` or spaces: equal, one a prefix of the other, both of 3+
-    characters, or an edit distance of at most a third of the name), else null."""
-    wanted = re.sub(r"[^0-9a-z]", "", name.lower())
-    if not wanted:
+_KEY_SEP, _END_SEP, _ITEM_SEP = "\u001f", "\u001d", "\u001e"  # separators in :func:`_hints`' text
+
+
+def _hints(names: list[str], keys: Column) -> Column:
+    """``'temp -> temperature, device_id -> device'``: each present key close to a field of
+    ``names``, after that field, in the keys' order; null when none is. Close, ignoring case
+    and ``_ - .`` or spaces: a key that starts with the field's name (``temp ->
+    temperature``; the same name too), a key of 3+ characters the name starts with
+    (``device_id -> device``), a key sharing the name's first 4 characters
+    (``temperature -> temprature``).
+
+    One ``regexp_replace`` whatever the number of fields (the code Spark generates stays
+    small: see :func:`_no_field`). Its text is the keys, then the fields' ``', name -> '``;
+    the pattern's alternative for field ``i`` matches a close key and, looking ahead,
+    captures the field's entry, so the replacement (every group) turns a close key into
+    ``', name -> key'`` and any other key, and the entries, into nothing."""
+    other = f"[^{_KEY_SEP}{_END_SEP}]*"
+
+    def loose(chars: list[str]) -> str:  # letters and digits: nothing to escape
+        return "[-_. ]?".join(chars)
+
+    alternatives: list[str] = []
+    replacement = entries = ""
+    for name in names:
+        letters = [c for c in name if c.isalnum()]
+        if not letters:
+            continue
+        shapes = [loose(letters) + other]
+        shapes += [loose(letters[:n]) for n in range(len(letters) - 1, 2, -1)]
+        if len(letters) > 4:
+            shapes.append(loose(letters[:4]) + other)
+        skip = f"(?:[^{_ITEM_SEP}]*{_ITEM_SEP}){{{len(alternatives)}}}"
+        alternatives.append(
+            f"{_KEY_SEP}({'|'.join(shapes)})(?={_KEY_SEP}[^{_END_SEP}]*{_END_SEP}{skip}([^{_ITEM_SEP}]*){_ITEM_SEP})"
+        )
+        at = 2 * len(alternatives)
+        replacement += f"${at}${at - 1}"
+        entries += f", {name} -> {_ITEM_SEP}"
+    if not alternatives:
         return F.lit(None).cast("string")
-
-    def plain(key: Column) -> Column:
-        return F.lower(F.regexp_replace(key, "[^0-9A-Za-z]", ""))
-
-    def close(key: Column) -> Column:
-        given = plain(key)
-        near = F.levenshtein(given, F.lit(wanted)) <= max(1, len(wanted) // 3)
-        if len(wanted) >= 3:
-            prefix = given.startswith(wanted) | F.lit(wanted).startswith(given)
-            near = near | ((F.length(given) >= 3) & prefix)
-        return (F.length(given) > 0) & near
-
-    ranked = F.transform(
-        F.filter(keys, close),
-        lambda key: F.struct(
-            F.levenshtein(plain(key), F.lit(wanted)).alias("distance"), key.alias("key")
-        ),
+    pattern = "(?is)" + "|".join(
+        [*alternatives, f"{_KEY_SEP}{other}(?={_KEY_SEP})", f"{_KEY_SEP}{_END_SEP}.*"]
     )
-    best = F.array_min(ranked).getField("key")
-    return F.when(best.isNotNull(), F.concat(F.lit(f"{name} -> "), best))
+    text = F.concat(
+        F.lit(_KEY_SEP), F.array_join(keys, _KEY_SEP), F.lit(f"{_KEY_SEP}{_END_SEP}{entries}")
+    )
+    found = F.regexp_replace(text, pattern, replacement)
+    return F.nullif(F.regexp_replace(found, "^, ", ""), F.lit(""))
 
 
 def _mismatch(schema: StructType, text: Column) -> Column:
