@@ -136,3 +136,39 @@ def test_a_decoder_fails_the_batch_on_a_proxy_404(registry: SchemaRegistryServer
     with pytest.raises(RegistryError, match="answered 404 \\(text/html\\)"):
         _plan(_url(registry)).decoder().decode([frame(1, b"\x02x")] * 5)
     assert registry.requests["GET /schemas/ids/1"] == 1
+
+
+def test_a_200_that_is_not_json_fails_naming_the_url_and_status() -> None:
+    """A login page of a proxy in front of the registry, answered with 200."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class LoginPage(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            page = b"<html><body>Sign in</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), LoginPage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        client = SchemaRegistry(f"http://reader:{PASSWORD}@127.0.0.1:{port}")
+        with pytest.raises(RegistryError) as caught:
+            client.schema(1)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    message = str(caught.value)
+    assert f"GET http://reader:***@127.0.0.1:{port}/schemas/ids/1 answered 200 (text/html)" in (
+        message
+    )
+    assert PASSWORD not in message
