@@ -17,7 +17,13 @@ to it over HTTP:
 - ``GET``/``PUT /config`` and ``/config/{subject}`` (``compatibility``: NONE or BACKWARD, the
   default), ``POST /compatibility/subjects/{subject}/versions/latest``;
 - errors as the real one gives them: ``{"error_code": 40401 | 40402 | 40403 | 409 | 42201,
-  "message": ...}``; HTTP Basic authentication when a user and password are set (401).
+  "message": ...}`` (an unknown schema id: 404 with ``{"error_code": 40403, "message":
+  "Schema 7 not found"}``; a path outside the API: 404 with error code 404, as the real one's
+  web server answers); HTTP Basic authentication when a user and password are set (401).
+
+Not the registry's own: paths starting with one of :attr:`SchemaRegistryServer.proxy_404`
+get a proxy's 404, an HTML page without an error code (a proxy in front of a registry that
+does not route them). ``requests`` counts every request by method and path.
 
 Compatibility is checked for Avro only (BACKWARD: a new version may add fields with a
 default, drop fields, and widen int to long or float to double; any other change of a field
@@ -124,6 +130,14 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         path = [unquote(p) for p in parts.path.strip("/").split("/") if p]
         self.server.requests[f"{method} {parts.path}"] += 1
+        if parts.path.startswith(self.server.proxy_404):
+            page = b"<html><head><title>404 Not Found</title></head><body>nginx</body></html>"
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+            return
         if not self._authorized():
             self._send(401, {"error_code": 40101, "message": "Unauthorized"})
             return
@@ -158,6 +172,7 @@ class SchemaRegistryServer(ThreadingHTTPServer):
         self.state = _State()
         self.lock = threading.Lock()
         self.requests: Counter[str] = Counter()
+        self.proxy_404: tuple[str, ...] = ()  # path prefixes a "proxy" answers with HTML 404
         self._thread: threading.Thread | None = None
 
     @property
