@@ -30,8 +30,8 @@ from .conftest import Lake, sluice_summaries, table_rows
 
 
 @pytest.fixture
-def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    opened = open_topic(noida_broker, unique_name)
+def topic(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
+    opened = open_topic(apache_kafka_broker, unique_name)
     yield opened
     opened.queue.close(None)
     opened.producer.close()
