@@ -1,11 +1,15 @@
 # The commands a user needs. `make test` works on a fresh machine: it installs what is missing.
-.PHONY: setup test lint demo
+.PHONY: setup test test-quick lint demo
 
 setup:
 	bash scripts/setup.sh
 
 test:
 	bash scripts/test.sh
+
+# The inner loop: unit and contract tests, ruff and mypy (a few minutes).
+test-quick:
+	bash scripts/test.sh tests/unit tests/contract tests/test_code_quality.py
 
 # The whole thing end to end: brokers, sample readings, Airflow and Dagster, Spark, Parquet
 # (./demo-output). Options of scripts/demo.py go in DEMO_ARGS, e.g. DEMO_ARGS="--waves 3".

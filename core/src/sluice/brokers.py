@@ -151,6 +151,7 @@ class BrokerProcess(BrokerAddress):
     ready_text: str | None = None
     #: what identifies the process in its command line (default: the executable)
     identity: str = ""
+    run_as: str | None = None  # a user (and group) of that name to run as, when we are root
     _proc: subprocess.Popen[bytes] | None = None
     _owns_workdir: bool = False
     _log_start: int = 0
@@ -178,6 +179,9 @@ class BrokerProcess(BrokerAddress):
                 stdin=subprocess.DEVNULL,
                 cwd=self.workdir,
                 start_new_session=True,
+                user=self.run_as,
+                group=self.run_as,
+                extra_groups=[] if self.run_as else None,
             )
         return self
 
@@ -343,9 +347,11 @@ def start_mosquitto(
     *,
     raise_limits: bool = True,
     sys_interval: int | None = None,
+    client_certificates: bool = False,
 ) -> BrokerProcess:
     """mosquitto with its own config, persistence (sessions survive a restart), when ``users``
-    is given a password file and no anonymous access, and when ``tls`` is given TLS (mqtts).
+    is given a password file and no anonymous access, and when ``tls`` is given TLS (mqtts);
+    ``client_certificates``: with ``tls``, only clients with a certificate signed by its CA.
 
     ``raise_limits``: 1,000,000 queued and 1,000 in-flight messages per client, as batch
     ingestion needs; false keeps mosquitto's defaults (1,000 queued, 20 in flight), beyond
@@ -385,6 +391,8 @@ def start_mosquitto(
         lines.append("allow_anonymous true")
     if tls:
         lines += [f"cafile {tls.ca}", f"certfile {tls.cert}", f"keyfile {tls.key}"]
+        if client_certificates:
+            lines.append("require_certificate true")
     conf = path / "mosquitto.conf"
     conf.write_text("\n".join(lines) + "\n")
     broker = _make(

@@ -1,6 +1,5 @@
-"""Iceberg sinks on real SQL catalogs: SQLite in the test's directory, and the machine's
-PostgreSQL (127.0.0.1:5432, user postgres, database ``test``; CI has it, so a PostgreSQL that
-cannot be reached fails the test rather than skipping it).
+"""Iceberg sinks on real SQL catalogs: SQLite in the test's directory, and PostgreSQL (the
+session's own server, ``postgres_server``: database ``test``, user postgres).
 
 A catalog is configured the pyiceberg way, through ``PYICEBERG_CATALOG__<NAME>__*``
 environment variables, which the crash tests' child processes inherit. Every test gets a
@@ -18,8 +17,7 @@ from typing import Any
 import pytest
 
 from sluice.testing.plugin import S3Bucket
-
-POSTGRES_URI = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
+from sluice.testing.postgres import PostgresServer
 
 
 @dataclass
@@ -80,19 +78,17 @@ def faulty_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lak
 
 
 @pytest.fixture
-def postgres_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lake]:
-    import sqlalchemy
+def postgres_uri(postgres_server: PostgresServer) -> str:
+    """The SQLAlchemy URL of the session server's ``test`` database."""
+    return postgres_server.uri("test")
 
-    engine = sqlalchemy.create_engine(POSTGRES_URI)
-    try:
-        with engine.connect():
-            pass
-    except Exception as exc:
-        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 (database 'test') is needed: {exc}")
-    finally:
-        engine.dispose()
+
+@pytest.fixture
+def postgres_lake(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_uri: str
+) -> Iterator[Lake]:
     name = f"pg{uuid.uuid4().hex[:8]}"
-    catalog = _configure(monkeypatch, name, POSTGRES_URI, tmp_path / "warehouse")
+    catalog = _configure(monkeypatch, name, postgres_uri, tmp_path / "warehouse")
     namespace = f"ns_{uuid.uuid4().hex[:8]}"
     yield Lake(name, namespace, catalog)
     if namespace in {n[0] for n in catalog.list_namespaces()}:
@@ -133,11 +129,11 @@ def s3_sqlite_lake(
 
 @pytest.fixture
 def s3_postgres_lake(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_bucket: S3Bucket
+    monkeypatch: pytest.MonkeyPatch, s3_bucket: S3Bucket, postgres_uri: str
 ) -> Iterator[Lake]:
     """PostgreSQL catalog, warehouse on the S3 server, S3 settings from AWS_* variables only."""
     name = f"pgs3{uuid.uuid4().hex[:8]}"
-    catalog = _configure_s3(monkeypatch, name, POSTGRES_URI, s3_bucket, "environment")
+    catalog = _configure_s3(monkeypatch, name, postgres_uri, s3_bucket, "environment")
     namespace = f"ns_{uuid.uuid4().hex[:8]}"
     yield Lake(name, namespace, catalog)
     if namespace in {n[0] for n in catalog.list_namespaces()}:

@@ -1,5 +1,5 @@
 """An Iceberg catalog's secrets (a password in its uri, S3 keys, a REST credential) never
-show in a sink's errors or logs, on the machine's real PostgreSQL (see conftest.py): they are
+show in a sink's errors or logs, on a real PostgreSQL (the session's own): they are
 registered with sluice.secrets when the catalog opens, and a catalog's error is redacted
 before it becomes a ConfigError."""
 
@@ -18,7 +18,7 @@ from sluice.secrets import redact_text
 from sluice.spark.sinks import iceberg, open_sink
 from sluice.spark.sinks.catalogs import load_iceberg_catalog
 
-from .conftest import POSTGRES_URI, _drop
+from .conftest import _drop
 
 
 def fresh(prefix: str) -> str:
@@ -36,9 +36,9 @@ def configure(monkeypatch: pytest.MonkeyPatch, warehouse: Path, **properties: st
     return name
 
 
-def with_password(password: str, user: str = "postgres") -> str:
-    """POSTGRES_URI (user postgres, trust authentication) with ``user`` and ``password``."""
-    return POSTGRES_URI.replace("//postgres@", f"//{user}:{password}@")
+def with_password(uri: str, password: str, user: str = "postgres") -> str:
+    """``uri`` (user postgres, trust authentication) with ``user`` and ``password``."""
+    return uri.replace("//postgres@", f"//{user}:{password}@")
 
 
 @pytest.fixture
@@ -48,7 +48,10 @@ def debug_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFi
 
 
 def test_the_secrets_of_a_catalog_that_opens_are_registered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, debug_logs: pytest.LogCaptureFixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    debug_logs: pytest.LogCaptureFixture,
+    postgres_uri: str,
 ) -> None:
     """PostgreSQL here trusts 127.0.0.1, so the uri's password opens the catalog; from then
     on every secret property shows as *** in redacted texts and pyiceberg's logs."""
@@ -59,7 +62,7 @@ def test_the_secrets_of_a_catalog_that_opens_are_registered(
         monkeypatch,
         tmp_path / "warehouse",
         type="sql",
-        uri=with_password(password),
+        uri=with_password(postgres_uri, password),
         **{
             "s3.secret-access-key": s3_secret,
             "s3.session-token": session_token,
@@ -98,13 +101,13 @@ def test_a_catalog_that_cannot_open_is_reported_without_its_password(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     debug_logs: pytest.LogCaptureFixture,
+    postgres_uri: str,
     user: str,
     password: str,
     reported: str,
 ) -> None:
-    name = configure(
-        monkeypatch, tmp_path / "warehouse", type="sql", uri=with_password(password, user)
-    )
+    uri = with_password(postgres_uri, password, user)
+    name = configure(monkeypatch, tmp_path / "warehouse", type="sql", uri=uri)
     sink = open_sink(f"iceberg://{name}/ns_{uuid.uuid4().hex[:8]}.readings")
     with pytest.raises(ConfigError) as refused:
         sink.check()

@@ -1,12 +1,13 @@
 """One real Airflow deployment per test session, running the example DAGs against real brokers.
 
-The deployment (the ``deployment`` package) uses this machine's PostgreSQL, LocalExecutor and the
+The deployment (the ``deployment`` package) uses the session's PostgreSQL, LocalExecutor and the
 DAGs folder ``dags_examples/airflow``; the DAGs read their topics, groups and sink from the
 ``SLUICE_EXAMPLE_*`` variables set here, and their connections from ``AIRFLOW_CONN_*``:
 
 - ``sluice_kafka_default``: noida-db over SASL/PLAIN (noida accepts any password, so one is
   set to check it never leaks);
-- ``sluice_mqtt_default``: a mosquitto that only admits the user with the right password.
+- ``sluice_mqtt_default``: a mosquitto that only admits the user with the right password
+  (plaintext on loopback: the connection opts in with ``options.allow_plaintext_credentials``).
 
 The scheduled examples (``scheduled_to_parquet.py``) run every 10 s once unpaused.
 
@@ -29,6 +30,7 @@ import pytest
 
 from sluice.queues import MessageEnvelope, queue_from_config
 from sluice.testing import BrokerProcess
+from sluice.testing.postgres import PostgresServer
 from sluice.testing.topics import create_kafka_topic
 
 from .deployment import AirflowDeployment
@@ -84,6 +86,7 @@ class ExampleSystem:
                 "connection.port": self.mqtt.port,
                 "credential.username": "sluice",
                 "credential.password": self.mqtt_password,
+                "options.allow_plaintext_credentials": True,  # loopback: a network we trust
                 "topic": self.mqtt_topic,
                 "options.qos": 1,
             },
@@ -126,6 +129,7 @@ def _reading(device: str) -> dict[str, Any]:
 def example_system(
     noida_broker: BrokerProcess,
     mosquitto_auth_broker: BrokerProcess,
+    postgres_server: PostgresServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ExampleSystem]:
     """The example DAGs in a running Airflow deployment (all paused, as Airflow creates them)."""
@@ -150,6 +154,8 @@ def example_system(
             "port": mosquitto_auth_broker.port,
             "login": "sluice",
             "password": mqtt_password,
+            # mosquitto listens in plaintext on loopback, a network the deployment trusts
+            "extra": {"options.allow_plaintext_credentials": True},
         },
     }
     env = {name: json.dumps(value) for name, value in connections.items()}
@@ -171,7 +177,10 @@ def example_system(
         }
     )
     deployment = AirflowDeployment(
-        home=tmp_path_factory.mktemp("airflow-home"), dags_folder=DAGS_FOLDER, extra_env=env
+        home=tmp_path_factory.mktemp("airflow-home"),
+        dags_folder=DAGS_FOLDER,
+        extra_env=env,
+        postgres=postgres_server,
     )
     with deployment:
         yield ExampleSystem(

@@ -18,6 +18,8 @@ adds no fixtures to other projects.
   (:mod:`sluice.s3server`); ``s3_proxy``: a counting, fault-injecting proxy in front of it
   (:mod:`sluice.testing.s3proxy`), cleared for each test; ``s3_bucket``: a fresh bucket, with
   the standard ``AWS_*`` variables pointing at the proxy for the test.
+- ``postgres_server``: a PostgreSQL server of the tests' own (:mod:`.postgres`), one per test
+  session, with a database ``test``.
 - ``unique_name``: a fresh topic / group / client id for one test.
 - ``schema_registry``: a stand-in Schema Registry on a free port for one test
   (:mod:`sluice.testing.schema_registry`).
@@ -52,6 +54,7 @@ from ..brokers import (
 
 if TYPE_CHECKING:
     from ..s3server import S3Server
+    from .postgres import PostgresServer
     from .s3proxy import S3Proxy
 
 KAFKA_ENV = "SLUICE_TEST_KAFKA_BOOTSTRAP"
@@ -264,6 +267,19 @@ def s3_bucket(s3_server: S3Server, s3_proxy: S3Proxy, monkeypatch: pytest.Monkey
     for name, value in bucket.environment().items():
         monkeypatch.setenv(name, value)
     return bucket
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """PostgreSQL on a free port, with an empty database ``test``."""
+    from .postgres import start_postgres
+
+    server = start_postgres()
+    try:
+        server.create_database("test")
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture

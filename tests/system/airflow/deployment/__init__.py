@@ -1,6 +1,7 @@
 """A real Airflow 3 deployment on this machine, for system tests and benchmarks.
 
-:class:`AirflowDeployment` creates a fresh PostgreSQL database (dropped again on close), runs
+:class:`AirflowDeployment` creates a fresh PostgreSQL database (dropped again on close) on the
+server it is given, or on a server of its own (:mod:`sluice.testing.postgres`), runs
 ``airflow db migrate`` and starts ``airflow api-server``, ``scheduler`` (LocalExecutor),
 ``dag-processor`` and ``triggerer`` as separate processes, or a subset of them. Each runs in
 a process group of its own with its output in ``AIRFLOW_HOME/processes/<name>.log``, and is
@@ -27,8 +28,9 @@ from pathlib import Path
 from cryptography.fernet import Fernet
 
 from sluice.testing import free_port, wait_until
+from sluice.testing.postgres import PostgresServer, start_postgres
 
-from .database import MetadataDatabase, admin
+from .database import MetadataDatabase
 from .inspection import Inspection
 from .process import ComponentProcess, DeploymentError
 from .rest_api import RestApi
@@ -51,14 +53,16 @@ class AirflowDeployment(MetadataDatabase, Inspection, RestApi):
     """An Airflow deployment in ``home`` (see the module docstring).
 
     ``extra_env`` goes to every component (connections as ``AIRFLOW_CONN_*``, settings the
-    DAGs read, Airflow settings to override). Use it as a context manager, or call
-    :meth:`start` and :meth:`close`.
+    DAGs read, Airflow settings to override). ``postgres``: the server of the metadata
+    database (a test session's ``postgres_server``); without one the deployment starts its own
+    and stops it on close. Use it as a context manager, or call :meth:`start` and :meth:`close`.
     """
 
     home: Path
     dags_folder: Path
     extra_env: Mapping[str, str] = field(default_factory=dict)
     parallelism: int = 4
+    postgres: PostgresServer | None = None
     db_name: str = field(default_factory=lambda: f"sluice_airflow_{secrets.token_hex(4)}")
     api_port: int = field(default_factory=free_port)
     fernet_key: str = field(default_factory=lambda: Fernet.generate_key().decode())
@@ -70,6 +74,7 @@ class AirflowDeployment(MetadataDatabase, Inspection, RestApi):
     _job_floor: dict[str, int] = field(default_factory=dict)
     _token: str | None = None
     _db_created: bool = False
+    _owns_postgres: bool = False
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -89,9 +94,7 @@ class AirflowDeployment(MetadataDatabase, Inspection, RestApi):
                 "AIRFLOW__CORE__FERNET_KEY": self.fernet_key,
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": (
-                    f"postgresql+psycopg2://postgres@127.0.0.1:5432/{self.db_name}"
-                ),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_uri,
                 # Airflow would derive a postgresql+asyncpg URL, and asyncpg is not installed;
                 # none of these components needs the async engine (multi-team mode is off).
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": "",
@@ -132,7 +135,9 @@ class AirflowDeployment(MetadataDatabase, Inspection, RestApi):
             raise ValueError(f"unknown components {sorted(unknown)}; choose from {COMPONENTS}")
         self.home.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + timeout
-        admin(f'CREATE DATABASE "{self.db_name}"')
+        if self.postgres is None:
+            self.postgres, self._owns_postgres = start_postgres(), True
+        self.postgres.create_database(self.db_name)
         self._db_created = True
         migrate = self._component("db-migrate", ["db", "migrate"]).start()
         if migrate.wait(timeout) != 0:
@@ -164,9 +169,12 @@ class AirflowDeployment(MetadataDatabase, Inspection, RestApi):
         for name in reversed(COMPONENTS):
             if name in self.components:
                 self.components[name].stop()
-        if self._db_created:
-            admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+        if self._db_created and self.postgres is not None:
+            self.postgres.drop_database(self.db_name)
             self._db_created = False
+        if self._owns_postgres and self.postgres is not None:
+            self.postgres.close()
+            self.postgres, self._owns_postgres = None, False
 
     # -- components and their health -------------------------------------------------------
 

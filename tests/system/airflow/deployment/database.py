@@ -1,43 +1,43 @@
-"""The deployment's metadata database: a fresh PostgreSQL database of this machine's server,
-created and dropped by name, queried directly, and the Fernet key Airflow encrypts with."""
+"""The deployment's metadata database: a fresh database on a PostgreSQL server of the tests'
+own (:mod:`sluice.testing.postgres`), queried directly, and the Fernet key Airflow encrypts
+with."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg2
 from cryptography.fernet import Fernet
 
-__all__ = ["PG_DSN", "MetadataDatabase", "admin"]
+from sluice.testing.postgres import PostgresServer
 
-PG_DSN = os.environ.get("SLUICE_TEST_POSTGRES", "host=127.0.0.1 port=5432 user=postgres")
-
-
-def admin(statement: str) -> None:
-    """One statement on the server's ``postgres`` database (CREATE / DROP DATABASE)."""
-    conn = psycopg2.connect(f"{PG_DSN} dbname=postgres")
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(statement)
-    finally:
-        conn.close()
+__all__ = ["MetadataDatabase"]
 
 
 class MetadataDatabase:
-    """Queries for a deployment that has ``db_name`` and ``fernet_key`` (see
+    """Queries for a deployment that has ``postgres``, ``db_name`` and ``fernet_key`` (see
     :class:`~tests.system.airflow.deployment.AirflowDeployment`)."""
 
+    postgres: PostgresServer | None
     db_name: str
     fernet_key: str
+
+    @property
+    def database_uri(self) -> str:
+        """The SQLAlchemy URL Airflow's components connect with."""
+        return self._server().uri(self.db_name)
+
+    def _server(self) -> PostgresServer:
+        if self.postgres is None:
+            raise RuntimeError("the deployment has no database yet: start() it first")
+        return self.postgres
 
     def sql(
         self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()
     ) -> list[tuple[Any, ...]]:
         """Run one query on the metadata database; its rows."""
-        conn = psycopg2.connect(f"{PG_DSN} dbname={self.db_name}")
+        conn = psycopg2.connect(self._server().dsn(self.db_name))
         try:
             conn.autocommit = True
             with conn.cursor() as cur:
