@@ -5,6 +5,7 @@ its warehouse on the S3 server), where a REST catalog fails differently from a S
   and drops the connection before the answer (the commit happened), or answers 500 without
   forwarding it (it did not). The sink deletes nothing (invariant I8), the rerun resolves the
   outcome by reading the catalog, and ``sluice audit`` finds every message once;
+- the README's REST configuration (``.pyiceberg.yaml``, and the variables) ingests as written;
 - the server keeps its tables across a restart (its catalog is a SQLite file), and the S3
   keys are neither in its log nor on its command line;
 - ``sluice compact`` and ``sluice expire`` on a table of the REST catalog.
@@ -12,6 +13,9 @@ its warehouse on the S3 server), where a REST catalog fails differently from a S
 
 from __future__ import annotations
 
+import os
+import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ from pyiceberg.exceptions import CommitStateUnknownException
 from sluice.audit import audit
 from sluice.batch import plan_batch
 from sluice.maintenance import compact, expire
+from sluice.s3server import S3Server
 from sluice.spark import ingest
 from sluice.spark.sinks import StreamKey, open_sink
 from sluice.testing.plugin import Broker
@@ -164,3 +169,58 @@ def test_compaction_and_expiry_on_a_rest_catalog_keep_the_audit_and_the_state(
     temperatures = sorted(r["temperature"] for r in table_rows(rest_lake))
     assert temperatures == [i / 10 for i in range(30)]
     assert_exactly_once(audit(sink, topic.source), 31)
+
+
+def readme_rest_blocks() -> tuple[str, str]:
+    """The README's REST configuration: its ``.pyiceberg.yaml`` and its variables."""
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    blocks = re.findall(r"```text\n(.*?)```", readme, re.S)
+    (yaml,) = [b for b in blocks if b.startswith("catalog:") and "type: rest" in b]
+    (variables,) = [b for b in blocks if "PYICEBERG_CATALOG__LAKE__TYPE=rest" in b]
+    return yaml, variables
+
+
+def test_the_readmes_rest_configuration_ingests_as_written(
+    spark: Any,
+    topic: KafkaTopic,
+    rest_catalog: RestCatalogServer,
+    s3_server: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The README's two ways, with this session's addresses (and keys) put in: the
+    ``.pyiceberg.yaml`` ingests one batch, the variables (keys in AWS_*) the next."""
+    yaml, variables = readme_rest_blocks()
+    ours = {"http://127.0.0.1:8181": rest_catalog.uri, "http://127.0.0.1:9000": s3_server.endpoint}
+    for theirs, mine in ours.items():
+        assert theirs in yaml and theirs in variables
+        yaml, variables = yaml.replace(theirs, mine), variables.replace(theirs, mine)
+    yaml = re.sub(r"(s3\.access-key-id:) \.\.\..*", rf"\1 {s3_server.access_key}", yaml)
+    yaml = re.sub(r"(s3\.secret-access-key:) \.\.\..*", rf"\1 {s3_server.secret_key}", yaml)
+    for name in [n for n in os.environ if n.startswith(("PYICEBERG_", "AWS_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    (tmp_path / ".pyiceberg.yaml").write_text(yaml)
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
+    namespace = f"ns_{uuid.uuid4().hex[:8]}"
+    sink = f"iceberg://lake/{namespace}.readings"
+    options = {"source": topic.source, "schema": SCHEMA}
+    topic.send([reading(i) for i in range(10)])
+    assert ingest(spark, topic.plan(), sink, **options).written == 10
+
+    (tmp_path / ".pyiceberg.yaml").unlink()
+    for line in variables.strip().splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    topic.send([reading(10 + i) for i in range(10)])
+    assert ingest(spark, topic.plan(), sink, **options).written == 10
+
+    assert_exactly_once(audit(sink, topic.source), 20)
+    catalog = configure_rest(monkeypatch, rest_catalog).catalog
+    table = catalog.load_table(f"{namespace}.readings")
+    assert table.metadata_location.startswith(rest_catalog.warehouse)
+    assert len(table.scan().to_arrow()) == 20
