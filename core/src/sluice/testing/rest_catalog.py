@@ -1,34 +1,41 @@
 """An Apache Iceberg REST catalog server of the tests' own, from Maven Central artifacts.
 
-It runs ``org.apache.iceberg.rest.RESTCatalogServer``, the server Apache Iceberg publishes in
-the ``test-fixtures`` jar of ``org.apache.iceberg:iceberg-open-api`` (the code of the
-``apache/iceberg-rest-fixture`` image): a Jetty servlet serving the REST catalog API in front
-of Iceberg's ``JdbcCatalog``. Here its catalog is a SQLite file in the server's working
-directory (so a restart keeps every table) and its FileIO is ``S3FileIO``, writing the
-tables' metadata to a warehouse on the tests' S3 server (:mod:`sluice.s3server`).
+It serves Apache Iceberg's REST catalog test fixture, from the ``test-fixtures`` jar of
+``org.apache.iceberg:iceberg-open-api`` (the code of the ``apache/iceberg-rest-fixture``
+image): its ``RESTServerCatalogAdapter`` and iceberg-core's ``RESTCatalogServlet`` in Jetty,
+in front of Iceberg's ``JdbcCatalog``. Here that catalog is a SQLite file in the server's
+working directory (so a restart keeps every table) and its FileIO is ``S3FileIO``, writing
+the tables' metadata to a warehouse on the tests' S3 server (:mod:`sluice.s3server`).
 
 That POM declares none of the fixture's dependencies (they live in Iceberg's Gradle build
 only), so :data:`REST_CATALOG_COORDINATES` lists them, pinned; :mod:`sluice.jars` resolves
 them once into its cache (about 145 MB, the AWS SDK bundle most of it).
 
-The server reads its catalog properties from ``CATALOG_*`` environment variables (``__`` is
-``-``, ``_`` is ``.``: ``CATALOG_S3_ENDPOINT`` is ``s3.endpoint``) and its port from
-``CATALOG_REST_PORT`` (``rest.port``). It logs the properties it was given, so the S3 keys
-are not among them: they reach the AWS SDK as ``AWS_ACCESS_KEY_ID`` /
-``AWS_SECRET_ACCESS_KEY`` in the process's environment (never on its command line), and the
-server hands no credentials to clients (``include-credentials`` is off): a client brings its
-own ``s3.*`` properties, as pyiceberg's REST catalog does.
+The fixture's own main class (``RESTCatalogServer``) listens on every interface of the
+machine (``new Server(port)``) and logs its catalog properties. So the process runs
+:data:`LAUNCHER_SOURCE` instead, thirty lines of Java in the fixture's package that build
+the same handlers and listen on 127.0.0.1 only. It is compiled once per machine into the jar
+cache by the runtime's own compiler module (``java -m jdk.compiler/...``: no JDK needed where
+the runtime image has ``jdk.compiler``, as Debian's ``openjdk-17-jre-headless`` does).
 
-One thing the fixture does not let us choose: Jetty listens on every interface of the
-machine (``new Server(port)``), not only 127.0.0.1. Clients here only use 127.0.0.1; the
-port is a random free one, and the server lives as long as the test session.
+The server reads its catalog properties from ``CATALOG_*`` environment variables, as the
+fixture does (``__`` is ``-``, ``_`` is ``.``: ``CATALOG_S3_ENDPOINT`` is ``s3.endpoint``),
+and its address from ``CATALOG_REST_HOST`` / ``CATALOG_REST_PORT``. The S3 keys are not
+among them: they reach the AWS SDK as ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` in the
+process's environment (never on its command line), and the server hands no credentials to
+clients (``include-credentials`` is off): a client brings its own ``s3.*`` properties, as
+pyiceberg's REST catalog does.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
+import shutil
 import signal
+import subprocess
 import tempfile
 import time
 import urllib.error
@@ -41,6 +48,7 @@ from ..brokers import HOST, BrokerError, BrokerProcess, free_port
 
 __all__ = [
     "ICEBERG_VERSION",
+    "LAUNCHER_SOURCE",
     "REST_CATALOG_COORDINATES",
     "RestCatalogServer",
     "rest_catalog_classpath",
@@ -66,7 +74,51 @@ REST_CATALOG_COORDINATES = (
     "org.apache.hadoop:hadoop-client-runtime:3.4.1",
     "org.slf4j:slf4j-simple:2.0.17",
 )
-MAIN_CLASS = "org.apache.iceberg.rest.RESTCatalogServer"
+MAIN_CLASS = "org.apache.iceberg.rest.SluiceRESTCatalogServer"
+#: The fixture's handlers (as its RESTCatalogServer.start builds them), on 127.0.0.1 only.
+LAUNCHER_SOURCE = """\
+package org.apache.iceberg.rest;
+
+import java.util.HashMap;
+import java.util.Map;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.iceberg.CatalogProperties;
+import org.apache.iceberg.CatalogUtil;
+import org.apache.iceberg.catalog.Catalog;
+import org.apache.iceberg.jdbc.JdbcCatalog;
+import org.eclipse.jetty.server.Server;
+import org.eclipse.jetty.server.ServerConnector;
+import org.eclipse.jetty.server.handler.gzip.GzipHandler;
+import org.eclipse.jetty.servlet.ServletContextHandler;
+import org.eclipse.jetty.servlet.ServletHolder;
+
+/** Apache Iceberg's REST catalog test fixture, listening on one address (rest.host). */
+public final class SluiceRESTCatalogServer {
+  public static void main(String[] args) throws Exception {
+    Map<String, String> properties = new HashMap<>(RCKUtils.environmentCatalogConfig());
+    String host = properties.remove("rest.host");
+    int port = Integer.parseInt(properties.remove("rest.port"));
+    properties.putIfAbsent(CatalogProperties.CATALOG_IMPL, JdbcCatalog.class.getName());
+    properties.putIfAbsent("jdbc.schema-version", "V1");
+    Catalog catalog =
+        CatalogUtil.buildIcebergCatalog("rest_backend", properties, new Configuration());
+    RESTCatalogAdapter adapter =
+        new RESTServerCatalogAdapter(new RESTCatalogServer.CatalogContext(catalog, properties));
+    ServletContextHandler context = new ServletContextHandler(ServletContextHandler.NO_SESSIONS);
+    context.addServlet(new ServletHolder(new RESTCatalogServlet(adapter)), "/*");
+    context.insertHandler(new GzipHandler());
+    Server server = new Server();
+    ServerConnector connector = new ServerConnector(server);
+    connector.setHost(host);
+    connector.setPort(port);
+    server.addConnector(connector);
+    server.setHandler(context);
+    server.start();
+    System.out.println("sluice: Iceberg REST catalog serving on http://" + host + ":" + port);
+    server.join();
+  }
+}
+"""
 #: A small heap, the serial collector and C1 only: it starts faster and needs less memory.
 JVM_OPTIONS = (
     "-Xms32m",
@@ -77,20 +129,68 @@ JVM_OPTIONS = (
     "-Djava.awt.headless=true",
     "-Djava.net.preferIPv4Stack=true",
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-    "-Dorg.slf4j.simpleLogger.log.org.apache.iceberg.rest.RESTCatalogServer=info",
     "-Daws.java.v1.disableDeprecationAnnouncement=true",
 )
 
 
-def rest_catalog_classpath() -> str:
-    """The server's jars from the cache, resolved (downloaded) the first time."""
+def rest_catalog_classpath(java: str | None = None) -> str:
+    """The server's classpath: its jars from the cache, resolved (downloaded) the first
+    time, and the launcher's classes, compiled the first time (with ``java``)."""
     from .. import jars
 
     try:
         found = jars.resolve(REST_CATALOG_COORDINATES)
+        java = java or jars.find_java()
     except jars.JarError as exc:
         raise BrokerError(f"Iceberg REST catalog {ICEBERG_VERSION}: {exc}") from None
-    return os.pathsep.join(str(j) for j in found)
+    classpath = os.pathsep.join(str(j) for j in found)
+    return os.pathsep.join([str(_launcher(java, classpath)), classpath])
+
+
+def _launcher(java: str, classpath: str) -> Path:
+    """The directory of :data:`LAUNCHER_SOURCE`'s compiled class, in the jar cache (compiled
+    once, under a lock; a finished directory is only ever renamed into place)."""
+    from .. import jars
+
+    key = hashlib.sha256(
+        "\0".join([LAUNCHER_SOURCE, *REST_CATALOG_COORDINATES]).encode()
+    ).hexdigest()[:16]
+    root = jars.cache_dir() / "classes"
+    done = root / f"rest-catalog-{key}"
+    compiled = done / "org" / "apache" / "iceberg" / "rest" / "SluiceRESTCatalogServer.class"
+    if compiled.is_file():
+        return done
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "compile.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if compiled.is_file():
+            return done
+        work = Path(tempfile.mkdtemp(prefix="rest-catalog-", dir=root))
+        try:
+            source = work / "SluiceRESTCatalogServer.java"
+            source.write_text(LAUNCHER_SOURCE)
+            argv = [java, "-m", "jdk.compiler/com.sun.tools.javac.Main", "--release", "17"]
+            argv += ["-proc:none", "-nowarn", "-cp", classpath, "-d", str(work / "out")]
+            done_run = subprocess.run(
+                [*argv, str(source)], capture_output=True, text=True, timeout=300, check=False
+            )
+            if done_run.returncode != 0:
+                output = (done_run.stderr + done_run.stdout).strip()
+                hint = (
+                    " This Java has no compiler module (jdk.compiler): install Debian's "
+                    "openjdk-17-jre-headless (its runtime image has it) or a JDK 17+ "
+                    "(apt-get install -y openjdk-17-jdk-headless), or set JAVA_HOME to one."
+                    if "jdk.compiler" in output
+                    else ""
+                )
+                raise BrokerError(
+                    f"Could not compile the Iceberg REST catalog's launcher with {java}:"
+                    f"{hint}\n{output[-2000:]}"
+                )
+            os.replace(work / "out", done)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return done
 
 
 @dataclass
@@ -202,7 +302,7 @@ def start_rest_catalog(
         java = jars.find_java()
     except jars.JarError as exc:
         raise BrokerError(f"The Iceberg REST catalog needs Java: {exc}") from None
-    classpath = rest_catalog_classpath()
+    classpath = rest_catalog_classpath(java)
     port = port or free_port()
     owns = workdir is None
     path = Path(tempfile.mkdtemp(prefix="sluice-rest-catalog-") if workdir is None else workdir)
@@ -213,6 +313,7 @@ def start_rest_catalog(
         "CATALOG_URI": f"jdbc:sqlite:{path / 'catalog.db'}",
         "CATALOG_JDBC_SCHEMA__VERSION": "V1",
         "CATALOG_WAREHOUSE": warehouse,
+        "CATALOG_REST_HOST": HOST,
         "CATALOG_REST_PORT": str(port),
     }
     if s3_endpoint:
