@@ -237,8 +237,9 @@ class RestCatalogServer:
 
     def serves(self) -> bool:
         """True once ``GET /v1/config`` answers 200 with the catalog's configuration."""
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no http_proxy
         try:
-            with urllib.request.urlopen(f"{self.uri}/v1/config", timeout=5) as response:
+            with direct.open(f"{self.uri}/v1/config", timeout=5) as response:
                 return response.status == 200 and isinstance(json.load(response), dict)
         except (urllib.error.URLError, OSError, ValueError):
             return False
