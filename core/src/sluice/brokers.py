@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -479,7 +479,13 @@ def _kafka_cluster_id() -> str:
 
 
 def _kafka_properties(
-    node: int, port: int, controller_port: int, voters: str | None, nodes: int, data: Path
+    node: int,
+    port: int,
+    controller_port: int,
+    voters: str | None,
+    nodes: int,
+    data: Path,
+    extra: Mapping[str, str] | None = None,
 ) -> str:
     min_isr = 2 if nodes >= 3 else 1
     quorum = (
@@ -516,6 +522,9 @@ def _kafka_properties(
         "num.io.threads=4",
         "num.recovery.threads.per.data.dir=1",
     ]
+    given = dict(extra or {})
+    lines = [line for line in lines if line.split("=", 1)[0] not in given]
+    lines += [f"{key}={value}" for key, value in given.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -530,10 +539,13 @@ def _kafka_node(
     java: str,
     classpath: str,
     owns: bool,
+    extra: Mapping[str, str] | None = None,
 ) -> BrokerProcess:
     path.mkdir(parents=True, exist_ok=True)
     config = path / "server.properties"
-    config.write_text(_kafka_properties(node, port, controller_port, voters, nodes, path / "data"))
+    config.write_text(
+        _kafka_properties(node, port, controller_port, voters, nodes, path / "data", extra)
+    )
     (path / "log4j2.properties").write_text(_LOG4J2)
     argv = [
         java,
@@ -591,16 +603,20 @@ def start_kafka(
     *,
     progress: Callable[[str], None] | None = None,
     timeout: float = 90.0,
+    properties: Mapping[str, str] | None = None,
 ) -> BrokerProcess:
     """One Apache Kafka node in KRaft mode (broker and controller in one JVM) on loopback.
     Its data survives a restart in ``workdir``. The first call downloads Kafka's jars
-    (:mod:`sluice.jars`; ``progress`` gets a line per step)."""
+    (:mod:`sluice.jars`; ``progress`` gets a line per step). ``properties``: broker settings
+    that replace or add to the defaults (tests shorten failover timeouts with them)."""
     java = _java()
     classpath = kafka_classpath(progress)
     port = port or free_port()
     path, owns = _workdir("kafka", workdir)
     controller_port = _saved_controller_port(path) or free_port()
-    broker = _kafka_node("kafka", 1, path, port, controller_port, None, 1, java, classpath, owns)
+    broker = _kafka_node(
+        "kafka", 1, path, port, controller_port, None, 1, java, classpath, owns, properties
+    )
     try:
         _format_storage([broker], java, classpath, standalone=True)
         return broker.start(timeout)
@@ -689,10 +705,11 @@ def start_kafka_cluster(
     ports: Sequence[int] | None = None,
     progress: Callable[[str], None] | None = None,
     timeout: float = 120.0,
+    properties: Mapping[str, str] | None = None,
 ) -> KafkaCluster:
     """``nodes`` Apache Kafka nodes in KRaft mode on loopback, each a broker and a voter of
     a static controller quorum (``controller.quorum.voters``); returns once every node serves
-    clients."""
+    clients. ``properties``: settings of every node that replace or add to the defaults."""
     if nodes < 1:
         raise ValueError("a cluster needs at least one node")
     java = _java()
@@ -714,6 +731,7 @@ def start_kafka_cluster(
             java,
             classpath,
             owns=False,
+            extra=properties,
         )
         for i in range(1, nodes + 1)
     ]

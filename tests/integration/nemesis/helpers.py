@@ -13,7 +13,10 @@ def assert_survives(spark: Any, scenario: Scenario, workdir: Path) -> None:
     (the report names the seed that replays it)."""
     outcome = run_scenario(spark, scenario, workdir)
     injected = {entry.split("@")[0] for entry in outcome.injected}
-    expected = {f.name for f in faults_for(scenario.transport, scenario.sink, scenario.store)}
+    expected = {
+        f.name
+        for f in faults_for(scenario.transport, scenario.sink, scenario.store, scenario.broker)
+    }
     expected = {f for f in expected if not scenario.only or f in scenario.only}
     assert injected == expected, outcome.report()
     assert outcome.ok, outcome.report()
