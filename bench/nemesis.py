@@ -139,9 +139,13 @@ def main() -> int:
                 f"({len(outcome.injected)} faults, {outcome.published} messages, "
                 f"{time.monotonic() - begun:.0f} s)"
             )
+            if args.seed is not None:  # a replay says what happened, ok or not
+                print(outcome.report(), flush=True)
+                print("  errors of the rounds:", *outcome.errors, sep="\n    ", flush=True)
             if not outcome.ok:
                 failed.append(outcome.report())
-                print(outcome.report(), flush=True)  # it names the replay command
+                if args.seed is None:
+                    print(outcome.report(), flush=True)  # it names the replay command
             elif not args.keep:
                 import shutil
 

@@ -402,12 +402,21 @@ def start_mosquitto(
     return _launch(broker)
 
 
-def create_kafka_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` with ``partitions`` partitions at ``bootstrap``, unless it exists."""
+def create_kafka_topic(
+    bootstrap: str, topic: str, partitions: int, replication_factor: int = 1
+) -> None:
+    """Create ``topic`` with ``partitions`` partitions (each on ``replication_factor``
+    nodes) at ``bootstrap``, unless it exists."""
     from sluice.kafka import KafkaConnection  # needs the kafka extra: import only when used
 
     connection = KafkaConnection()
-    connection.configure({"connection.uri": bootstrap, "options.num_partitions": partitions})
+    connection.configure(
+        {
+            "connection.uri": bootstrap,
+            "options.num_partitions": partitions,
+            "options.replication_factor": replication_factor,
+        }
+    )
     connection.open(None)
     try:
         connection.create_queue(topic)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sluice.testing.nemesis import Scenario, faults_for, run_scenario
+from sluice.testing.nemesis import Outcome, Scenario, faults_for, run_scenario
 
 
-def assert_survives(spark: Any, scenario: Scenario, workdir: Path) -> None:
+def assert_survives(spark: Any, scenario: Scenario, workdir: Path) -> Outcome:
     """Every fault of the scenario's transport and sink was injected, and the oracle passed
     (the report names the seed that replays it)."""
     outcome = run_scenario(spark, scenario, workdir)
@@ -21,3 +21,4 @@ def assert_survives(spark: Any, scenario: Scenario, workdir: Path) -> None:
     assert injected == expected, outcome.report()
     assert outcome.ok, outcome.report()
     assert outcome.published > 0 and outcome.held > 0, outcome.report()
+    return outcome

@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ..batch import BatchSpec, plan_batch
 from ..brokers import (
@@ -60,6 +60,7 @@ from .waiting import wait_until
 __all__ = ["FAULTS", "Fault", "Outcome", "Scenario", "faults_for", "run_scenario"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Transport = Literal["kafka", "mqtt"]
 SinkKind = Literal["parquet", "iceberg", "delta"]
@@ -275,6 +276,9 @@ class Outcome:
     audit_lines: list[str] = field(default_factory=list)
     waiting: int = 0  # left on the broker after the last phase
     errors: list[str] = field(default_factory=list)  # what the rounds' ingests raised
+    #: faults armed at a step that no ingest reached ("fault@step"), or in a round that
+    #: emitted no batch: named, so a scenario that claims a fault can show it happened
+    unfired: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -295,6 +299,8 @@ class Outcome:
             f"recorded {self.accounted}, doubled {len(self.doubled)}, missing "
             f"{len(self.missing)}, unknown {len(self.unknown)}, left waiting {self.waiting}",
         ]
+        if self.unfired:
+            lines.append(f"  not reached: {', '.join(self.unfired)}")
         if not self.ok:
             lines += [f"  doubled: {self.doubled[:10]}", f"  missing: {self.missing[:10]}"]
             lines += ["  audit:"] + [f"    {line}" for line in self.audit_lines]
@@ -474,6 +480,7 @@ class _World:
         self.clock += 3600
         spec = self._emit()
         if spec is None:
+            self.outcome.unfired.append(f"{fault.name}@{step} (no batch emitted)")
             return
         mode = chooser.choice(["driver", "executors"])
         if fault.name == "kill":
@@ -486,11 +493,14 @@ class _World:
         if fault.name == "sensor-restart":
             self._ingest(spec, mode=mode)
             return
+        action = _Once(self.hook(fault, spec, chooser))
         try:
-            with armed(step, _once(self.hook(fault, spec, chooser))):
+            with armed(step, action):
                 self._ingest(spec, mode=mode)
         finally:
             self.settle()
+        if not action.done:
+            self.outcome.unfired.append(f"{fault.name}@{step}")
 
     def settle(self) -> None:
         """After a round: what a fault set going in the background is over."""
@@ -498,13 +508,19 @@ class _World:
             self.s3.settle()  # the server is up again, no error is left planned
 
     def _emit(self) -> BatchSpec | None:
-        """The sensing model's next emission (one batch in flight; a failed one again)."""
-        try:
-            waiting = self.waiting()
-        except Exception as exc:  # a sensor that cannot reach the broker restarts
-            self.outcome.errors.append(f"sensing: {_describe(exc)}")
-            self._restart_sensor()
-            return None
+        """The sensing model's next emission (one batch in flight; a failed one again). A
+        sensor whose question fails restarts and pokes once more (the cluster's sensing right
+        after a coordinator moved answered NOT_COORDINATOR: soak seed 4 of ``--broker
+        cluster``); if that fails too, the round emits nothing."""
+        for attempt in range(2):
+            try:
+                waiting = self.waiting()
+                break
+            except Exception as exc:  # a sensor that cannot reach the broker restarts
+                self.outcome.errors.append(f"sensing: {_describe(exc)}")
+                self._restart_sensor()
+                if attempt == 1:
+                    return None
         cursor, decision = next_emission(self.cursor, waiting, self.clock, rerun_after=60)
         self.cursor = cursor
         self.saved_cursor = cursor.to_json()  # the trigger keeps it in its state store
@@ -733,16 +749,30 @@ class _S3Store:
         self.server.close()
 
 
-def _once(action: Callable[[], None]) -> Callable[[], None]:
-    """``action`` the first time the failpoint is passed (a rerun inside it passes it too)."""
-    done: list[bool] = []
+class _Once:
+    """``action`` the first time the failpoint is passed (a rerun inside it passes it too);
+    ``done`` says whether it was."""
 
-    def once() -> None:
-        if not done:
-            done.append(True)
-            action()
+    def __init__(self, action: Callable[[], None]) -> None:
+        self.action = action
+        self.done = False
 
-    return once
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            self.action()
+
+
+def _answered(question: Callable[[], T]) -> T | None:
+    """``question``'s answer, or None while the cluster cannot answer it (a metadata client
+    still tries the node a fault killed or paused; the condition is asked again)."""
+    from kafka.errors import KafkaError
+
+    try:
+        return question()
+    except (KafkaError, OSError) as exc:
+        log.debug("the cluster did not answer yet: %s", exc)
+        return None
 
 
 def _describe(exc: BaseException) -> str:
@@ -769,6 +799,12 @@ class _KafkaWorld(_World):
         self.cluster: KafkaCluster | None = None  # broker "cluster"
         self.background: threading.Thread | None = None  # a fault's recovery, this round
         self.background_error: BaseException | None = None
+
+    @property
+    def replication(self) -> int:
+        """The topic's replicas: one on a single node, three on the cluster (a topic created
+        with the client's default of one replica loses a killed leader's messages)."""
+        return len(self.cluster.nodes) if self.cluster is not None else 1
 
     @property
     def bootstrap(self) -> str:
@@ -804,7 +840,7 @@ class _KafkaWorld(_World):
 
         for attempt in range(2):
             self._start_broker(attempt)
-            create_kafka_topic(self.bootstrap, self.topic, self.partitions)
+            create_kafka_topic(self.bootstrap, self.topic, self.partitions, self.replication)
             self._grow_an_auto_created_topic()
             try:
                 self._new_producer()
@@ -983,7 +1019,7 @@ class _KafkaWorld(_World):
         """Once the other nodes lead every partition the killed ``node`` led, start it."""
         assert self.cluster is not None
         wait_until(
-            lambda: node not in self._leaders(without=node).values(),
+            lambda: _answered(lambda: node not in self._leaders(without=node).values()),
             CLUSTER_RECOVERY_S,
             0.2,
             f"the partitions of node {node} led by another node",
@@ -1003,7 +1039,9 @@ class _KafkaWorld(_World):
         def resume_once_fenced() -> None:
             try:
                 wait_until(
-                    lambda: self._leaders(without=node).get(partition, node) != node,
+                    lambda: _answered(
+                        lambda: self._leaders(without=node).get(partition, node) != node
+                    ),
                     CLUSTER_RECOVERY_S,
                     0.2,
                     f"partition {partition} led by another node than the paused {node}",
@@ -1024,7 +1062,7 @@ class _KafkaWorld(_World):
 
         def start_once_moved() -> None:
             moved = wait_until(
-                lambda: (c := self._coordinator(without=node)) != node and c,
+                lambda: _answered(lambda: (c := self._coordinator(without=node)) != node and c),
                 CLUSTER_RECOVERY_S,
                 0.2,
                 f"a coordinator other than node {node}",
@@ -1057,10 +1095,9 @@ class _KafkaWorld(_World):
     def _cluster_in_sync(self) -> bool:
         assert self.cluster is not None
         every = len(self.cluster.nodes)
-        try:
-            with self._metadata_admin() as admin:
-                topics = admin.describe_topics([self.topic, "__consumer_offsets"])
-        except Exception:
+        with self._metadata_admin() as admin:
+            topics = _answered(lambda: admin.describe_topics([self.topic, "__consumer_offsets"]))
+        if topics is None:
             return False
         partitions = [p for t in topics for p in (t.get("partitions") or [])]
         return bool(partitions) and all(
@@ -1109,7 +1146,7 @@ class _KafkaWorld(_World):
             with self._admin() as admin:
                 admin.delete_topics([self.topic])
                 wait_until(lambda: self.topic not in admin.list_topics(), 20, message="deletion")
-            create_kafka_topic(self.bootstrap, self.topic, self.partitions)
+            create_kafka_topic(self.bootstrap, self.topic, self.partitions, self.replication)
             self._grow_an_auto_created_topic()
             # Apache Kafka deletes a topic asynchronously: the new topic is there once the
             # metadata shows another topic id with every partition led
