@@ -483,8 +483,14 @@ def _java() -> str:
 
 
 def _kafka_cluster_id() -> str:
-    """A cluster id as Kafka writes one (a random UUID, URL-safe base64 without padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A cluster id as Kafka writes one (a random UUID, URL-safe base64 without padding),
+    never starting with "-": Kafka's ``Uuid.randomUuid`` draws again then, and its
+    StorageTool takes such an id for an option ("argument --cluster-id/-t: expected one
+    argument": one start in 64 failed, the nemesis' CI on Apache Kafka met it)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
 
 
 def _kafka_properties(
@@ -584,7 +590,8 @@ def _format_storage(
             continue
         argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
         argv += [f"-Dlog4j2.configurationFile={broker.workdir / 'log4j2.properties'}"]
-        argv += ["-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id]
+        argv += ["-cp", classpath, "kafka.tools.StorageTool", "format"]
+        argv += [f"--cluster-id={cluster_id}"]  # one argument, whatever the id starts with
         argv += ["-c", str(broker.workdir / "server.properties")]
         if standalone:
             argv.append("--standalone")
