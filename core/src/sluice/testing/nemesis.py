@@ -509,9 +509,8 @@ class _World:
 
     def _emit(self) -> BatchSpec | None:
         """The sensing model's next emission (one batch in flight; a failed one again). A
-        sensor whose question fails restarts and pokes once more (the cluster's sensing right
-        after a coordinator moved answered NOT_COORDINATOR: soak seed 4 of ``--broker
-        cluster``); if that fails too, the round emits nothing."""
+        sensor whose question fails restarts and pokes once more, as a trigger polls again; if
+        that fails too, the round emits nothing (its fault is named in ``Outcome.unfired``)."""
         for attempt in range(2):
             try:
                 waiting = self.waiting()
