@@ -4,7 +4,10 @@ by ``sluice audit`` and the exact multiset of payloads (docs/fault-model.md).
 A :class:`Scenario` is a transport (Kafka or MQTT), a sink (Parquet, Iceberg or Delta), a store
 (the local disk, or a real S3 server: SeaweedFS behind the fault-injecting proxy of
 :mod:`sluice.testing.s3proxy`, holding the Parquet dataset or the Iceberg warehouse) and a
-seed.
+seed; for Kafka, a broker (``Scenario.broker``): noida-db, one Apache Kafka node, or three
+Apache Kafka nodes (replication 3, min ISR 2), whose own faults kill a partition's leader, pause
+a node past its session timeout and move the group's coordinator, while an ``acks=all``
+producer publishes.
 :func:`run_scenario` starts brokers of its own (so it may restart, truncate and recreate
 them), then plays rounds. Each round publishes messages with unique ids (some malformed, for
 the quarantine), lets the sensing model decide what to emit (:func:`sluice.sensing.next_emission`
