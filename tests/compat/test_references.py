@@ -38,6 +38,8 @@ def test_mqtt_queue_resolves_connection_and_credential(
             "connection.discovery_key", "broker",
             "credential.store_key", "mqtt",
             "options.qos", 1,
+            # the loopback mosquitto has no TLS: the password over plaintext is opted in
+            "options.allow_plaintext_credentials", True,
         )
     )  # fmt: skip
     queue.set_references(References.from_tuples(DISCOVERY, discovery, CREDENTIALS, store))
