@@ -42,7 +42,9 @@ def chart(family: dict[str, Any]) -> bytes:
             xs = [i + (side - 0.5) * width for i in range(len(cases))]
             values = [data["values"][case][side] for case in cases]
             bars = ax.bar(xs, values, width, label=name)
-            ax.bar_label(bars, labels=[f"{v:,.0f}" if v >= 100 else f"{v:g}" for v in values], fontsize=7)
+            ax.bar_label(
+                bars, labels=[f"{v:,.0f}" if v >= 100 else f"{v:g}" for v in values], fontsize=7
+            )
         ax.set_xticks(range(len(cases)), cases)
         ax.set_ylabel(data["unit"])
         ax.set_title(_wrap(row["what"], 48), fontsize=8)

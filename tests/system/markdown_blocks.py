@@ -39,9 +39,7 @@ RUNNABLE = ("bash", "sh", "console", "python")
 NOT_CODE = ("text", "mermaid")
 FILES = ("json", "yaml")  # only as the content of a file the text asks the user to save
 _FENCE = re.compile(r"^```(\S*)\s*$")
-_DIRECTIVE = re.compile(
-    r"^<!--\s*(?:docs|readme)-test:\s*(save-as|expect|until)\s+(.+?)\s*-->$"
-)
+_DIRECTIVE = re.compile(r"^<!--\s*(?:docs|readme)-test:\s*(save-as|expect|until)\s+(.+?)\s*-->$")
 
 
 class BlockError(AssertionError):

@@ -28,7 +28,7 @@ def nav() -> list[Any]:
 def _walk(entries: list[Any], trail: tuple[str, ...]) -> list[tuple[tuple[str, ...], str]]:
     found: list[tuple[tuple[str, ...], str]] = []
     for entry in entries:
-        for title, target in (entry.items() if isinstance(entry, dict) else [("", entry)]):
+        for title, target in entry.items() if isinstance(entry, dict) else [("", entry)]:
             if isinstance(target, list):
                 found += _walk(target, (*trail, title))
             else:

@@ -100,8 +100,11 @@ def test_the_readme_quickstarts_are_the_pages_blocks() -> None:
     assert readme, "the README has the quickstarts"
     on_pages = [
         _same(b)
-        for name in ("getting-started/install.md", "getting-started/airflow.md",
-                     "getting-started/dagster.md")
+        for name in (
+            "getting-started/install.md",
+            "getting-started/airflow.md",
+            "getting-started/dagster.md",
+        )
         for b in page_blocks(DOCS / name)
         if b.lang not in NOT_CODE
     ]

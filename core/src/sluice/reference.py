@@ -264,7 +264,12 @@ def cli_reference() -> str:
         for param in command.params:
             record = param.get_help_record(ctx)
             if param.param_type_name == "argument":
-                rows.append([f"`{(param.metavar or param.name or '').upper()}` (argument)", _cell(param.help or "")])
+                rows.append(
+                    [
+                        f"`{(param.metavar or param.name or '').upper()}` (argument)",
+                        _cell(param.help or ""),
+                    ]
+                )
             elif record is not None:
                 rows.append([_cell(record[0]), _cell(record[1])])
         if rows:
