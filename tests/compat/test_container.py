@@ -40,6 +40,7 @@ CONFIG = """
     store_key: mqtt_user
   options:
     qos: 1
+    allow_plaintext_credentials: true
 - descriptor: pip-services:message-queue:memory:audit:1.0
 """
 

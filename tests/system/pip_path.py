@@ -14,15 +14,18 @@ network would add (pip choosing newer versions) is not covered; the lock is.
 from __future__ import annotations
 
 import csv
+import re
+import shlex
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from importlib.metadata import Distribution, distribution
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS = {
@@ -95,3 +98,94 @@ def pip(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
         [str(python), "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
         capture_output=True, text=True, check=False, timeout=900,
     )  # fmt: skip
+
+
+#: A README/docs install line names Sluice's packages from the clone, like the quickstarts.
+_OUR_PATHS = {"./core": "sluice-core", **{f"./{v}": k for k, v in OURS.items() if v != "core"}}
+_PIP_LINE = re.compile(
+    r"pip install ((?:'[^']*'|\"[^\"]*\"|[^\s`#'\"])+(?: +(?:'[^']*'|[^\s`#'\"]+))*)"
+)
+
+
+def install_lines(texts: Iterable[str]) -> list[list[str]]:
+    """The package arguments of every ``pip install`` in ``texts`` (options left out)."""
+    found = []
+    for text in texts:
+        for match in _PIP_LINE.finditer(text):
+            words = [w for w in shlex.split(match.group(1)) if not w.startswith("-")]
+            if words:
+                found.append(words)
+    return found
+
+
+def roots_of(words: Iterable[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """(name, extras) of each argument of an install line: ``./core[x]`` is sluice-core[x]."""
+    roots = []
+    for word in words:
+        path, _, extras = word.partition("[")
+        name = _OUR_PATHS.get(path.rstrip("/"), path)
+        roots.append(
+            (canonicalize_name(name), tuple(e for e in extras.rstrip("]").split(",") if e))
+        )
+    return roots
+
+
+def _active(name: str, extras: set[str]) -> Iterator[Requirement]:
+    envs = [{"extra": e} for e in sorted(extras)] or [{"extra": ""}]
+    for text in distribution(name).requires or []:
+        requirement = Requirement(text)
+        marker = requirement.marker
+        if marker is None or any(marker.evaluate(env) for env in envs):
+            yield requirement
+
+
+def _requirements(
+    wanted: dict[str, set[str]],
+) -> tuple[dict[str, list[tuple[str, Requirement]]], dict[str, list[tuple[str, Requirement]]]]:
+    """Target name -> (who, requirement), of Sluice's distributions and of the others."""
+    ours: dict[str, list[tuple[str, Requirement]]] = {}
+    theirs: dict[str, list[tuple[str, Requirement]]] = {}
+    for name, extras in wanted.items():
+        for requirement in _active(name, extras):
+            target = canonicalize_name(requirement.name)
+            (ours if name in OURS else theirs).setdefault(target, []).append((name, requirement))
+    return ours, theirs
+
+
+def looser_than_the_others(
+    installed: Iterable[tuple[str, tuple[str, ...]]], added: Iterable[tuple[str, tuple[str, ...]]]
+) -> list[str]:
+    """Where a requirement that the ``added`` line brings (a Sluice extra, installed after a
+    quickstart's line ``installed``) admits the next major version of a package that a
+    distribution already there excludes, as ``protobuf>=5.26`` (the [protobuf] extra) against
+    dagster's ``protobuf<7``. pip then picks the newest of what the extra adds (a grpcio-tools
+    that needs protobuf 7) and upgrades the package past the other's pin; a cap on our side
+    makes it choose versions that fit. The versions tried are the next two majors above the
+    installed one."""
+    installed = list(installed)
+    before, theirs = _requirements(closure(installed))
+    ours, _ = _requirements(closure([*installed, *added]))
+    problems = []
+    for target, mine in sorted(ours.items()):
+        new = [(who, r) for who, r in mine if (who, r) not in before.get(target, [])]
+        if target in OURS or not new:
+            continue
+        major = Version(distribution(target).version).major
+        for probe in (Version(f"{major + 1}.0"), Version(f"{major + 2}.0")):
+            excluded_by = [
+                f"{who} ({r.specifier})"
+                for who, r in theirs.get(target, [])
+                if not r.specifier.contains(probe, prereleases=True)
+            ]
+            admitted_by = [
+                f"{who} ({r.specifier})"
+                for who, r in new
+                if r.specifier.contains(probe, prereleases=True)
+            ]
+            if excluded_by and admitted_by:
+                problems.append(
+                    f"{target} {probe}: admitted by {', '.join(admitted_by)}, "
+                    f"excluded by {', '.join(excluded_by)}"
+                )
+                break
+    return problems

@@ -16,7 +16,7 @@ def test_the_keys_configure_a_real_queue_without_warnings() -> None:
         port=1884,
         username="u",
         password="p",
-        extra={"client_id": "c", "options.qos": "1"},
+        extra={"client_id": "c", "options.qos": "1", "options.allow_plaintext_credentials": True},
         topic="plant/#",
     )
     queue = queue_from_config("mqtt", config)  # unknown keys would warn (an error in tests)

@@ -280,9 +280,11 @@ def start_mosquitto(
     *,
     raise_limits: bool = True,
     sys_interval: int | None = None,
+    client_certificates: bool = False,
 ) -> BrokerProcess:
     """mosquitto with its own config, persistence (sessions survive a restart), when ``users``
-    is given a password file and no anonymous access, and when ``tls`` is given TLS (mqtts).
+    is given a password file and no anonymous access, and when ``tls`` is given TLS (mqtts);
+    ``client_certificates``: with ``tls``, only clients with a certificate signed by its CA.
 
     ``raise_limits``: 1,000,000 queued and 1,000 in-flight messages per client, as batch
     ingestion needs; false keeps mosquitto's defaults (1,000 queued, 20 in flight), beyond
@@ -322,6 +324,8 @@ def start_mosquitto(
         lines.append("allow_anonymous true")
     if tls:
         lines += [f"cafile {tls.ca}", f"certfile {tls.cert}", f"keyfile {tls.key}"]
+        if client_certificates:
+            lines.append("require_certificate true")
     conf = path / "mosquitto.conf"
     conf.write_text("\n".join(lines) + "\n")
     broker = _make(

@@ -5,12 +5,20 @@ the quarantined ones) of the batches a sink has committed, with ``batch_id`` as 
 local disk a batch appears by one rename, so that is every ``batch_id=*/`` directory; on S3
 (:mod:`sluice.spark.sinks.parquet_s3`) it is the files each batch's manifest lists, so a batch
 being copied into place, or left half-copied by a crash, is not read until it is whole.
+
+The reader contract of a local dataset: a plain reader that lists ``batch_id=*/`` (pyarrow's
+hive discovery, Spark, DuckDB) sees every committed batch once, except while a ``sluice
+compact`` commits: between its merged directory's rename into place and the move of the
+directories it replaces, such a listing sees those batches twice (no single rename can swap
+several directories). ``read_dataset`` lists under the sink's lock, which that switch holds, so
+it never does. A listing is of one moment: a compaction that commits after it moves the listed
+files aside (``_sluice/superseded/``), so read a dataset soon after listing it, and list again
+after a ``FileNotFoundError``.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 __all__ = ["read_dataset"]
@@ -35,8 +43,7 @@ def read_dataset(sink: str | os.PathLike[str], quarantine: bool = False) -> Any:
             f"{opened.bucket}/{opened.prefix}".rstrip("/"),
         )
     elif isinstance(opened, ParquetSink):
-        opened.recover()
-        files = sorted(str(p) for p in _local_files(opened.root, quarantine))
+        files = [str(p) for p in opened.committed_files(quarantine)]
         filesystem, base = None, str(opened.root)
     else:
         raise TypeError(f"{sink} is not a Parquet dataset (read an Iceberg table with pyiceberg)")
@@ -48,13 +55,3 @@ def read_dataset(sink: str | os.PathLike[str], quarantine: bool = False) -> Any:
         partitioning=partitioning,
         partition_base_dir=base,
     )
-
-
-def _local_files(root: Path, quarantine: bool) -> list[Path]:
-    """The files of a local dataset's batch (and merged) directories, in their partition
-    directories too."""
-    from .spark.sinks.parquet import good_files
-
-    if quarantine:
-        return list(root.glob("batch_id=*/_quarantine/*.parquet"))
-    return [f for directory in root.glob("batch_id=*") for f in good_files(directory)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "DataLossError",
     "QuarantineLimitError",
+    "StreamStateError",
     "TopicNotFoundError",
     "exception_detail",
     "exception_line",
@@ -31,6 +32,11 @@ class TopicNotFoundError(LookupError):
 class QuarantineLimitError(RuntimeError):
     """More of a batch went to quarantine than ``max_quarantined`` allows: usually a schema or
     value format that does not fit the data. Nothing was published or committed."""
+
+
+class StreamStateError(RuntimeError):
+    """A sink's state file of a stream is missing or unreadable, and what the sink keeps of
+    each batch is not enough to rebuild it; the message names the file and how to repair it."""
 
 
 def exception_detail(exc: BaseException) -> str:

@@ -40,15 +40,16 @@ def test_wrong_mqtt_password_is_refused_without_showing_it(
     broker = mosquitto_auth_broker
     (user, password) = next(iter(broker.users.items()))
     wrong = password + "-wrong"
+    trusted = {"extra": {"options.allow_plaintext_credentials": True}}  # loopback
     conn_id = set_connection(
-        "m", "sluice_mqtt", broker.host, broker.port, login=user, password=wrong
+        "m", "sluice_mqtt", broker.host, broker.port, login=user, password=wrong, **trusted
     )
     ok, message = QueueHook(conn_id).test_connection()
     assert not ok
     assert "refused" in message.lower()
     assert wrong not in message and password not in message
     conn_id = set_connection(
-        "m2", "sluice_mqtt", broker.host, broker.port, login=user, password=password
+        "m2", "sluice_mqtt", broker.host, broker.port, login=user, password=password, **trusted
     )
     ok, message = QueueHook(conn_id).test_connection()
     assert ok, message

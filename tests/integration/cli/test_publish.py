@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
+import select
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from sluice.queues import queue_from_uri
@@ -12,7 +19,13 @@ from tests.unit.cli.runner import assert_error, assert_ok, run
 
 from .conftest import read_topic
 
-SUMMARY = re.compile(r"^Published (\d+) messages to (\S+) in [\d.]+ s \([\d,]+ msg/s\)\.$", re.M)
+SLUICE = str(Path(sys.executable).parent / "sluice")
+
+SUMMARY = re.compile(
+    r"^Published (\d+) messages(?: \((\d+) of them malformed on purpose\))? to (\S+) "
+    r"in [\d.]+ s \([\d,]+ msg/s\)\.$",
+    re.M,
+)
 
 
 def test_sample_readings_with_keys_and_malformed_ones(kafka: str, unique_name: str) -> None:
@@ -35,7 +48,7 @@ def test_sample_readings_with_keys_and_malformed_ones(kafka: str, unique_name: s
         )
     )
     summary = SUMMARY.search(out)
-    assert summary and summary.groups() == ("50", f"{kafka}/{unique_name}")
+    assert summary and summary.groups() == ("50", "2", f"{kafka}/{unique_name}")
     records = read_topic(kafka.removeprefix("kafka://"), unique_name)
     assert len(records) == 50
     readings, malformed = [], 0
@@ -87,7 +100,12 @@ def test_unreachable_brokers_fail_in_one_line_without_the_password(unique_name: 
     assert_error(kafka, 1, f"Cannot connect to Kafka at 127.0.0.1:{port}", "broker is running")
     assert "host and port in the URI" in kafka.output and "connection." not in kafka.output
     assert "s3cret" not in kafka.output
-    mqtt = run("publish", f"mqtt://svc:s3cret@127.0.0.1:{port}/{unique_name}", "--sample", "iot")
+    mqtt = run(
+        "publish",
+        f"mqtt://svc:s3cret@127.0.0.1:{port}/{unique_name}?allow_plaintext_credentials=true",
+        "--sample",
+        "iot",
+    )
     assert_error(mqtt, 1, f"Cannot connect to the MQTT broker at 127.0.0.1:{port}")
     assert "host and port in the URI" in mqtt.output and "connection." not in mqtt.output
     assert "s3cret" not in mqtt.output
@@ -98,3 +116,38 @@ def test_a_bad_line_publishes_nothing(kafka: str, unique_name: str, tmp_path: Pa
     lines.write_text('{"id": 1}\nnot json\n')
     assert_error(run("publish", f"{kafka}/{unique_name}", "--file", str(lines)), 2, "Line 2 of")
     assert read_topic(kafka.removeprefix("kafka://"), unique_name) == []
+
+
+def test_a_broker_that_does_not_answer_is_named_while_the_command_waits(
+    unique_name: str,
+) -> None:
+    """On a terminal, the wait for a broker that accepts connections but never answers (up
+    to options.connect_timeout) shows whom it waits for, not a silent screen."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never speaks Kafka
+        port = silent.getsockname()[1]
+        primary, secondary = pty.openpty()
+        try:
+            child = subprocess.Popen(
+                [SLUICE, "publish", f"kafka://127.0.0.1:{port}/{unique_name}", "--sample", "iot"],
+                stdin=subprocess.DEVNULL,
+                stdout=secondary,
+                stderr=secondary,
+                env={**os.environ, "TERM": "xterm", "COLUMNS": "120"},
+            )
+            os.close(secondary)
+            screen = b""
+            deadline = time.monotonic() + 60
+            while child.poll() is None and time.monotonic() < deadline:
+                ready, _, _ = select.select([primary], [], [], 0.2)
+                if ready:
+                    try:
+                        screen += os.read(primary, 4096)
+                    except OSError:  # the child closed the terminal
+                        break
+            child.wait(30)
+        finally:
+            os.close(primary)
+    text = screen.decode(errors="replace")
+    assert f"Connecting to 127.0.0.1:{port}" in text, text
+    assert f"Cannot connect to Kafka at 127.0.0.1:{port}" in text, text
+    assert child.returncode == 1

@@ -47,6 +47,7 @@ def test_mqtt_batches_are_ingested_and_acknowledged_without_showing_the_password
         client_id=unique_name,
         username="sluice",
         password=EnvVar(PASSWORD_ENV),
+        options={"allow_plaintext_credentials": "true"},  # loopback: a network we trust
     )
 
     ticker = SensorTicker(sensor, {"mqtt": queue}, instance)
@@ -57,6 +58,7 @@ def test_mqtt_batches_are_ingested_and_acknowledged_without_showing_the_password
             "connection.port": mosquitto_auth_broker.port,
             "credential.username": "sluice",
             "credential.password": password,
+            "options.allow_plaintext_credentials": True,
         },
         f"{unique_name}/line-1",
         range(3),
@@ -91,6 +93,7 @@ def test_mqtt_batches_are_ingested_and_acknowledged_without_showing_the_password
             "connection.port": mosquitto_auth_broker.port,
             "credential.username": "sluice",
             "credential.password": password,
+            "options.allow_plaintext_credentials": True,
         },
         f"{unique_name}/line-2",
         range(3, 6),
@@ -119,6 +122,7 @@ def test_a_refused_password_is_reported_without_the_password(
         client_id=unique_name,
         username="sluice",
         password=EnvVar(PASSWORD_ENV),
+        options={"allow_plaintext_credentials": "true"},  # loopback: a network we trust
     )
 
     message = SensorTicker(sensor, {"mqtt": queue}, instance).skip()

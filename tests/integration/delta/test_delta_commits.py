@@ -1,12 +1,14 @@
 """The Delta sink's commit protocol on a real delta-rs, without Spark (the files a run stages are
 written here with pyarrow): another writer's commit landing between a run's read of the log and
 its commit, from another stream (retried, both land) and from the same stream (refused, nothing
-of the refused run is left); and a rerun after the commit recognised from the log."""
+of the refused run is left); a rerun after the commit recognised from the log; and a stream's
+state file lost or corrupt, rebuilt from the log and the records, or named with its repair."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -18,13 +20,18 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from sluice.audit import audit
 from sluice.batch import BatchSpec, OffsetRange
+from sluice.errors import StreamStateError
 from sluice.maintenance import expire
+from sluice.spark.failpoints import FailpointError, armed
 from sluice.spark.sinks import BatchRecord, ConcurrentIngestError, StreamKey
 from sluice.spark.sinks.delta import DeltaSink, app_id
+from sluice.testing.batches import publish_rows
 from tests.unit.cli.runner import assert_ok, run
 
-from ..spark.test_compaction import small_mqtt_sink
+from ..spark.test_compaction import mqtt_rows, small_mqtt_sink
+from .test_ingest_delta import commits
 
 GOOD = pa.schema([("id", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
 BAD = pa.schema(
@@ -182,3 +189,67 @@ def test_a_filter_on_any_column_finds_its_rows_through_pyarrow(tmp_path: Path) -
     ]
     assert ids(pc.field("temperature") >= 30.0) == [f"m3-{i}" for i in range(4)]
     assert ids(pc.field("message_id") == "m2-1") == ["m2-1"]
+
+
+def state_file(table: Path, stream: StreamKey, version: int) -> Path:
+    return table / "_sluice" / "streams" / stream.slug / f"{version}.json"
+
+
+@pytest.mark.parametrize("damage", ["deleted", "corrupt"])
+def test_a_lost_or_corrupt_state_file_is_rebuilt_from_the_log_and_the_records(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    table = tmp_path / "t"
+    location = f"delta://{table}"
+    specs = small_mqtt_sink(location, 2)
+    # the third batch is committed, then its run dies: its quarantine commit and record file
+    # are not done, and only its state file says what they are
+    with armed("publish.after_rename"), pytest.raises(FailpointError):
+        small_mqtt_sink(location, 1, first=2)
+    stream = StreamKey.of(specs[0])
+    path = state_file(table, stream, 3)
+    before = json.loads(path.read_text())
+    if damage == "deleted":
+        path.unlink()
+    else:
+        path.write_text('{"state": {"written": ')
+    last_commit = commits(table)[-1]["version"]
+
+    sink = DeltaSink(location)
+    with caplog.at_level(logging.WARNING, logger="sluice.spark.sinks.delta"):
+        assert sink.state(stream).to_json() == before["state"]
+    problem = "missing:" if damage == "deleted" else "unreadable (Expecting value"
+    assert f"The stream state file {path} was {problem}" in caplog.text
+    assert f"2 from record files in {table / '_sluice' / 'batches'}" in caplog.text
+    assert f"1 from the commitInfo of Delta version(s) {last_commit} of {table}" in caplog.text
+    assert json.loads(path.read_text()) == before, "the file as it was, pending batch included"
+    assert path.with_name("3.json.bad").exists() == (damage == "corrupt")
+
+    sink.recover()  # the crashed batch is finished from the rebuilt state
+    report = audit(location)
+    assert report.ok, "\n".join(report.lines())
+    assert (report.streams[0].messages, report.streams[0].batches) == (14, 3)
+    with pytest.raises(ConcurrentIngestError):  # its redelivery is known: MQTT de-duplication
+        publish_rows(sink, BatchSpec("mqtt", "sensors/#", client_id="maintenance"), *mqtt_rows(2))
+    small_mqtt_sink(location, 1, first=3)
+    assert DeltaSink(location).state(stream).batches == 4
+
+
+def test_a_state_file_that_cannot_be_rebuilt_is_named_with_its_repair(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    location = f"delta://{table}"
+    (spec, _) = small_mqtt_sink(location, 2)
+    stream = StreamKey.of(spec)
+    state_file(table, stream, 2).unlink()
+    # the first batch's record file is gone, and log clean-up removed its commit
+    for record in (table / "_sluice" / "batches").glob("*.json"):
+        record.unlink()
+    DeltaTable(str(table)).create_checkpoint()
+    (table / "_delta_log" / f"{commits(table)[0]['version']:020}.json").unlink()
+
+    with pytest.raises(StreamStateError) as failure:
+        DeltaSink(location).state(stream)
+    message = str(failure.value)
+    assert f"The stream state file {state_file(table, stream, 2)} is missing" in message
+    assert "hold 1 of the stream's 2 batches" in message
+    assert f"Restore the file from a backup of {table / '_sluice'}" in message

@@ -1,9 +1,11 @@
 """The crash matrix on a Delta sink, at the failpoints where a Delta sink differs from the others
 (the next state file written and not yet named by the log, its commit, the quarantine commit
 after it, the offsets' commit; the other steps do nothing of the sink's own): an ingest
-SIGKILLed there, then run again. Kafka: every message exactly once (``sluice audit``), lag 0,
-every dead letter once, and ONE commit with the stream's ``txn`` (a rerun after the commit
-learns it from the log). MQTT: every message id once, none left unacknowledged."""
+SIGKILLed there, then run again; and at every failpoint, then ``sluice compact`` and ``sluice
+expire`` with their defaults as if days had passed, then run again. Kafka: every message
+exactly once (``sluice audit``), lag 0, every dead letter once, and ONE commit with the
+stream's ``txn`` (a rerun after the commit learns it from the log). MQTT: every message id
+once, none left unacknowledged."""
 
 from __future__ import annotations
 
@@ -21,8 +23,14 @@ from sluice.spark.sinks.delta import app_id
 from sluice.testing.plugin import Broker
 
 from ..spark.conftest import SCHEMA, KafkaTopic, reading
-from ..spark.crashes import assert_exactly_once, dead_letter_origins, run_child
+from ..spark.crashes import (
+    assert_exactly_once,
+    dead_letter_origins,
+    maintain_days_later,
+    run_child,
+)
 from ..spark.test_crash_matrix import BAD, leftovers, mqtt_session, publish_envelopes
+from ..spark.test_crash_matrix import KAFKA_POINTS as EVERY_KAFKA_POINT
 from .test_ingest_delta import commits, delta_rows
 
 __all__ = ["mqtt_session"]  # the fixture, shared with the crash matrix
@@ -33,11 +41,13 @@ KAFKA_POINTS = [
     "publish.after_state",
     "commit.before",
 ]
+#: (failpoint, whether maintenance runs days later, between the crash and the rerun)
+KAFKA_CASES = [(p, False) for p in KAFKA_POINTS] + [(p, True) for p in EVERY_KAFKA_POINT]
 
 
-@pytest.mark.parametrize("point", KAFKA_POINTS)
+@pytest.mark.parametrize(("point", "maintained"), KAFKA_CASES)
 def test_kafka_into_delta_killed_at_each_failpoint_then_rerun_is_exactly_once(
-    spark: Any, topic: KafkaTopic, point: str, tmp_path: Path
+    spark: Any, topic: KafkaTopic, point: str, maintained: bool, tmp_path: Path
 ) -> None:
     from deltalake import DeltaTable
 
@@ -53,6 +63,8 @@ def test_kafka_into_delta_killed_at_each_failpoint_then_rerun_is_exactly_once(
     if point == "publish.after_intent":  # its next state is written; the log does not name it
         assert list((table / "_sluice" / "streams").glob("*/1.json"))
         assert DeltaTable(str(table)).transaction_version(stream) is None
+    if maintained:
+        maintain_days_later(sink, point)
     ingest(spark, spec, sink, **options)
 
     assert_exactly_once(audit(sink, topic.source), 42)

@@ -1,6 +1,8 @@
 """The crash matrix on an Iceberg sink: a Kafka ingest SIGKILLed at every failpoint (among
 them between the Iceberg commit and the Kafka commit, ``commit.before``), then run again:
-every message exactly once in the table (``sluice audit``), lag 0, every dead letter once.
+every message exactly once in the table (``sluice audit``), lag 0, every dead letter once; on
+local disk with ``sluice compact`` and ``sluice expire`` days later between the crash and the
+rerun.
 And ``sluice ingest`` / ``sluice audit`` on an ``iceberg://`` sink."""
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from sluice.testing.plugin import Broker
 from tests.unit.cli.runner import assert_ok, run
 
 from ..spark.conftest import SCHEMA, KafkaTopic, open_topic, reading
-from ..spark.crashes import assert_exactly_once, dead_letter_origins, run_child
+from ..spark.crashes import (
+    assert_exactly_once,
+    dead_letter_origins,
+    maintain_days_later,
+    run_child,
+)
 from ..spark.test_crash_matrix import BAD, KAFKA_POINTS
 from .conftest import Lake, sluice_summaries, table_rows
 
@@ -30,20 +37,25 @@ def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
     opened.producer.close()
 
 
-@pytest.fixture(params=["local", "s3"])
-def crash_lake(request: pytest.FixtureRequest) -> Lake:
-    """A SQLite catalog with its warehouse on local disk, or on the S3 server."""
-    found: Lake = request.getfixturevalue(
-        "sqlite_lake" if request.param == "local" else "s3_sqlite_lake"
-    )
-    return found
+#: (store, maintained): a SQLite catalog with its warehouse on local disk, with ``sluice
+#: compact`` and ``sluice expire`` days later between the crash and the rerun; or on the S3
+#: server, rerun at once
+LAKES = [("local", True), ("s3", False)]
 
 
+@pytest.mark.parametrize(("store", "maintained"), LAKES)
 @pytest.mark.parametrize("point", KAFKA_POINTS)
 def test_kafka_into_iceberg_killed_at_each_failpoint_then_rerun_is_exactly_once(
-    spark: Any, topic: KafkaTopic, point: str, crash_lake: Lake
+    spark: Any,
+    topic: KafkaTopic,
+    point: str,
+    store: str,
+    maintained: bool,
+    request: pytest.FixtureRequest,
 ) -> None:
-    sqlite_lake = crash_lake
+    sqlite_lake: Lake = request.getfixturevalue(
+        "sqlite_lake" if store == "local" else "s3_sqlite_lake"
+    )
     topic.send([reading(i) for i in range(40)] + BAD)
     spec = topic.plan()
     sink = sqlite_lake.sink()
@@ -51,6 +63,8 @@ def test_kafka_into_iceberg_killed_at_each_failpoint_then_rerun_is_exactly_once(
 
     code, stderr = run_child(spark, {"spec": spec.to_dict(), "sink": sink, **options}, point)
     assert code == -9, f"the ingest did not die at {point}: {stderr[-2000:]}"
+    if maintained:
+        maintain_days_later(sink, point)
     ingest(spark, spec, sink, **options)
 
     assert_exactly_once(audit(sink, topic.source), 42)

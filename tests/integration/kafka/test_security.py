@@ -10,7 +10,8 @@ What the brokers can do (checked by the tests here and in test_broker_bugs.py):
 
 So a successful SASL session is tested on noida-db (SASL_PLAINTEXT + PLAIN), a refused one on
 Tansu; what neither broker can show (SCRAM success, TLS, SASL_SSL) is covered by the unit tests
-of the client configuration in tests/unit/kafka/test_config.py.
+of the client configuration in tests/unit/kafka/test_config.py. That TLS settings switch TLS
+on shows on noida-db too: its plaintext listener fails the client's TLS handshake.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from sluice.kafka import KafkaConnection, KafkaMessageQueue
-from sluice.queues import MessageEnvelope
-from sluice.testing import BrokerProcess
+from sluice.kafka.config import client_config
+from sluice.queues import ConfigError, MessageEnvelope, queue_from_uri
+from sluice.testing import BrokerProcess, make_certificates
 from sluice.testing.topics import create_kafka_topic
 
 PASSWORD = "pw-Secret-4711"
@@ -97,3 +100,58 @@ def test_tansu_refuses_an_unknown_scram_user_clearly(
     assert PASSWORD not in message and PASSWORD not in caplog.text
     assert not connection.is_open()
     assert elapsed < 15, f"two 1 s attempts took {elapsed:.1f} s"
+
+
+def test_sasl_plain_over_plaintext_with_the_opt_in_key_of_every_transport(
+    noida_broker: BrokerProcess, unique_name: str
+) -> None:
+    """``options.allow_plaintext_credentials`` (the key MQTT takes too) lets SASL/PLAIN go
+    over plaintext, as ``connection.protocol`` sasl_plaintext does; without either it is
+    refused before connecting, naming the key."""
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
+    uri = f"kafka://svc-sluice:{PASSWORD}@{noida_broker.bootstrap}/{unique_name}"
+    with pytest.raises(ConfigError, match=r"'options\.allow_plaintext_credentials' true"):
+        queue_from_uri(uri)
+    queue = queue_from_uri(f"{uri}?allow_plaintext_credentials=true&from_beginning=true")
+    assert isinstance(queue, KafkaMessageQueue)
+    queue.open(None)
+    try:
+        assert queue._conn().client_config()["security_protocol"] == "SASL_PLAINTEXT"
+        queue.send(None, MessageEnvelope(None, "t", "opted in"))
+        got = queue.receive(None, 15_000)
+    finally:
+        queue.close(None)
+    assert got is not None and got.message == b"opted in"
+
+
+@pytest.mark.parametrize(
+    "settings", ["ssl_cafile", "ssl_certfile", "ssl_certfile&ssl_keyfile"], ids=str
+)
+def test_tls_settings_on_a_kafka_uri_never_connect_in_plaintext(
+    noida_broker: BrokerProcess, unique_name: str, tmp_path: Path, settings: str
+) -> None:
+    """``kafka://host/t?ssl_cafile=...`` (or a client certificate) connected to a plaintext
+    listener in plaintext, silently. Now TLS settings switch TLS on: noida-db has no TLS, so
+    the connection fails, where without them the same URI connects."""
+    certificates = make_certificates(tmp_path)
+    combined = tmp_path / "client.pem"  # a client certificate and its key in one file
+    combined.write_bytes(certificates.cert.read_bytes() + certificates.key.read_bytes())
+    files = {"ssl_cafile": certificates.ca, "ssl_certfile": combined}
+    if "ssl_keyfile" in settings:
+        files.update(ssl_certfile=certificates.cert, ssl_keyfile=certificates.key)
+    query = "&".join(f"{name}={files[name]}" for name in settings.split("&"))
+    quick = "max_retries=1&connect_timeout=2000&request_timeout=3000&create_topic=false"
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
+    uri = f"kafka://{noida_broker.bootstrap}/{unique_name}?{quick}"
+
+    plain = queue_from_uri(uri)
+    plain.open(None)  # the control: the broker is there, and speaks plaintext
+    plain.close(None)
+
+    queue = queue_from_uri(f"{uri}&{query}")
+    assert isinstance(queue, KafkaMessageQueue)
+    assert client_config(queue.config)["security_protocol"] == "SSL"
+    with pytest.raises(ConnectionError) as failed:
+        queue.open(None)
+    assert noida_broker.bootstrap in str(failed.value), failed.value
+    assert not queue.is_open()

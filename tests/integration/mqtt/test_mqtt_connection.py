@@ -12,12 +12,15 @@ import pytest
 from pip_services3_commons.refer import Descriptor, References
 
 from sluice.mqtt import MqttConnection, MqttMessageQueue
-from sluice.queues import MessageEnvelope
+from sluice.queues import ConfigError, MessageEnvelope
 from sluice.testing import BrokerProcess, free_port, make_certificates, start_mosquitto, wait_until
 
 from .conftest import QueueFactory, receive_all
 
 SECRET = "wrong-Pa55word"
+#: The session's mosquitto with a password file listens in plaintext on loopback: a network
+#: the tests trust, so they opt in to sending the password over it.
+PLAINTEXT_OK = {"options.allow_plaintext_credentials": True}
 
 
 @pytest.mark.parametrize("version", ["3.1.1", "5"])
@@ -27,7 +30,7 @@ def test_a_wrong_password_is_refused_with_a_clear_error_that_hides_the_password(
     caplog: pytest.LogCaptureFixture,
     version: str,
 ) -> None:
-    credentials = {"credential.username": "sluice", "credential.password": SECRET}
+    credentials = {"credential.username": "sluice", "credential.password": SECRET, **PLAINTEXT_OK}
     with caplog.at_level(logging.DEBUG), pytest.raises(ConnectionError) as refused:
         make_queue(mosquitto_auth_broker, **credentials, **{"options.protocol_version": version})
     message = str(refused.value)
@@ -43,9 +46,8 @@ def test_anonymous_is_refused_and_the_right_password_admitted(
     with pytest.raises(ConnectionError, match=r"refused an anonymous connection.*credential"):
         make_queue(mosquitto_auth_broker)
     password = mosquitto_auth_broker.users["sluice"]
-    queue = make_queue(
-        mosquitto_auth_broker, **{"credential.username": "sluice", "credential.password": password}
-    )
+    login = {"credential.username": "sluice", "credential.password": password, **PLAINTEXT_OK}
+    queue = make_queue(mosquitto_auth_broker, **login)
     queue.send(None, MessageEnvelope(None, "t", "authenticated"))
     assert receive_all(queue, 1)[0].message == b"authenticated"
 
@@ -55,9 +57,61 @@ def test_credentials_in_the_connection_uri(
 ) -> None:
     password = mosquitto_auth_broker.users["sluice"]
     uri = f"mqtt://sluice:{password}@{mosquitto_auth_broker.host}:{mosquitto_auth_broker.port}"
-    queue = make_queue(mosquitto_auth_broker, **{"connection.uri": uri})
+    queue = make_queue(mosquitto_auth_broker, **{"connection.uri": uri}, **PLAINTEXT_OK)
     queue.send(None, MessageEnvelope(None, "t", "uri"))
     assert receive_all(queue, 1)[0].message == b"uri"
+
+
+def test_a_password_over_plaintext_needs_the_opt_in_and_the_error_says_how_to_fix_it(
+    make_queue: QueueFactory, mosquitto_auth_broker: BrokerProcess
+) -> None:
+    """``mqtt://user:pass@host/t`` sent the password in clear with no guard; now it is the
+    rule of every transport (sluice.queues.tls): TLS, or options.allow_plaintext_credentials."""
+    password = mosquitto_auth_broker.users["sluice"]
+    login = {"credential.username": "sluice", "credential.password": password}
+    with pytest.raises(ConfigError) as refused:
+        make_queue(mosquitto_auth_broker, **login)
+    message = str(refused.value)
+    assert "'options.allow_plaintext_credentials' true" in message and "mqtts://" in message
+    assert password not in message
+
+    queue = make_queue(mosquitto_auth_broker, **login, **PLAINTEXT_OK)
+    queue.send(None, MessageEnvelope(None, "t", "opted in"))
+    assert receive_all(queue, 1)[0].message == b"opted in"
+
+
+def test_a_password_over_tls_needs_no_opt_in(make_queue: QueueFactory, tmp_path: Path) -> None:
+    certificates = make_certificates(tmp_path)
+    broker = start_mosquitto(users={"sluice": "tls-Pa55word"}, tls=certificates)
+    try:
+        uri = f"mqtts://sluice:tls-Pa55word@{broker.host}:{broker.port}"
+        queue = make_queue(
+            broker, **{"connection.uri": uri, "options.ssl_cafile": str(certificates.ca)}
+        )
+        queue.send(None, MessageEnvelope(None, "t", "login over TLS"))
+        assert receive_all(queue, 1)[0].message == b"login over TLS"
+    finally:
+        broker.close()
+
+
+def test_a_client_certificate_without_a_ca_file_switches_tls_on(
+    make_queue: QueueFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client certificate given without options.ssl_cafile was ignored: the client spoke
+    plaintext to a broker that requires a certificate. Now it switches TLS on, with the
+    system's CAs (here OpenSSL's SSL_CERT_FILE names the test CA)."""
+    certificates = make_certificates(tmp_path)
+    broker = start_mosquitto(tls=certificates, client_certificates=True)
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificates.ca))
+    try:
+        # the server's certificate serves as the client's: the broker's CA signed it
+        files = {"options.ssl_certfile": str(certificates.cert)}
+        queue = make_queue(broker, **files, **{"options.ssl_keyfile": str(certificates.key)})
+        assert not queue.config["connection.protocol"] and not queue.config["options.ssl_cafile"]
+        queue.send(None, MessageEnvelope(None, "t", "with a client certificate"))
+        assert receive_all(queue, 1)[0].message == b"with a client certificate"
+    finally:
+        broker.close()
 
 
 def test_nothing_listening_names_the_address_and_the_keys_to_fix(make_queue: QueueFactory) -> None:

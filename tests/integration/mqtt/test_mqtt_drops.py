@@ -53,7 +53,11 @@ def test_credentials_and_tls_come_from_the_queue_config() -> None:
     broker = start_mosquitto(users={"sluice": "drops-secret"}, sys_interval=1)
     try:
         queue = MqttMessageQueue()
-        credentials = {"credential.username": "sluice", "credential.password": "drops-secret"}
+        credentials = {
+            "credential.username": "sluice",
+            "credential.password": "drops-secret",
+            "options.allow_plaintext_credentials": True,  # loopback: a network we trust
+        }
         queue.configure(
             {"connection.uri": broker.url, "topic": "t", "client_id": "c", **credentials}
         )

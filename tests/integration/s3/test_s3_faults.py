@@ -156,6 +156,58 @@ def test_a_lease_whose_release_failed_does_not_refuse_the_next_run_of_its_proces
         assert second.run != first.run and second.clean
 
 
+def _lease_objects(s3_bucket: S3Bucket) -> tuple[Any, str, Any]:
+    """The lease's objects (a client of its own), its key and its stream."""
+    from sluice.spark.sinks import StreamKey
+    from sluice.spark.sinks.objects import Objects
+    from sluice.spark.sinks.s3 import S3Settings
+
+    objects = Objects(S3Settings.resolve(), s3_bucket.name)
+    return objects, "lake/_sluice/runs/stream.json", StreamKey("kafka", "t", "g")
+
+
+def test_a_lease_whose_creation_answer_was_lost_is_recognised_as_its_own(
+    s3_bucket: S3Bucket,
+) -> None:
+    """The PUT that creates the lease reaches the server, its answer does not: the retry
+    meets the run's own lease (If-None-Match fails) and knows it by the run's token, instead
+    of refusing the run as "another ingest ... (pid <its own pid>)"."""
+    from sluice.spark.sinks.lease import hold
+
+    objects, key, stream = _lease_objects(s3_bucket)
+    s3_bucket.proxy.fail("drop", "PUT", "/runs/")
+    with hold(objects, key, stream) as lease:
+        assert s3_bucket.proxy.injected == [f"drop PUT {key}"], s3_bucket.proxy.injected
+        held, etag = objects.get_json(key)
+        assert held["run"] == lease.run and lease.etag == etag
+    left, _ = objects.get_json(key)
+    assert left["run"] == lease.run and left["released"], "released at the end of the run"
+
+
+def test_a_lease_renewal_whose_answer_was_lost_keeps_the_lease(
+    s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One renewal's PUT lands but its answer is lost: the retry's If-Match names the ETag
+    before it and fails. The run finds its own token in the lease and carries on (not "taken
+    by another run"), renews again, and releases the lease at its end."""
+    from sluice.spark.sinks import lease as lease_module
+    from sluice.testing.waiting import wait_until
+
+    monkeypatch.setattr(lease_module, "TTL", 2.0)  # a renewal every 0.5 s
+    objects, key, stream = _lease_objects(s3_bucket)
+    proxy = s3_bucket.proxy
+    with lease_module.hold(objects, key, stream) as lease:
+        proxy.fail("drop", "PUT", "/runs/")
+        wait_until(lambda: proxy.injected, timeout=10, message="the renewal's dropped answer")
+        puts = proxy.counts["PUT"]
+        # the retry that met the new ETag, then a renewal more after it (or the lease lost)
+        wait_until(lambda: lease.lost or proxy.counts["PUT"] >= puts + 2, message="renewals")
+        assert not lease.lost, "the run's own renewal was taken for another run's lease"
+        wait_until(lambda: lease.etag == objects.get_json(key)[1], message="the lease's ETag")
+    left, _ = objects.get_json(key)
+    assert left["run"] == lease.run and left["released"], "the lease was left unreleased"
+
+
 @pytest.mark.parametrize(
     ("problem", "expected"),
     [

@@ -3,11 +3,16 @@ a failpoint or at a moment, and the checks that follow (``sluice audit`` is the 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
 from pathlib import Path
 
 from sluice.audit import AuditReport, audit
 from sluice.batch import OffsetRange
 from sluice.kafka.ranges import read_range_records
+from sluice.maintenance import compact, expire
+from sluice.queues.config import ConfigError
 from sluice.spark.kafka_source import DEFAULT_READER
 from sluice.testing.crash import run_child
 
@@ -15,6 +20,7 @@ __all__ = [
     "assert_exactly_once",
     "dead_letter_origins",
     "kafka_audit",
+    "maintain_days_later",
     "run_child",
     "with_reader",
 ]
@@ -24,6 +30,25 @@ def with_reader(source: str, reader: str) -> str:
     """The Kafka source URI ``source`` reading batches with ``reader`` (``options.reader``);
     the default reader leaves the URI as it is."""
     return source if reader == DEFAULT_READER else f"{source}?reader={reader}"
+
+
+#: How long after a crash the maintenance of :func:`maintain_days_later` runs: more than
+#: ``sluice expire``'s default cutoff (7 days) and minimum age (1 hour).
+DAYS_LATER = 8 * 86400
+
+
+#: Failpoints before an ingest's first write: the crash may leave no table, and a command
+#: on a sink without one says so (ConfigError: "give the sink of an ingest").
+UNWRITTEN = ("read.before", "read.after_first_chunk")
+
+
+def maintain_days_later(sink: str | os.PathLike[str], point: str) -> None:
+    """``sluice compact`` and ``sluice expire`` on ``sink`` with their defaults, in-process, as
+    if eight days had passed since a crash at ``point`` (expiry's clock is moved, not the
+    files')."""
+    for command in (lambda: compact(sink), lambda: expire(sink, now=time.time() + DAYS_LATER)):
+        with contextlib.suppress(ConfigError) if point in UNWRITTEN else contextlib.nullcontext():
+            command()
 
 
 def assert_exactly_once(report: AuditReport, messages: int) -> None:

@@ -41,7 +41,7 @@ def _run_task(cache: Path, **env: str) -> dict[str, str]:
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
     result: dict[str, str] = json.loads(line.removeprefix("RESULT "))
-    return result
+    return {**result, "stderr": done.stderr}
 
 
 def test_the_first_jvm_writes_the_archive_and_the_next_one_maps_it(
@@ -54,10 +54,14 @@ def test_the_first_jvm_writes_the_archive_and_the_next_one_maps_it(
     assert archive.name.startswith("spark-") and archive.suffix == ".jsa"
     assert "-XX:ArchiveClassesAtExit=" in first["cmdline"]
     assert str(archive) not in first["maps"]
+    # the wait at exit is announced, not silent
+    assert "sluice: writing a class archive of Spark's classes" in first["stderr"]
+    assert "sluice: class archive written in" in first["stderr"]
 
     second = _run_task(tmp_path)
     assert f"-XX:SharedArchiveFile={archive}" in second["cmdline"]
     assert str(archive) in second["maps"]  # the JVM really mapped it
+    assert "class archive" not in second["stderr"]
     assert sorted((tmp_path / "jvm").iterdir()) == [archive]
 
     # A truncated archive crashes the JVM that maps it: the check that gates the renaming

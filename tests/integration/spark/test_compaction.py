@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -318,3 +319,42 @@ def test_expiry_removes_crashed_runs_staging_but_never_a_live_runs(tmp_path: Pat
     assert dry.orphans_deleted == result.orphans_deleted == 1
     assert not crashed.directory.exists() and not crashed.scratch.exists()
     assert audit(sink_path).ok and sink.find(specs[0].batch_id) is not None
+
+
+def test_during_a_compactions_switch_plain_readers_see_batches_twice_and_read_dataset_once(
+    tmp_path: Path,
+) -> None:
+    """The reader contract (sluice.datasets): a compaction paused between its merged
+    directory's rename into place and the move of the directories it replaces. A plain
+    reader's listing then holds those batches twice; read_dataset, listing under the sink's
+    lock, waits out the switch and holds each row once."""
+    sink = tmp_path / "sink"
+    small_mqtt_sink(sink)
+    expected = sorted(read_dataset(sink).to_table().column("message_id").to_pylist())
+    in_switch, go_on = threading.Event(), threading.Event()
+    listed: list[list[str]] = []
+
+    def pause() -> None:
+        in_switch.set()
+        assert go_on.wait(60), "the test never let the compaction go on"
+
+    def read() -> None:
+        listed.append(read_dataset(sink).to_table().column("message_id").to_pylist())
+
+    with armed("compact.after_commit", pause):
+        compaction = threading.Thread(target=compact, args=(sink, "1MB"), kwargs={"min_files": 2})
+        compaction.start()
+        try:
+            assert in_switch.wait(60), "the compaction never reached its switch"
+            plain = ds.dataset(sink, partitioning="hive").to_table()
+            assert len(plain) == 2 * len(expected), "a plain listing sees both directories"
+            reader = threading.Thread(target=read)
+            reader.start()
+            reader.join(1.0)
+            assert reader.is_alive(), "read_dataset must wait for the switch to finish"
+        finally:
+            go_on.set()
+            compaction.join(60)
+    reader.join(60)
+    assert listed and sorted(listed[0]) == expected
+    assert len(list(sink.glob("batch_id=*"))) == 1

@@ -1,4 +1,5 @@
-"""The crash matrix: an ingest SIGKILLed at every failpoint, then run again.
+"""The crash matrix: an ingest SIGKILLed at every failpoint, then run again (with ``sluice
+compact`` and ``sluice expire`` days later in between, in one column of it).
 
 Kafka is effectively-once, whichever range reader reads (``options.reader``): every message
 exactly once in the sink (``sluice audit``), the group's lag 0, and every bad record exactly
@@ -26,17 +27,27 @@ from sluice.spark.kafka_source import READERS
 from sluice.testing.plugin import Broker
 
 from .conftest import SCHEMA, KafkaTopic, dataset_rows, quarantine_rows, reading, sink_in
-from .crashes import assert_exactly_once, dead_letter_origins, run_child, with_reader
+from .crashes import (
+    assert_exactly_once,
+    dead_letter_origins,
+    maintain_days_later,
+    run_child,
+    with_reader,
+)
 
 KAFKA_POINTS = [p for p in FAILPOINTS if p != "commit.midway"]
 BAD = [b"not json", b'{"temperature": "warm"}']
 
 
-#: (reader, store): each reader on local disk, and the default one on S3 (``s3://``)
-READER_STORES = [(reader, "local") for reader in READERS] + [(READERS[0], "s3")]
+#: (reader, store, maintained): each reader on local disk, and the default one on S3
+#: (``s3://``); the default one on local disk with ``sluice compact`` and ``sluice expire``
+#: days later between the crash and the rerun (the others rerun at once)
+READER_STORES = [(reader, "local", reader == READERS[0]) for reader in READERS] + [
+    (READERS[0], "s3", False)
+]
 
 
-@pytest.mark.parametrize(("reader", "store"), READER_STORES)
+@pytest.mark.parametrize(("reader", "store", "maintained"), READER_STORES)
 @pytest.mark.parametrize("point", KAFKA_POINTS)
 def test_kafka_killed_at_each_failpoint_then_rerun_is_exactly_once(
     spark: Any,
@@ -44,6 +55,7 @@ def test_kafka_killed_at_each_failpoint_then_rerun_is_exactly_once(
     point: str,
     reader: str,
     store: str,
+    maintained: bool,
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
@@ -55,6 +67,8 @@ def test_kafka_killed_at_each_failpoint_then_rerun_is_exactly_once(
 
     code, stderr = run_child(spark, {"spec": spec.to_dict(), "sink": sink, **options}, point)
     assert code == -9, f"the ingest did not die at {point}: {stderr[-2000:]}"
+    if maintained:
+        maintain_days_later(sink, point)
     ingest(spark, spec, sink, **options)
 
     assert_exactly_once(audit(sink, topic.source), 42)

@@ -6,7 +6,8 @@ DAGs folder ``dags_examples/airflow``; the DAGs read their topics, groups and si
 
 - ``sluice_kafka_default``: noida-db over SASL/PLAIN (noida accepts any password, so one is
   set to check it never leaks);
-- ``sluice_mqtt_default``: a mosquitto that only admits the user with the right password.
+- ``sluice_mqtt_default``: a mosquitto that only admits the user with the right password
+  (plaintext on loopback: the connection opts in with ``options.allow_plaintext_credentials``).
 
 The scheduled examples (``scheduled_to_parquet.py``) run every 10 s once unpaused.
 
@@ -85,6 +86,7 @@ class ExampleSystem:
                 "connection.port": self.mqtt.port,
                 "credential.username": "sluice",
                 "credential.password": self.mqtt_password,
+                "options.allow_plaintext_credentials": True,  # loopback: a network we trust
                 "topic": self.mqtt_topic,
                 "options.qos": 1,
             },
@@ -152,6 +154,8 @@ def example_system(
             "port": mosquitto_auth_broker.port,
             "login": "sluice",
             "password": mqtt_password,
+            # mosquitto listens in plaintext on loopback, a network the deployment trusts
+            "extra": {"options.allow_plaintext_credentials": True},
         },
     }
     env = {name: json.dumps(value) for name, value in connections.items()}

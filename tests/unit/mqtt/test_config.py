@@ -90,11 +90,11 @@ def test_an_unknown_protocol_is_a_config_error() -> None:
 
 
 def test_credentials_come_from_the_credential_keys_or_the_uri() -> None:
-    assert credentials(configured(**{"connection.uri": "mqtt://u:p%40ss@h"}).config) == (
+    assert credentials(configured(**{"connection.uri": "mqtts://u:p%40ss@h"}).config) == (
         "u",
         "p@ss",
     )
-    keys = {"connection.uri": "mqtt://u:p@h", "credential.username": "v"}
+    keys = {"connection.uri": "mqtts://u:p@h", "credential.username": "v"}
     assert credentials(configured(**keys, **{"credential.password": "q"}).config) == ("v", "q")
 
 

@@ -61,6 +61,7 @@ _SELF_EXPLAINING = (
     "DataLossError",
     "ConcurrentIngestError",
     "QuarantineLimitError",
+    "StreamStateError",
     "TopicNotFoundError",
     "PythonWorkersError",
 )

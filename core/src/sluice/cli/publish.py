@@ -300,8 +300,11 @@ def publish(
         lines = _encoded(lines, value_format, target.topic, schema, registry)
     sent, seconds = _send_all(target, lines(), total, rate) if total else (0, 0.0)
     speed = sent / seconds if seconds > 0 else 0.0
+    # the malformed samples are among the sent ones: say so, or the count reads as all good
+    bad = f" ({malformed:,} of them malformed on purpose)" if malformed and sent == total else ""
     output.out().print(
-        f"Published {_messages(sent)} to {target.shown} in {seconds:.2f} s ({speed:,.0f} msg/s)."
+        f"Published {_messages(sent)}{bad} to {target.shown} in {seconds:.2f} s "
+        f"({speed:,.0f} msg/s)."
     )
 
 

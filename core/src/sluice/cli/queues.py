@@ -145,10 +145,29 @@ def strict_config() -> Iterator[None]:
         yield
 
 
+def _address(config: Mapping[str, Any]) -> str:
+    """Where a queue's config points, for a message (no password)."""
+    uri = config.get("connection.uri")
+    if uri:
+        return redact_uri(str(uri))
+    host, port = config.get("connection.host"), config.get("connection.port")
+    return f"{host or 'localhost'}:{port}" if port else str(host or "the broker")
+
+
+@contextmanager
+def _connecting(config: Mapping[str, Any]) -> Iterator[None]:
+    """A spinner naming the broker while a connection is made (on a terminal; in a log it
+    prints nothing): a broker that does not answer takes ``options.connect_timeout`` to fail."""
+    from . import output
+
+    with output.err().status(f"Connecting to {_address(config)} ..."):
+        yield
+
+
 @contextmanager
 def opened(queue: MessageQueue) -> Iterator[MessageQueue]:
     """``queue``, open for the block and closed after it."""
-    with strict_config():
+    with strict_config(), _connecting(queue.config):
         queue.open(None)
     try:
         yield queue
@@ -162,7 +181,7 @@ def kafka_connection(queue: KafkaMessageQueue) -> Iterator[KafkaConnection]:
     from sluice.kafka import KafkaConnection
 
     connection = KafkaConnection()
-    with strict_config():
+    with strict_config(), _connecting(queue.config):
         connection.use_config(queue.config)
         connection.open(None)
     try:

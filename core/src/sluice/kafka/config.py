@@ -6,6 +6,7 @@ import os
 from typing import Any
 from urllib.parse import unquote
 
+from ..queues import tls
 from ..queues.config import ConfigError, ConfigKey
 from ..secrets import redact_text
 
@@ -85,15 +86,22 @@ CONNECTION_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey(
         "options.replication_factor", int, 1, "Replication factor of a topic create_queue makes."
     ),
-    ConfigKey("options.ssl_cafile", str, None, "CA certificate file for TLS."),
-    ConfigKey("options.ssl_certfile", str, None, "Client certificate file for TLS."),
-    ConfigKey("options.ssl_keyfile", str, None, "Client private key file for TLS."),
+    ConfigKey(
+        "options.ssl_cafile",
+        str,
+        None,
+        "CA certificate file for TLS (switches TLS on; an error with a plaintext "
+        "connection.protocol).",
+    ),
+    ConfigKey("options.ssl_certfile", str, None, "Client certificate file (switches TLS on)."),
+    ConfigKey("options.ssl_keyfile", str, None, "Client private key file (switches TLS on)."),
     ConfigKey(
         "options.ssl_check_hostname",
         bool,
         True,
         "Check the broker's host name against its certificate.",
     ),
+    *tls.KEYS,
 )
 
 #: Keys of KafkaMessageQueue (as pip-services' KafkaMessageQueue), beyond the connection's.
@@ -227,17 +235,20 @@ def security_protocol(config: dict[str, Any]) -> str:
     """kafka-python's ``security_protocol``: ``connection.protocol``, else the scheme of
     ``connection.uri`` (``kafka://``, ``kafka+ssl://``), else PLAINTEXT; SASL_ with credentials.
 
-    Credentials never go over a plaintext connection unless the configuration says so:
+    TLS and credentials follow the rule of every transport (:mod:`sluice.queues.tls`):
 
     - a TLS scheme of ``connection.uri`` (``kafka+ssl://``) is never undone by
       ``connection.protocol``: tcp or sasl_plaintext there is an error naming both, not a
       downgrade. (``kafka://`` is the generic scheme of a Kafka URI, so a protocol may still
       choose TLS for it, as the Airflow connection form suggests: host ``kafka://h:9092``,
       extra ``connection.protocol`` sasl_ssl.)
-    - a username on a plaintext connection (``kafka://``, no scheme, host and port, tcp) with
-      SASL/PLAIN, which sends the password as it is, is a :class:`ConfigError`: use TLS
-      (``kafka+ssl://``, ``connection.protocol`` sasl_ssl), or choose plaintext explicitly with
-      ``connection.protocol`` sasl_plaintext (a broker on a network you trust);
+    - TLS settings (``options.ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``) switch TLS on
+      (SSL, or SASL_SSL with credentials) when no protocol is chosen (``kafka://``, no
+      scheme); with a plaintext ``connection.protocol`` (tcp, plaintext, sasl_plaintext) they
+      are an error;
+    - a username on a plaintext connection with SASL/PLAIN, which sends the password as it
+      is, is a :class:`ConfigError` unless ``options.allow_plaintext_credentials`` is true or
+      ``connection.protocol`` is sasl_plaintext (Kafka's own name for that choice);
     - a SCRAM mechanism (``credential.mechanism`` scram-sha-256 or -512) over plaintext becomes
       SASL_PLAINTEXT without being asked: SCRAM never sends the password, only a salted,
       iterated proof of it, so an eavesdropper learns no password (though a weak one can be
@@ -262,26 +273,35 @@ def security_protocol(config: dict[str, Any]) -> str:
     else:
         key = _protocol_key(scheme, "the scheme of config key 'connection.uri'")
     chosen = _PROTOCOLS[key]
-    if not credentials(config)[0] or chosen.startswith("SASL_"):
+    tls_on = tls.tls_switched_on(
+        config,
+        "KafkaConnection",
+        tls=chosen.endswith("SSL"),
+        plaintext_chosen=f"config key 'connection.protocol' is {key!r}" if explicit else None,
+    )
+    if tls_on:
+        chosen = "SASL_SSL" if chosen.startswith("SASL_") else "SSL"
+    if not credentials(config)[0]:
         return chosen
-    if chosen == "SSL":
-        return "SASL_SSL"
-    if sasl_mechanism(config).startswith("SCRAM-"):
-        return "SASL_PLAINTEXT"
     if explicit:
         where = f"config key 'connection.protocol' is {key!r}"
     elif scheme:
         where = f"the scheme of config key 'connection.uri' is '{scheme}://'"
     else:
         where = "no protocol is configured (the default is plaintext)"
-    raise ConfigError(
-        f"KafkaConnection: credentials are configured but {where}: SASL/PLAIN would send the "
-        "password unencrypted. Use TLS: a kafka+ssl:// URI, or config key "
-        "'connection.protocol' sasl_ssl (with options.ssl_cafile for a private CA). Or, for a "
-        "broker that listens only in plaintext on a network you trust, choose it explicitly: "
-        "config key 'connection.protocol' sasl_plaintext. (A SCRAM 'credential.mechanism' "
-        "never sends the password and is allowed over plaintext.)"
+    tls.check_credentials(
+        config,
+        "KafkaConnection",
+        tls=tls_on,
+        # SCRAM never sends the password; sasl_plaintext is Kafka's explicit opt-in
+        sends_password=not sasl_mechanism(config).startswith("SCRAM-")
+        and chosen != "SASL_PLAINTEXT",
+        where=f"{where} and the SASL mechanism is PLAIN",
+        use_tls="a kafka+ssl:// URI, or config key 'connection.protocol' sasl_ssl (with "
+        "options.ssl_cafile for a private CA)",
+        also_allowed_by="config key 'connection.protocol' sasl_plaintext",
     )
+    return "SASL_SSL" if tls_on else "SASL_PLAINTEXT"
 
 
 def consumer_config(config: dict[str, Any]) -> dict[str, Any]:

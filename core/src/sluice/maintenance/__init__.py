@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -205,32 +206,35 @@ def expire(
     dry_run: bool = False,
     min_age: float | str = DEFAULT_MIN_AGE,
     progress: Progress | None = None,
+    now: float | None = None,
 ) -> ExpiryResult:
     """Remove what ``sink`` no longer needs that is older than ``older_than`` (seconds, or
     ``7d``); files no commit references also wait for ``min_age`` (see the module docstring).
-    ``dry_run``: say what would be removed, remove nothing."""
+    ``dry_run``: say what would be removed, remove nothing. ``now``: the time ages are taken
+    from (seconds since the epoch; tests pass a later one to have days pass)."""
     from ..spark.sinks import open_sink
     from ..spark.sinks.parquet import ParquetSink
 
     age, floor = parse_age(older_than), parse_age(min_age)
+    at = time.time() if now is None else now
     opened = open_sink(sink)
     say = progress or _quiet
     if isinstance(opened, ParquetSink):
         from .parquet import expire_parquet
 
-        return expire_parquet(opened, age, dry_run, say)
+        return expire_parquet(opened, age, dry_run, say, at)
     from ..spark.sinks.iceberg import IcebergSink
 
     if isinstance(opened, IcebergSink):
         from .iceberg import expire_iceberg
 
-        return expire_iceberg(opened, age, max(age, floor), dry_run, say)
+        return expire_iceberg(opened, age, max(age, floor), dry_run, say, at)
     from ..spark.sinks.delta import DeltaSink
 
     if isinstance(opened, DeltaSink):
         from .delta import expire_delta
 
-        return expire_delta(opened, age, floor, dry_run, say)
+        return expire_delta(opened, age, floor, dry_run, say, at)
     raise ConfigError(_unsupported(sink))
 
 

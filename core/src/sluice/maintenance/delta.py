@@ -6,17 +6,18 @@
   and a checkpoint carry forward; the stream state and batch records live under ``_sluice/``,
   which no Delta operation touches. An ingest that commits meanwhile is a conflict delta-rs
   resolves for appends (a compaction only removes files an append did not add).
-- Expiry is delta-rs's ``vacuum`` in its "lite" mode (files a commit removed, older than the
-  cutoff) and the log's clean-up. Files of crashed runs (under ``sluice/`` in each table, never
-  in the log) and of killed compactions (at the table's root, not in the log) are removed only
-  when they are older than the minimum age and than the start of every run lock held now, as
-  for Parquet datasets.
+- Expiry first finishes the batches crashed runs left pending (:meth:`DeltaSink.recover`, as
+  for Parquet and Iceberg sinks), then runs delta-rs's ``vacuum`` in its "lite" mode (files a
+  commit removed, older than the cutoff) and the log's clean-up. Files of crashed runs (under
+  ``sluice/`` in each table, never in the log) and of killed compactions (at the table's root,
+  not in the log) are removed only when they are older than the minimum age and than the
+  start of every run lock held now, as for Parquet datasets; the quarantine files a stream's
+  pending batch names are kept, whatever their age.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -80,15 +81,19 @@ def _unlogged_files(root: Path) -> list[Path]:
 
 
 def expire_delta(
-    sink: DeltaSink, age: float, floor: float, dry_run: bool, say: Progress
+    sink: DeltaSink, age: float, floor: float, dry_run: bool, say: Progress, now: float
 ) -> ExpiryResult:
     from .parquet import _held_since
 
     result = ExpiryResult(sink.location, dry_run=dry_run)
+    sink.recover()
+    # A pending batch's quarantine files are in no log until its quarantine commit, which
+    # recover() (here, or in the batch's rerun) makes from them: never orphans.
+    pending = sink.pending_files()
     hours = math.ceil(age / 3600)
     held = _held_since(sink.root / "_sluice" / "runs")
-    oldest_live = min(held.values(), default=time.time())
-    orphan_before = min(time.time() - max(age, floor), oldest_live)
+    oldest_live = min(held.values(), default=now)
+    orphan_before = min(now - max(age, floor), oldest_live)
     for name, table in _tables(sink):
         removed = table.vacuum(
             retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False
@@ -102,7 +107,7 @@ def expire_delta(
         tombstoned = table.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False)
         known |= {root / p for p in tombstoned}
         for path in _unlogged_files(root):
-            if path in known:
+            if path in known or path in pending:
                 continue
             stamp = path.stat().st_mtime
             if stamp >= orphan_before:

@@ -275,7 +275,7 @@ def _listing(sink: IcebergSink, location: str) -> Iterator[tuple[str, float, int
 
 
 def expire_iceberg(
-    sink: IcebergSink, age: float, orphan_age: float, dry_run: bool, say: Progress
+    sink: IcebergSink, age: float, orphan_age: float, dry_run: bool, say: Progress, now: float
 ) -> ExpiryResult:
     result = ExpiryResult(sink.location, dry_run)
     _require_table(sink)
@@ -285,7 +285,9 @@ def expire_iceberg(
     for identifier in (sink.target.table, sink.target.quarantine):
         table = sink._load(identifier)
         if table is not None:
-            _expire_table(sink, identifier, table, pending, age, orphan_age, dry_run, say, result)
+            _expire_table(
+                sink, identifier, table, pending, age, orphan_age, dry_run, say, result, now
+            )
     return result
 
 
@@ -299,11 +301,11 @@ def _expire_table(
     dry_run: bool,
     say: Progress,
     result: ExpiryResult,
+    now: float,
 ) -> None:
     from pyiceberg.exceptions import CommitFailedException
 
     name = ".".join(identifier)
-    now = time.time()
     cutoff_ms = (now - age) * 1000
     protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
     if identifier == sink.target.quarantine:
@@ -360,12 +362,7 @@ def _expire_table(
 
     reachable_paths = {path_of(u) for u in reachable}
     known_paths = {path_of(u) for u in known}
-    quarantine_pending: set[str] = set()
-    if sink._load(sink.target.table) is not None:
-        fresh_main = sink._load(sink.target.table)
-        assert fresh_main is not None
-        for entry in _pending(fresh_main).values():
-            quarantine_pending |= {path_of(f) for f in entry.get("quarantine", [])}
+    quarantine_pending = {path_of(f) for f in sink.pending_files()}
     found, base = resolve(table.location(), filesystem)
     doomed = []
     for path, mtime, size in _listing(sink, table.location()):

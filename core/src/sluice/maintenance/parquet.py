@@ -360,13 +360,14 @@ def _held_since(runs: Path) -> dict[str, float]:
     return held
 
 
-def expire_parquet(sink: ParquetSink, age: float, dry_run: bool, say: Progress) -> ExpiryResult:
+def expire_parquet(
+    sink: ParquetSink, age: float, dry_run: bool, say: Progress, now: float
+) -> ExpiryResult:
     if not sink.root.is_dir():
         raise ConfigError(f"{sink.root} is not a directory: give the sink of an ingest.")
     result = ExpiryResult(sink.location, dry_run)
     meta = sink.root / "_sluice"
     sink.recover()
-    now = time.time()
     cutoff = now - age
     held = _held_since(meta / "runs")
     live_since = min((t for n, t in held.items() if n != COMPACTION_LOCK), default=now)

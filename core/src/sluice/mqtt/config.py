@@ -11,6 +11,7 @@ from urllib.parse import unquote, urlsplit
 import paho.mqtt.client as paho
 from paho.mqtt.enums import MQTTProtocolVersion
 
+from ..queues import tls as rule
 from ..queues.config import ConfigError, ConfigKey
 
 #: options.protocol_version's accepted spellings and paho's protocol constants.
@@ -71,12 +72,19 @@ CONNECTION_KEYS: tuple[ConfigKey, ...] = (
         3000,
         "Milliseconds between keep-alive pings (MQTT counts whole seconds, at least 1).",
     ),
-    ConfigKey("options.ssl_cafile", str, None, "CA certificate file for TLS (mqtts, wss)."),
-    ConfigKey("options.ssl_certfile", str, None, "Client certificate file for TLS."),
-    ConfigKey("options.ssl_keyfile", str, None, "Client private key file for TLS."),
+    ConfigKey(
+        "options.ssl_cafile",
+        str,
+        None,
+        "CA certificate file for TLS (switches TLS on, port 8883 by default; an error with a "
+        "plaintext connection.protocol).",
+    ),
+    ConfigKey("options.ssl_certfile", str, None, "Client certificate file (switches TLS on)."),
+    ConfigKey("options.ssl_keyfile", str, None, "Client private key file (switches TLS on)."),
     ConfigKey(
         "options.ssl_insecure", bool, False, "Do not check the broker's host name (tests only)."
     ),
+    *rule.KEYS,
     ConfigKey("options.ws_path", str, "/mqtt", "HTTP path of an MQTT-over-WebSocket (ws, wss)."),
 )
 
@@ -161,10 +169,12 @@ def broker_address(config: dict[str, Any]) -> Endpoint:
 
     An explicit ``connection.protocol`` and the scheme of ``connection.uri`` must agree (TLS
     and transport): ``mqtts://`` with ``connection.protocol`` mqtt is a :class:`ConfigError`,
-    never a silent downgrade to plaintext; ``mqtts://`` with ssl or tls passes.
+    never a silent downgrade to plaintext; ``mqtts://`` with ssl or tls passes. A TLS file
+    (``options.ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``) switches TLS on, or is an
+    error with a plaintext ``connection.protocol`` (:func:`sluice.queues.tls.tls_switched_on`).
     """
     uri = config.get("connection.uri")
-    protocol = str(config.get("connection.protocol") or "").lower()
+    protocol = explicit = str(config.get("connection.protocol") or "").lower()
     if protocol:
         _known_protocol(protocol, "connection.protocol")
     if uri:
@@ -184,7 +194,12 @@ def broker_address(config: dict[str, Any]) -> Endpoint:
     else:
         host, port = config.get("connection.host"), config.get("connection.port")
     tls, transport = _PROTOCOLS[protocol or "mqtt"]
-    tls = tls or bool(config.get("options.ssl_cafile"))
+    tls = rule.tls_switched_on(
+        config,
+        "MqttConnection",
+        tls=tls,
+        plaintext_chosen=f"config key 'connection.protocol' is '{explicit}'" if explicit else None,
+    )
     return Endpoint(
         str(host or "localhost"), int(port or _DEFAULT_PORTS[tls, transport]), tls, transport
     )
@@ -199,6 +214,32 @@ def credentials(config: dict[str, Any]) -> tuple[str | None, str | None]:
         username = unquote(parts.username) if parts.username else None
         password = unquote(parts.password) if parts.password else None
     return username, password
+
+
+def checked_address(config: dict[str, Any]) -> Endpoint:
+    """:func:`broker_address`, once the rule of every transport holds for the credentials
+    (:func:`sluice.queues.tls.check_credentials`): an MQTT CONNECT carries the password as it
+    is, so a password without TLS needs ``options.allow_plaintext_credentials``."""
+    endpoint = broker_address(config)
+    protocol = str(config.get("connection.protocol") or "").lower()
+    uri = str(config.get("connection.uri") or "")
+    if protocol:
+        where = f"config key 'connection.protocol' is '{protocol}'"
+    elif "://" in uri:
+        where = f"the scheme of config key 'connection.uri' is '{urlsplit(uri).scheme}://'"
+    else:
+        where = "no protocol is configured (the default is plaintext)"
+    rule.check_credentials(
+        config,
+        "MqttConnection",
+        tls=endpoint.tls,
+        sends_password=bool(credentials(config)[1]),
+        where=where,
+        use_tls="an mqtts:// (or wss://) URI, or config key 'connection.protocol' mqtts, or "
+        "config key 'options.ssl_cafile' (the CA of the broker's certificate; it switches TLS "
+        "on)",
+    )
+    return endpoint
 
 
 def protocol_version(config: dict[str, Any]) -> MQTTProtocolVersion:

@@ -39,6 +39,7 @@ from .config import (
     CONNECTION_KEYS,
     Endpoint,
     broker_address,
+    checked_address,
     credentials,
     persistent,
     protocol_version,
@@ -103,7 +104,7 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
     def use_config(self, values: Mapping[str, Any]) -> None:
         """Take already validated values (a queue that owns its connection passes its own)."""
         self._config = dict(values)
-        broker_address(self._config)  # a wrong protocol is a configuration error
+        checked_address(self._config)  # a wrong protocol, or a password in clear, fails here
 
     def set_references(self, references: IReferences) -> None:
         """Resolve ``connection.discovery_key`` and ``credential.store_key`` through the
@@ -148,7 +149,7 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
         """Connect and wait for the broker's CONNACK (``options.connect_timeout``)."""
         if self._client is not None:
             return
-        endpoint = broker_address(self._config)
+        endpoint = checked_address(self._config)  # credentials may come from references
         client = self._new_client(endpoint)
         self._connected.clear()
         self._refusal = None

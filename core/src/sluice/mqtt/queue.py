@@ -55,8 +55,8 @@ from ..queues.envelope import Header, MessageEnvelope
 from .config import (
     CONNECTION_KEYS,
     QUEUE_KEYS,
-    broker_address,
     check_topic_filter,
+    checked_address,
     dead_letter_topic,
     is_filter,
     persistent,
@@ -120,7 +120,7 @@ class MqttMessageQueue(BrokerQueue[MqttConnection]):
         super().configure(config)
         if self._config["topic"] or self._config["queue"]:
             check_topic_filter(self.topic, "topic" if self._config["topic"] else "queue")
-        broker_address(self._config)  # an unknown connection.protocol fails here, not at open
+        checked_address(self._config)  # a wrong protocol or a password in clear: here, not at open
         self._capabilities = self._capabilities_for(self._config, persistent(self._config))
 
     @property

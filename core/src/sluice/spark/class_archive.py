@@ -31,6 +31,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -89,10 +90,18 @@ class ClassArchive:
                 return
             if proc.stdin is not None:
                 proc.stdin.close()  # the JVM's gateway server exits when its stdin closes
+            # Said on stderr, not logged: at exit a task's log handlers may be gone, and the
+            # wait (tens of seconds on a busy machine) must not look like a hang.
+            started = time.monotonic()
+            _say(
+                "sluice: writing a class archive of Spark's classes, so that later processes "
+                "start Spark faster (once per machine and Spark version; this process exits "
+                "when it is written)..."
+            )
             proc.wait(timeout=_DUMP_TIMEOUT_S)
             if proc.returncode == 0 and part.is_file() and _opens(self.java, part):
                 os.replace(part, self.path)
-                log.debug("Spark's classes are archived for later JVMs: %s", self.path)
+                _say(f"sluice: class archive written in {time.monotonic() - started:.0f} s.")
         except Exception as exc:  # a cache: the next process tries again
             log.debug("no class archive from this JVM: %s", exc)
         finally:
@@ -100,6 +109,11 @@ class ClassArchive:
                 part.unlink()
             with contextlib.suppress(OSError):
                 _claim_file(self.path).unlink()
+
+
+def _say(text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # stderr closed
+        print(text, file=sys.stderr, flush=True)
 
 
 def prepare(conf: Mapping[str, str]) -> ClassArchive | None:

@@ -33,9 +33,11 @@ Commit protocol, kafka-delta-ingest's idempotent writes:
    ``n``; its ``commitInfo`` names the batch (``sluice.batch-id``, ``sluice.run``,
    ``sluice.kind``, ``sluice.topic``, ``sluice.group``, ``sluice.ranges``, ``sluice.record``).
    The stream's state is the file of the version the log's ``txn`` says: a rerun after a crash
-   learns from the log whether its batch was committed. delta-rs's own retry is off
-   (``max_commit_retries=0``): on a conflict the sink reloads, checks again that no other run of
-   the stream published meanwhile (else :class:`ConcurrentIngestError`), and commits again.
+   learns from the log whether its batch was committed. A file the log names that is gone or
+   unreadable is rebuilt from the batches' records (:meth:`DeltaSink._rebuild`). delta-rs's own
+   retry is off (``max_commit_retries=0``): on a conflict the sink reloads, checks again that no
+   other run of the stream published meanwhile (else :class:`ConcurrentIngestError`), and
+   commits again.
 4. Then the quarantine files are committed to the quarantine table with the same ``txn``
    (so exactly once: a quarantine table whose ``txn`` for the stream is ``n`` has them), and the
    record is written to ``batches/``. A crash before they are done is finished by the next
@@ -79,6 +81,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ...errors import StreamStateError
 from ...queues.config import ConfigError
 from ..durable import sync_directory, sync_file
 from ..failpoints import failpoint
@@ -249,6 +252,23 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+_REASON_COLUMNS = ("message_id", "reason")
+
+
+def _reasons(rows: pa.Table) -> dict[str, str]:
+    """message_id -> reason of quarantined rows."""
+    return dict(zip(*rows.select(list(_REASON_COLUMNS)).to_pydict().values(), strict=True))
+
+
+def _reasons_in(files: list[Path]) -> dict[str, str]:
+    """message_id -> reason of the quarantined rows in ``files``."""
+    if not files:
+        return {}
+    return _reasons(
+        pa.concat_tables(pq.read_table(f, columns=list(_REASON_COLUMNS)) for f in files)
+    )
+
+
 def _hashed(batch_id: str) -> str:
     return hashlib.sha256(batch_id.encode()).hexdigest()[:32]
 
@@ -405,17 +425,114 @@ class DeltaSink:
     def _stream_doc(self, table: DeltaTable | None, slug: str) -> tuple[int, dict[str, Any]]:
         """(n, the state document of version n) of a stream, as the table's log says;
         (0, {}) for a stream the table has no ``txn`` of. FileNotFoundError: a newer commit
-        replaced the file (reload)."""
+        replaced the file (reload). A file the log names that is gone or unreadable is
+        rebuilt (:meth:`_rebuild`)."""
         if table is None:
             return 0, {}
         version = table.transaction_version(f"sluice-{slug}")
         if version is None:
             return 0, {}
         path = self._stream_dir(slug) / f"{version}.json"
-        data = _read_json(path)
+        try:
+            data = _read_json(path)
+        except ValueError as exc:  # not JSON, or not UTF-8
+            return version, self._rebuild(table, slug, version, f"unreadable ({exc})")
         if data is None:
-            raise FileNotFoundError(path)
+            if self._moved(slug, version):
+                raise FileNotFoundError(path)
+            return version, self._rebuild(table, slug, version, "missing")
+        if not isinstance(data, dict) or not isinstance(data.get("state"), dict):
+            return version, self._rebuild(table, slug, version, "not a state document")
         return int(version), data
+
+    def _moved(self, slug: str, version: int) -> bool:
+        """Whether the log names a newer version of the stream than ``version``."""
+        fresh = self._load(self.root)
+        return fresh is not None and fresh.transaction_version(f"sluice-{slug}") != version
+
+    def _rebuild(self, table: DeltaTable, slug: str, version: int, problem: str) -> dict[str, Any]:
+        """The state document of a stream's batch ``version``, rebuilt by folding its batches'
+        records in publish order: each batch's commit carries its record in ``commitInfo``
+        (MQTT message ids left out), and its record file (``batches/``) has it whole once the
+        batch is finished. The last batch is pending again (:meth:`_finish` does only what is
+        not done). Refused (:class:`StreamStateError`) unless exactly ``version`` batches of
+        the stream are found: log clean-up may have removed old commits. The rebuilt file
+        replaces the bad one, which is kept beside it (``.bad``)."""
+        path = self._stream_dir(slug) / f"{version}.json"
+        found: dict[str, BatchRecord] = {}
+        commits: dict[str, int] = {}  # batch id -> the Delta version of its commit
+        for commit in table.history():
+            text = commit.get(f"{PREFIX}record")
+            if text is None or f"{PREFIX}stream-version" not in commit:
+                continue
+            record = BatchRecord.from_json(json.loads(text))
+            if record.stream.slug == slug:
+                found[record.batch_id] = record
+                commits[record.batch_id] = int(commit["version"])
+        whole = {r.batch_id: r for r in self.records() if r.stream.slug == slug}
+        found.update(whole)
+        what = f"The stream state file {path}"
+        if len(found) != version:
+            if self._moved(slug, version):
+                raise FileNotFoundError(path)
+            raise StreamStateError(
+                f"{what} is {problem}, and it cannot be rebuilt: the "
+                f"Delta log of {self.root} and its {self._meta / 'batches'} hold {len(found)} "
+                f"of the stream's {version} batches (delta-rs's log clean-up removes commits "
+                "older than the table's delta.logRetentionDuration). Restore the file from a "
+                f"backup of {self._meta}, or ingest the stream into a new table."
+            )
+        ordered = sorted(found.values(), key=lambda r: r.published_at)
+        last = ordered[-1]
+        run = self.target.quarantine / "sluice" / _directory_name(last.batch_id) / (last.run or "")
+        bad = [f for f in _parquet_files(run) if last.run and _rows([f])]
+        state = StreamState()
+        for record in ordered:
+            if record.stream.kind == "mqtt" and record.batch_id not in whole:
+                self._fill_message_ids(record, bad if record is last else [])
+            state.fold(record)
+        stream = last.stream
+        document = {
+            "stream": {"kind": stream.kind, "topic": stream.topic, "group": stream.group},
+            "state": state.to_json(),
+            "pending": {
+                "batch_id": last.batch_id,
+                "run": last.run,
+                "quarantine": [f.relative_to(self.target.quarantine).as_posix() for f in bad],
+                "record": last.to_json(),
+            },
+        }
+        kept = path.with_name(f"{path.name}.bad")
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, kept)
+        _write_json(path, document)
+        used = sorted(commits[b] for b in found if b not in whole and b in commits)
+        log.warning(
+            "%s was %s: rebuilt from the batches' records, %d from record files in %s and %d "
+            "from the commitInfo of Delta version(s) %s of %s (the stream's %d batches; the "
+            "last one, %s of Delta version %s, is finished again if a crash cut it off)%s.",
+            what,
+            problem,
+            len(whole),
+            self._meta / "batches",
+            len(used),
+            ", ".join(map(str, used)) or "none",
+            self.root,
+            version,
+            last.batch_id,
+            commits.get(last.batch_id, "(cleaned up)"),
+            f"; the bad file is kept as {kept}" if kept.exists() else "",
+        )
+        return document
+
+    def _fill_message_ids(self, record: BatchRecord, staged: list[Path]) -> None:
+        """An MQTT batch's message ids (its commit leaves them out), from its rows: the table's,
+        and the quarantine table's or, before its quarantine commit, its ``staged`` files."""
+        good = self._scan(self.root, record.batch_id, ["message_id"])
+        bad = self._scan(self.target.quarantine, record.batch_id, list(_REASON_COLUMNS))
+        reasons = _reasons(bad) if bad.num_rows else _reasons_in(staged)
+        ids = good.column("message_id").to_pylist() if good.num_rows else []
+        record.message_ids, record.quarantined_ids = [*ids, *reasons], reasons
 
     def state(self, stream: StreamKey) -> StreamState:
         for _ in range(COMMIT_ATTEMPTS):
@@ -514,6 +631,20 @@ class DeltaSink:
                     with contextlib.suppress(OSError):
                         old.unlink()
 
+    def pending_files(self) -> set[Path]:
+        """The quarantine files that a pending batch of any stream names, in every state file
+        (those the log names and those it does not yet): in no commit until its quarantine
+        commit, which :meth:`recover` or the batch's rerun makes from them (as
+        :meth:`IcebergSink.pending_files <sluice.spark.sinks.iceberg.IcebergSink.pending_files>`:
+        expiry keeps them)."""
+        found: set[Path] = set()
+        streams = self._meta / "streams"
+        for path in sorted(streams.glob("*/*.json")) if streams.is_dir() else []:
+            with contextlib.suppress(OSError, ValueError):
+                pending = (json.loads(path.read_text()) or {}).get("pending") or {}
+                found |= {self.target.quarantine / f for f in pending.get("quarantine", [])}
+        return found
+
     def _finish(self, slug: str, version: int, pending: dict[str, Any] | None) -> None:
         """The steps after a batch's commit point; each is done once, whoever runs it."""
         if not pending or pending["batch_id"] in self._finished:
@@ -578,11 +709,7 @@ class DeltaSink:
         return _rows(_parquet_files(run.data)), _rows(_parquet_files(run.quarantine))
 
     def staged_quarantine_reasons(self, staging: Staging) -> dict[str, str]:
-        files = [f for f in _parquet_files(_run(staging).quarantine) if _rows([f])]
-        if not files:
-            return {}
-        table = pa.concat_tables(pq.read_table(f, columns=["message_id", "reason"]) for f in files)
-        return dict(zip(*table.to_pydict().values(), strict=True))
+        return _reasons_in([f for f in _parquet_files(_run(staging).quarantine) if _rows([f])])
 
     def discard(self, staging: Staging) -> None:
         """Delete the run's files, but only if its commit is known not to have happened

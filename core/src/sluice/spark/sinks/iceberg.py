@@ -634,6 +634,13 @@ class IcebergSink:
             self._finish(table, batch_id, list(entry.get("quarantine", [])))
             self._finished.add(batch_id)
 
+    def pending_files(self) -> set[str]:
+        """The quarantine files (URIs) that a pending batch names: in no snapshot until its
+        quarantine commit, which :meth:`recover` or the batch's rerun makes from them."""
+        table = self._load(self.target.table)
+        pending = _pending(table).values() if table is not None else []
+        return {uri for entry in pending for uri in entry.get("quarantine", [])}
+
     def _finish(self, table: Table, batch_id: str, quarantine_files: list[str]) -> None:
         """The steps after a batch's commit point; each is done once, whoever runs it."""
         _with_retries("quarantine", lambda: self._commit_quarantine(batch_id, quarantine_files))

@@ -1,7 +1,10 @@
 """One run per stream on an object store (invariant I7): a lease object taken and renewed
 with conditional writes, where a local file system has ``flock``.
 
-The lease is a small JSON object (``run``, host, pid, process start, ``expires``). A run
+The lease is a small JSON object (``run``, host, pid, process start, ``expires``). ``run``
+is the run's own token (a random id): a conditional write whose answer was lost (the PUT
+landed, the client's retry then fails its own condition) is recognised by it, at the lease's
+creation, at a renewal and at the release, and never taken for another run's. A run
 creates it with ``If-None-Match: *``, or replaces it with ``If-Match`` on the ETag it read
 when the holder released it, let it expire, or is a dead process of this machine (same host
 and boot, its pid gone or reused: what ``flock`` gives for free, and what makes a rerun after
@@ -112,9 +115,21 @@ class Lease:
                     self.etag = self.objects.put_json(self.key, self._body(), if_match=etag)
                     return
             except PreconditionFailed:
+                if self._adopt_own():  # our write landed; its answer was lost
+                    return
                 continue  # another run took it between our read and our write: look again
             raise self._refused(held)
         raise self._refused(self.objects.get_json(self.key)[0] or {})
+
+    def _adopt_own(self) -> bool:
+        """Whether the lease in the store is this run's (its token), taking its ETag if so: a
+        conditional write that failed its condition may be the retry of one of ours that
+        landed while its answer was lost."""
+        held, etag = self.objects.get_json(self.key)
+        if held is None or held.get("run") != self.run:
+            return False
+        self.etag = etag
+        return True
 
     def _refused(self, held: dict[str, Any]) -> ConcurrentIngestError:
         stream = self.stream
@@ -133,6 +148,12 @@ class Lease:
             try:
                 self.etag = self.objects.put_json(self.key, self._body(), if_match=self.etag)
             except PreconditionFailed:
+                try:
+                    if self._adopt_own():  # the renewal landed, its answer was lost
+                        continue
+                except Exception as exc:  # cannot tell now: the next beat asks again
+                    log.warning("Could not read the lease %s back: %s", self.key, exc)
+                    continue
                 self.lost = True
                 log.error(
                     "The lease %s was taken by another run; this run will not publish.", self.key
@@ -146,7 +167,13 @@ class Lease:
         if self.lost or self.etag is None:
             return
         with contextlib.suppress(Exception):
-            self.objects.put_json(self.key, self._body(released=True), if_match=self.etag)
+            try:
+                self.objects.put_json(self.key, self._body(released=True), if_match=self.etag)
+            except PreconditionFailed:
+                # a renewal's answer was lost, or this very write's: release what is ours
+                held, etag = self.objects.get_json(self.key)
+                if held and held.get("run") == self.run and not held.get("released"):
+                    self.objects.put_json(self.key, self._body(released=True), if_match=etag)
 
 
 @contextlib.contextmanager

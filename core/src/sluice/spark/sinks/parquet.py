@@ -323,6 +323,21 @@ class ParquetSink:
             self._fold_intents()
             compacted.finish_all(self.root)  # a compaction that crashed (sluice compact)
 
+    def committed_files(self, quarantine: bool = False) -> list[Path]:
+        """The files of every committed batch, each batch once (its good rows, or with
+        ``quarantine`` its quarantined ones): listed under the sink's lock, after crashed
+        publishes and compactions are finished, so that a compaction's switch (its merged
+        directory in place, the directories it replaces not yet moved aside) is never seen."""
+        if not self._meta.is_dir():  # nothing published here yet: no lock to take
+            return []
+        with self._locked():
+            self._fold_intents()
+            compacted.finish_all(self.root)
+            directories = sorted(self.root.glob("batch_id=*"))
+            if quarantine:
+                return [f for d in directories for f in sorted(d.glob("_quarantine/*.parquet"))]
+            return [f for d in directories for f in good_files(d)]
+
     def _fold_intents(self) -> None:
         """Fold in the batches of intents that crashed runs left (under the lock)."""
         for intent in sorted((self._meta / "intents").glob("*.json")):
