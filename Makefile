@@ -27,9 +27,11 @@ lint:
 # The documentation site (docs/, mkdocs.yml) into ./site, strictly: a warning is an error.
 docs:
 	bash scripts/setup.sh
-	uv run mkdocs build --strict
+	UV="uv"; command -v uv >/dev/null 2>&1 || UV="python3 -m uv"; \
+	NO_MKDOCS_2_WARNING=1 $$UV run --locked --all-packages mkdocs build --strict
 
 # The site at http://127.0.0.1:8000, rebuilt as docs/ changes.
 docs-serve:
 	bash scripts/setup.sh
-	uv run mkdocs serve --dev-addr 127.0.0.1:8000
+	UV="uv"; command -v uv >/dev/null 2>&1 || UV="python3 -m uv"; \
+	NO_MKDOCS_2_WARNING=1 $$UV run --locked --all-packages mkdocs serve --dev-addr 127.0.0.1:8000

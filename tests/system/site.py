@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,4 +52,5 @@ def build(site: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         cwd=ROOT, capture_output=True, text=True, check=False, timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )  # fmt: skip
