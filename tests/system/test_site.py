@@ -162,5 +162,8 @@ def test_two_clicks_reach_object_storage_avro_and_the_configuration(
         frontier = following
     for target in TWO_CLICKS:
         assert served + target in depth, f"{target} is more than two clicks from the home page"
+    trails = {page_url("", path): trail for trail, path in nav_entries()}
+    for target in TWO_CLICKS:  # and in the navigation: a tab, then the page
+        assert len(trails[target]) <= 2, f"{target} is {trails[target]} deep in the navigation"
     avro = page.goto(served + "guides/formats/")
     assert avro is not None and "Avro with a Schema Registry" in page.content()
