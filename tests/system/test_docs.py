@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -112,6 +113,17 @@ def test_the_readme_quickstarts_are_the_pages_blocks() -> None:
     assert not missing, f"README blocks that no quickstart page holds verbatim: {missing}"
     order = [on_pages.index(code) for code in readme]
     assert order == sorted(order), "the README's blocks are in the pages' order"
+
+
+def test_the_readme_links_to_pages_that_exist() -> None:
+    """The README is short and points at the site's pages (readable on a forge too)."""
+    text = README.read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if not t.startswith(("http://", "https://"))]
+    assert len(local) >= 20, "the README links to the documentation"
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README links to missing files: {missing}"
+    assert len(text.splitlines()) <= 300, "the README stays short: the rest is on the site"
 
 
 def clone_like(folder: Path) -> Path:
