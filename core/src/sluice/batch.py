@@ -9,7 +9,9 @@ batch planned twice has the same id, and one id names a batch everywhere: the se
 key, the logs, the sink's ``batch_id=<id>`` directory and record, and the IngestResult. A
 Kafka batch is its ranges, so planning the same waiting messages again gives the same id. An
 MQTT batch is "what the session holds when the ingest drains it": each plan is a new batch
-(a new ``sequence``), and a retried plan keeps its id.
+(a new ``sequence``), and a retried plan keeps its id. Where the broker has topic ids
+(KIP-516: Apache Kafka), a Kafka spec also holds the id of the topic it was planned on, so
+the same ranges of a topic deleted and created again are another batch.
 :func:`plan_batch` computes one from a queue without committing or moving anything.
 """
 
@@ -53,6 +55,7 @@ class BatchSpec:
     client_id: str | None = None  # MQTT persistent session
     max_messages: int | None = None  # MQTT
     sequence: int | None = None  # MQTT: tells the batches of one session apart
+    topic_id: str | None = None  # Kafka: the topic's id when planned, where the broker has ids
 
     @property
     def batch_id(self) -> str:
@@ -70,8 +73,9 @@ class BatchSpec:
     def _content(self) -> dict[str, Any]:
         content = asdict(self)
         content["ranges"] = [asdict(r) for r in sorted(self.ranges)]
-        if content["sequence"] is None:  # absent, so that ids of specs without one stay
-            del content["sequence"]
+        for optional in ("sequence", "topic_id"):
+            if content[optional] is None:  # absent, so that ids of specs without one stay
+                del content[optional]
         return content
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,7 +88,16 @@ class BatchSpec:
     def from_dict(cls, data: dict[str, Any]) -> BatchSpec:
         """Parse :meth:`to_dict` output; a ``batch_id`` not matching the content is an error."""
         fields = {k: v for k, v in data.items() if k != "batch_id"}
-        known = {"kind", "topic", "group_id", "ranges", "client_id", "max_messages", "sequence"}
+        known = {
+            "kind",
+            "topic",
+            "group_id",
+            "ranges",
+            "client_id",
+            "max_messages",
+            "sequence",
+            "topic_id",
+        }
         unknown = set(fields) - known
         if unknown:
             raise ValueError(f"BatchSpec has unknown fields: {', '.join(sorted(unknown))}")

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -168,9 +168,7 @@ class BatchCursor:
             count = sum(r.count for r in ranges)
             if count < max(1, min_messages):
                 return _nothing_waiting(waiting.topic, waiting.message_count, min_messages)
-            spec = BatchSpec(
-                "kafka", waiting.topic, group_id=waiting.group_id, ranges=tuple(ranges)
-            )
+            spec = replace(waiting, ranges=tuple(ranges))
         else:
             spec = waiting
         if spec is None:

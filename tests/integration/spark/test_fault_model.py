@@ -31,6 +31,7 @@ from sluice.spark.failpoints import armed
 from sluice.spark.ingest import source_config
 from sluice.spark.kafka_source import READERS, committed_offsets, read_ranges, reader_kwargs
 from sluice.spark.sinks import ConcurrentIngestError
+from sluice.testing import wait_until
 from sluice.testing.plugin import Broker
 from sluice.testing.topics import create_kafka_topic
 
@@ -397,3 +398,51 @@ def test_reading_chunks_are_bounded_by_bytes_as_well_as_rows(
             assert sum(chunk) + following[0] > bound, (bound, found)
         assert len(found[0]) == 3, (bound, found)
     assert [len(c) for c in chunks(5_000)] == [1] * 50, "a message above the bound goes alone"
+
+
+@pytest.fixture(params=["tansu"])
+def broker_with_topic_ids(request: pytest.FixtureRequest) -> Broker:
+    """A broker whose topics have ids (KIP-516)."""
+    broker: Broker = request.getfixturevalue(f"{request.param}_broker")
+    return broker
+
+
+def test_a_recreated_topics_batch_of_the_same_ranges_is_never_taken_as_published(
+    spark: Any, broker_with_topic_ids: Broker, unique_name: str, tmp_path: Path
+) -> None:
+    """Issue 37, finding 7: a batch's id came from its ranges alone, and the sink's find()
+    ran before the recreated-topic checks, so the first batch of a topic created again (the
+    same ranges) was taken as published and committed unread. Now a plan holds the topic's
+    id, so it is another batch; and a batch found in the sink whose topic was recreated since
+    is refused, never committed."""
+    topic = open_topic(broker_with_topic_ids, unique_name, partitions=1)
+    try:
+        topic.send([reading(i) for i in range(10)])
+        first = topic.plan()
+        assert first.topic_id, "the broker has topic ids: the plan names the topic"
+        ingest(spark, first, tmp_path, source=topic.source, schema=SCHEMA)
+        topic.recreate(1)
+        topic.send([reading(100 + i) for i in range(10)])
+
+        # A retry of the first batch (its ranges are the new topic's messages now).
+        with pytest.raises(DataLossError, match="neither taken as published nor committed"):
+            ingest(spark, first, tmp_path, source=topic.source, schema=SCHEMA)
+        assert group_offset(topic) in (None, 10), "the retry committed nothing"
+
+        second = wait_until(
+            lambda: (spec := topic.plan()).topic_id != first.topic_id and spec,
+            30,
+            0.5,
+            "a plan that names the new topic",
+        )
+        assert second.ranges == first.ranges and second.batch_id != first.batch_id
+        result = ingest(
+            spark, second, tmp_path, source=topic.source, schema=SCHEMA, fail_on_data_loss=False
+        )
+    finally:
+        topic.queue.close(None)
+        topic.producer.close()
+
+    assert result.written == 10 and result.commits == {0: 10}
+    temperatures = sorted(row["temperature"] for row in dataset_rows(tmp_path))
+    assert temperatures == sorted([i / 10 for i in range(10)] + [(100 + i) / 10 for i in range(10)])

@@ -300,6 +300,12 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         beginnings = probe.beginnings(list(ends))
         return self._committed(topic, group_id, list(ends)), beginnings, ends
 
+    def topic_id(self, topic: str) -> str | None:
+        """``topic``'s id (None where the broker has no topic ids), from the metadata of the
+        probe that :meth:`group_offsets` used."""
+        self._check_open()
+        return self._probe(topic).topic_id()
+
     def _probe(self, topic: str) -> EndProbe:
         with self._lock:
             probe = self._probes.get(topic)

@@ -254,6 +254,12 @@ class EndProbe:
             lambda consumer: {tp.partition: o for tp, o in consumer.beginning_offsets(tps).items()}
         )
 
+    def topic_id(self) -> str | None:
+        """The topic's id in the consumer's metadata (None where the broker has no topic
+        ids, KIP-516, or the topic does not exist)."""
+        found = self._use(lambda consumer: consumer._client.cluster.topic_id(self.topic))
+        return str(found) if found else None
+
     def _use(self, ask: Callable[[KafkaConsumer], T]) -> T:
         with self._lock:
             consumer = self._consumer or self._make_consumer()

@@ -254,13 +254,20 @@ class KafkaMessageQueue(BrokerQueue[KafkaConnection]):
     def plan_batch(self, max_messages: int | None = None) -> BatchSpec:
         """The group's waiting messages as a BatchSpec; nothing is committed (see sluice.batch)."""
         self._check_open(None)
-        committed, beginnings, ends = self._conn().group_offsets(self.topic, self.group_id)
+        connection = self._conn()
+        committed, beginnings, ends = connection.group_offsets(self.topic, self.group_id)
         ranges = []
         for partition, end in sorted(ends.items()):
             start = self._resume_offset(partition, committed, beginnings, end)
             if end > start:
                 ranges.append(OffsetRange(partition, start, end))
-        spec = BatchSpec("kafka", self.topic, group_id=self.group_id, ranges=tuple(ranges))
+        spec = BatchSpec(
+            "kafka",
+            self.topic,
+            group_id=self.group_id,
+            ranges=tuple(ranges),
+            topic_id=connection.topic_id(self.topic),
+        )
         return spec.limited(max_messages)
 
     # ---- acknowledging -------------------------------------------------------------------

@@ -128,6 +128,7 @@ class _Topic:
     version: int = 0  # grows each time an end moves
     known: bool = False  # ends were read at least once
     missing: bool = False  # the broker's metadata has no such topic
+    topic_id: str | None = None  # where the broker has topic ids (KIP-516)
     error: str | None = None  # why the last read failed
     waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = field(
         default_factory=list
@@ -400,6 +401,8 @@ class KafkaWatch:
             found = consumer.partitions_for_topic(topic) if topic in existing else ()
             state.partitions = sorted(found or ())
             state.missing = topic not in existing
+            known_id = consumer._client.cluster.topic_id(topic)
+            state.topic_id = str(known_id) if known_id else None
         self._metadata_due = time.monotonic() + METADATA_EVERY
 
     def _read_ends(
@@ -529,7 +532,9 @@ class KafkaWatch:
             )
             if end > start:
                 ranges.append(OffsetRange(partition, start, end))
-        return BatchSpec("kafka", topic, group_id=group_id, ranges=tuple(ranges))
+        return BatchSpec(
+            "kafka", topic, group_id=group_id, ranges=tuple(ranges), topic_id=state.topic_id
+        )
 
 
 def _notify(state: _Topic) -> None:

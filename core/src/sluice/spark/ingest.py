@@ -438,6 +438,8 @@ class _Job:
             record = BatchRecord(
                 spec.batch_id, spec.to_dict(), dead_letter_topic=self._dead_letter_topic()
             )
+        if record is not None:
+            self._refuse_if_recreated_since(record, kwargs, state, partitions, positions)
         if record is None:
             recreated = self._recreated(kwargs, state, known, positions)
             work = remaining(
@@ -519,6 +521,34 @@ class _Job:
         result.committed, result.commits = True, targets
         self._event("committed", result.read + result.skipped, spec.message_count)
         return result
+
+    def _refuse_if_recreated_since(
+        self,
+        record: BatchRecord,
+        kwargs: ReaderKwargs,
+        state: StreamState,
+        partitions: list[int],
+        positions: Positions,
+    ) -> None:
+        """A batch found in the sink is the one asked for only if its topic is still the one
+        it was read from: the same ranges of a topic deleted and created again are other
+        messages, which taking the batch as published would commit unread."""
+        current = positions.topic_id
+        if record.topic_id and current and record.topic_id != current:
+            why = f"its topic id is {current}, the batch was read from {record.topic_id}"
+        else:
+            recreated = self._recreated(kwargs, state, partitions, positions)
+            if not recreated:
+                return
+            why = sorted(set(recreated.values()))[0]
+        raise DataLossError(
+            f"Batch {record.batch_id} is in the sink, read from topic '{self.spec.topic}' "
+            f"before it was deleted and created again ({why}). Its offsets now name other "
+            "messages, so it is neither taken as published nor committed. Plan the batch again: "
+            "where the broker has topic ids (Apache Kafka) a new plan names the new topic and "
+            "is another batch; on a broker without them, ingest the new topic into a new sink "
+            "or with a new consumer group."
+        )
 
     def _recreated(
         self,
