@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
 
 from .site import ROOT, build, nav_entries
 
@@ -81,11 +82,9 @@ def served(site: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def browser(served: str) -> Iterator[object]:
+def browser(served: str) -> Iterator[Browser]:
     if not CHROMIUM.is_file():
         pytest.fail("Debian's chromium is missing: make setup installs it")
-    from playwright.sync_api import sync_playwright
-
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
         try:
@@ -94,9 +93,9 @@ def browser(served: str) -> Iterator[object]:
             chromium.close()
 
 
-def _nav_links(page: object, base: str) -> list[str]:
+def _nav_links(page: Page, base: str) -> list[str]:
     """The site's own pages the navigation of ``page`` links to (absolute URLs)."""
-    hrefs: list[str] = page.eval_on_selector_all(  # type: ignore[attr-defined]
+    hrefs: list[str] = page.eval_on_selector_all(
         "nav.md-nav a.md-nav__link[href], nav.md-tabs a.md-tabs__link[href]",
         "links => links.map(a => a.href)",
     )
@@ -104,8 +103,8 @@ def _nav_links(page: object, base: str) -> list[str]:
     return sorted(own)
 
 
-def test_every_page_renders_its_title_and_images(browser: object, served: str) -> None:
-    page = browser.new_page()  # type: ignore[attr-defined]
+def test_every_page_renders_its_title_and_images(browser: Browser, served: str) -> None:
+    page = browser.new_page()
     offsite: list[str] = []
     page.on(
         "request",
@@ -140,11 +139,11 @@ def test_every_page_renders_its_title_and_images(browser: object, served: str) -
 
 
 def test_two_clicks_reach_object_storage_avro_and_the_configuration(
-    browser: object, served: str
+    browser: Browser, served: str
 ) -> None:
     """Breadth first over the links a reader can click (navigation and page text), from the
     home page: each target within two clicks."""
-    page = browser.new_page()  # type: ignore[attr-defined]
+    page = browser.new_page()
     depth = {served: 0}
     frontier = [served]
     for clicks in (1, 2):
