@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need on a fresh Debian machine, and does nothing that is done:
 # uv (from PyPI), Debian's mosquitto and postgresql (servers the tests start themselves, on free
-# ports: none is assumed running), a Java 17 runtime (for Spark), Debian's chromium (the docs'
-# browser test), and the workspace's venv.
+# ports: none is assumed running), a Java 17 runtime (for Spark and Apache Kafka), Debian's
+# chromium (the docs' browser test), the workspace's venv, and Apache Kafka's jars (from Maven
+# Central into ~/.cache/sluice, once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,4 +36,15 @@ fi
 
 say "syncing the workspace (uv sync --locked)"
 $UV sync --locked --all-packages --quiet
+# Apache Kafka (the tests' reference broker) runs from jars resolved once into the user's cache
+# (sluice.jars); a second run finds them there and touches no network. Set
+# SLUICE_MAVEN_REPOSITORY to a Maven mirror behind a proxy.
+if $UV run --locked --all-packages python -c "import sys, sluice.brokers as b, sluice.jars as j; sys.exit(0 if j.cached(b.KAFKA_COORDINATES) else 1)" 2>/dev/null; then
+  :
+else
+  say "fetching Apache Kafka's jars into ${XDG_CACHE_HOME:-$HOME/.cache}/sluice (first time only)"
+  if ! $UV run --locked --all-packages python -m sluice.jars >/dev/null; then
+    say "warning: Apache Kafka's jars could not be fetched (see above); tests on Apache Kafka will fail until they are"
+  fi
+fi
 say "ready: .venv has sluice-core, sluice-airflow, sluice-dagster and the dev tools"

@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from sluice.queues import MessageQueue, queue_from_uri
-from sluice.testing.plugin import KAFKA_ENV, MQTT_ENV, ExternalBroker, external_broker
+from sluice.testing.plugin import (
+    KAFKA_ENV,
+    KAFKA_FIXTURES,
+    MQTT_ENV,
+    ExternalBroker,
+    external_broker,
+)
 from sluice.testing.topics import create_kafka_topic
 
 KAFKA_PARTITIONS = 3
@@ -67,7 +73,11 @@ def _mqtt_query(client_id: str) -> str:
 
 
 def _transports() -> list[str]:
-    kafka = ["kafka-external"] if os.environ.get(KAFKA_ENV) else ["kafka-noida", "kafka-tansu"]
+    kafka = (
+        ["kafka-external"]
+        if os.environ.get(KAFKA_ENV)
+        else [f"kafka-{name}" for name in KAFKA_FIXTURES]
+    )
     return ["memory", *kafka, "mqtt"]
 
 
@@ -81,7 +91,7 @@ def queue_kit(request: pytest.FixtureRequest, unique_name: str) -> Iterator[Queu
         broker = (
             external_broker(KAFKA_ENV, "kafka", 9092)
             if transport == "kafka-external"
-            else request.getfixturevalue(f"{transport.removeprefix('kafka-')}_broker")
+            else request.getfixturevalue(KAFKA_FIXTURES[transport.removeprefix("kafka-")])
         )
         assert broker is not None
         bootstrap = broker.bootstrap

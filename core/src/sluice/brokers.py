@@ -1,4 +1,5 @@
-"""Embedded brokers on free ports: noida-db and Tansu (Kafka protocol) and mosquitto (MQTT).
+"""Embedded brokers on free ports: Apache Kafka (one node or a cluster), noida-db and Tansu
+(Kafka protocol) and mosquitto (MQTT).
 
 Each ``start_*`` function starts one broker process, waits until its port accepts
 connections and returns a :class:`BrokerProcess` that stops it by pid. The one home of broker
@@ -8,6 +9,8 @@ process management: ``sluice brokers`` (the CLI), the demo and the tests' fixtur
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import importlib
 import os
 import shutil
@@ -17,17 +20,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 __all__ = [
+    "KAFKA_COORDINATES",
+    "KAFKA_VERSION",
     "BrokerError",
     "BrokerProcess",
+    "KafkaCluster",
     "ServerCertificates",
     "create_kafka_topic",
     "free_port",
+    "start_kafka",
+    "start_kafka_cluster",
     "start_mosquitto",
     "start_noida",
     "start_tansu",
@@ -83,6 +92,32 @@ def wait_for_port(
     raise BrokerError(f"nothing listened on {host}:{port} within {timeout:.0f} s")
 
 
+def wait_for_log(
+    path: Path,
+    text: str,
+    timeout: float,
+    proc: subprocess.Popen[bytes] | None = None,
+    offset: int = 0,
+) -> None:
+    """Wait until ``text`` appears in the file ``path`` after byte ``offset`` (or ``proc``
+    exits, or time runs out)."""
+    deadline = time.monotonic() + timeout
+    needle = text.encode()
+    while True:
+        try:
+            with open(path, "rb") as log:
+                log.seek(offset)
+                if needle in log.read():
+                    return
+        except OSError:
+            pass
+        if proc is not None and proc.poll() is not None:
+            raise BrokerError(f"process exited with code {proc.returncode} before it was ready")
+        if time.monotonic() >= deadline:
+            raise BrokerError(f"no '{text}' in its log within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
 class BrokerAddress:
     """Where a broker listens, and its address the way Kafka and MQTT clients write it."""
 
@@ -104,7 +139,7 @@ class BrokerAddress:
 class BrokerProcess(BrokerAddress):
     """One broker process we started: where it listens and how to stop or restart it."""
 
-    name: str  # "noida", "tansu", "mosquitto"
+    name: str  # "kafka", "kafka-2", "noida", "tansu", "mosquitto"
     scheme: str  # "kafka" or "mqtt"
     port: int
     argv: list[str]
@@ -113,18 +148,29 @@ class BrokerProcess(BrokerAddress):
     host: str = HOST
     users: dict[str, str] = field(default_factory=dict)
     run_as: str | None = None  # a user (and group) of that name to run as, when we are root
+    #: a line the broker logs once it serves clients (else: once its port accepts connections)
+    ready_text: str | None = None
+    #: what identifies the process in its command line (default: the executable)
+    identity: str = ""
     _proc: subprocess.Popen[bytes] | None = None
     _owns_workdir: bool = False
+    _log_start: int = 0
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
     def start(self, timeout: float = 20.0) -> BrokerProcess:
+        """Start the process and wait until it serves clients."""
+        return self.spawn().wait_serving(timeout)
+
+    def spawn(self) -> BrokerProcess:
+        """Start the process, without waiting (nodes of a cluster start together)."""
         if _accepts(self.host, self.port):
             raise BrokerError(
                 f"{self.name}: port {self.port} is already in use; pick another port."
             )
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 self.argv,
@@ -137,8 +183,16 @@ class BrokerProcess(BrokerAddress):
                 group=self.run_as,
                 extra_groups=[] if self.run_as else None,
             )
+        return self
+
+    def wait_serving(self, timeout: float = 20.0) -> BrokerProcess:
+        """Wait until the process :meth:`spawn` started serves clients (else stop it)."""
         try:
-            wait_for_port(self.host, self.port, timeout, self._proc)
+            started = time.monotonic()
+            if self.ready_text:
+                wait_for_log(self.log_path, self.ready_text, timeout, self._proc, self._log_start)
+            left = max(timeout - (time.monotonic() - started), 1.0)
+            wait_for_port(self.host, self.port, left, self._proc)
         except BrokerError as exc:
             self.stop()
             raise BrokerError(f"{self.name}: {exc}. Its log:\n{self.log_tail()}") from None
@@ -149,7 +203,9 @@ class BrokerProcess(BrokerAddress):
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
-        os.kill(proc.pid, sig)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)
+            os.kill(proc.pid, signal.SIGCONT)  # a paused broker must run to handle SIGTERM
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -158,7 +214,18 @@ class BrokerProcess(BrokerAddress):
 
     def kill(self) -> None:
         """Stop the broker abruptly (SIGKILL), as a crash would."""
+        self.resume()  # a stopped process gets SIGKILL too, but let it be reaped promptly
         self.stop(signal.SIGKILL)
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP): it holds its connections but answers nothing."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused broker run again (SIGCONT)."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGCONT)
 
     def restart(self, timeout: float = 20.0) -> BrokerProcess:
         """Stop and start again on the same port with the same data directory."""
@@ -346,3 +413,319 @@ def create_kafka_topic(bootstrap: str, topic: str, partitions: int) -> None:
         connection.create_queue(topic)
     finally:
         connection.close(None)
+
+
+#: The Apache Kafka release the embedded broker runs (the newest 4.x on Maven Central).
+KAFKA_VERSION = "4.4.0"
+#: Kafka logs through slf4j 1.x; its jars bring no binding, so log4j's comes too.
+LOG4J_VERSION = "2.25.5"
+KAFKA_COORDINATES = (
+    f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
+    f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
+)
+#: Each node's Java options: a small heap, the serial collector and C1 only (it starts
+#: faster and needs less memory than the defaults; throughput does not matter here).
+KAFKA_JVM_OPTIONS = (
+    "-Xms64m",
+    "-Xmx512m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+    "-Djava.net.preferIPv4Stack=true",
+)
+_KAFKA_READY = "Kafka Server started"
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+
+def kafka_classpath(progress: Callable[[str], None] | None = None) -> str:
+    """Apache Kafka's jars from the cache, resolved (downloaded) the first time."""
+    from . import jars
+
+    try:
+        found = (
+            jars.resolve(KAFKA_COORDINATES)
+            if progress is None
+            else jars.resolve(KAFKA_COORDINATES, progress=progress)
+        )
+    except jars.JarError as exc:
+        raise BrokerError(f"Apache Kafka {KAFKA_VERSION}: {exc}") from None
+    return os.pathsep.join(str(j) for j in found)
+
+
+def _java() -> str:
+    from . import jars
+
+    try:
+        return jars.find_java()
+    except jars.JarError as exc:
+        raise BrokerError(f"Apache Kafka needs Java: {exc}") from None
+
+
+def _kafka_cluster_id() -> str:
+    """A cluster id as Kafka writes one (a random UUID, URL-safe base64 without padding)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _kafka_properties(
+    node: int, port: int, controller_port: int, voters: str | None, nodes: int, data: Path
+) -> str:
+    min_isr = 2 if nodes >= 3 else 1
+    quorum = (
+        f"controller.quorum.voters={voters}"
+        if voters
+        else f"controller.quorum.bootstrap.servers={HOST}:{controller_port}"
+    )
+    lines = [
+        "process.roles=broker,controller",
+        f"node.id={node}",
+        f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        quorum,
+        f"log.dirs={data}",
+        "num.partitions=1",
+        f"default.replication.factor={nodes}",
+        f"min.insync.replicas={min_isr}",
+        f"offsets.topic.replication.factor={nodes}",
+        "offsets.topic.num.partitions=10",
+        f"transaction.state.log.replication.factor={nodes}",
+        f"transaction.state.log.min.isr={min_isr}",
+        "transaction.state.log.num.partitions=10",
+        f"share.coordinator.state.topic.replication.factor={nodes}",
+        f"share.coordinator.state.topic.min.isr={min_isr}",
+        "group.initial.rebalance.delay.ms=0",
+        "auto.create.topics.enable=true",
+        "delete.topic.enable=true",
+        "log.retention.check.interval.ms=1000",
+        "log.cleaner.dedupe.buffer.size=16777216",
+        "num.network.threads=2",
+        "num.io.threads=4",
+        "num.recovery.threads.per.data.dir=1",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _kafka_node(
+    name: str,
+    node: int,
+    path: Path,
+    port: int,
+    controller_port: int,
+    voters: str | None,
+    nodes: int,
+    java: str,
+    classpath: str,
+    owns: bool,
+) -> BrokerProcess:
+    path.mkdir(parents=True, exist_ok=True)
+    config = path / "server.properties"
+    config.write_text(_kafka_properties(node, port, controller_port, voters, nodes, path / "data"))
+    (path / "log4j2.properties").write_text(_LOG4J2)
+    argv = [
+        java,
+        *KAFKA_JVM_OPTIONS,
+        f"-Dlog4j2.configurationFile={path / 'log4j2.properties'}",
+        f"-Dkafka.logs.dir={path}",
+        "-cp",
+        classpath,
+        "kafka.Kafka",
+        str(config),
+    ]
+    broker = _make(name, "kafka", port, argv, path, owns)
+    broker.ready_text = _KAFKA_READY
+    broker.identity = str(config)
+    return broker
+
+
+def _format_storage(
+    brokers: Sequence[BrokerProcess], java: str, classpath: str, standalone: bool
+) -> None:
+    """Kafka's StorageTool formats each node's log directory with one cluster id (once: a
+    formatted directory keeps its data across restarts)."""
+    cluster_id = _kafka_cluster_id()
+    running: list[tuple[BrokerProcess, subprocess.Popen[bytes]]] = []
+    for broker in brokers:
+        if (broker.workdir / "data" / "meta.properties").exists():
+            continue
+        argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+        argv += [f"-Dlog4j2.configurationFile={broker.workdir / 'log4j2.properties'}"]
+        argv += ["-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id]
+        argv += ["-c", str(broker.workdir / "server.properties")]
+        if standalone:
+            argv.append("--standalone")
+        log = open(broker.workdir / "format.log", "wb")  # noqa: SIM115 - closed below
+        running.append(
+            (
+                broker,
+                subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                ),
+            )
+        )
+        log.close()
+    for broker, proc in running:
+        if proc.wait(120) != 0:
+            tail = (broker.workdir / "format.log").read_text(errors="replace")[-2000:]
+            raise BrokerError(
+                f"{broker.name}: Kafka's StorageTool could not format storage:\n{tail}"
+            )
+
+
+def start_kafka(
+    port: int | None = None,
+    workdir: str | Path | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    timeout: float = 90.0,
+) -> BrokerProcess:
+    """One Apache Kafka node in KRaft mode (broker and controller in one JVM) on loopback.
+    Its data survives a restart in ``workdir``. The first call downloads Kafka's jars
+    (:mod:`sluice.jars`; ``progress`` gets a line per step)."""
+    java = _java()
+    classpath = kafka_classpath(progress)
+    port = port or free_port()
+    path, owns = _workdir("kafka", workdir)
+    controller_port = _saved_controller_port(path) or free_port()
+    broker = _kafka_node("kafka", 1, path, port, controller_port, None, 1, java, classpath, owns)
+    try:
+        _format_storage([broker], java, classpath, standalone=True)
+        return broker.start(timeout)
+    except BaseException:
+        broker.close()
+        raise
+
+
+def _saved_controller_port(path: Path) -> int | None:
+    """A restarted node keeps its controller port: the quorum's metadata names it."""
+    config = path / "server.properties"
+    if not (path / "data" / "meta.properties").exists() or not config.exists():
+        return None
+    for line in config.read_text().splitlines():
+        if line.startswith("listeners="):
+            return int(line.rsplit(":", 1)[1])
+    return None
+
+
+@dataclass
+class KafkaCluster(BrokerAddress):
+    """Apache Kafka nodes (each broker and controller) in one cluster: replication factor and
+    ``min.insync.replicas`` defaults of 3 and 2 for three nodes. Nodes are numbered from 1;
+    each can be killed, paused, resumed and restarted on its own, by its pid."""
+
+    nodes: list[BrokerProcess]
+    workdir: Path
+    name: str = "kafka-cluster"
+    scheme: str = "kafka"
+    _owns_workdir: bool = False
+
+    @property
+    def host(self) -> str:  # type: ignore[override]
+        return self.nodes[0].host
+
+    @property
+    def port(self) -> int:  # type: ignore[override]
+        return self.nodes[0].port
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's ``host:port``, comma-separated."""
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [n.pid for n in self.nodes]
+
+    def node(self, number: int) -> BrokerProcess:
+        """Node ``number`` (its Kafka ``node.id``: 1, 2, 3)."""
+        return self.nodes[number - 1]
+
+    def kill(self, number: int) -> None:
+        self.node(number).kill()
+
+    def pause(self, number: int) -> None:
+        self.node(number).pause()
+
+    def resume(self, number: int) -> None:
+        self.node(number).resume()
+
+    def restart(self, number: int, timeout: float = 90.0) -> BrokerProcess:
+        """Stop node ``number`` (if it runs) and start it again with its data."""
+        return self.node(number).restart(timeout)
+
+    def start_node(self, number: int, timeout: float = 90.0) -> BrokerProcess:
+        """Start node ``number`` again after :meth:`kill`."""
+        return self.node(number).start(timeout)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def close(self) -> None:
+        self.stop()
+        for node in self.nodes:
+            node.close()
+        if self._owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_kafka_cluster(
+    nodes: int = 3,
+    workdir: str | Path | None = None,
+    *,
+    ports: Sequence[int] | None = None,
+    progress: Callable[[str], None] | None = None,
+    timeout: float = 120.0,
+) -> KafkaCluster:
+    """``nodes`` Apache Kafka nodes in KRaft mode on loopback, each a broker and a voter of
+    a static controller quorum (``controller.quorum.voters``); returns once every node serves
+    clients."""
+    if nodes < 1:
+        raise ValueError("a cluster needs at least one node")
+    java = _java()
+    classpath = kafka_classpath(progress)
+    path, owns = _workdir("kafka-cluster", workdir)
+    dirs = [path / f"node-{i}" for i in range(1, nodes + 1)]
+    controller_ports = [_saved_controller_port(d) or free_port() for d in dirs]
+    voters = ",".join(f"{i}@{HOST}:{p}" for i, p in enumerate(controller_ports, start=1))
+    given = list(ports or [])
+    members = [
+        _kafka_node(
+            f"kafka-{i}",
+            i,
+            dirs[i - 1],
+            given[i - 1] if i <= len(given) else free_port(),
+            controller_ports[i - 1],
+            voters,
+            nodes,
+            java,
+            classpath,
+            owns=False,
+        )
+        for i in range(1, nodes + 1)
+    ]
+    cluster = KafkaCluster(members, path, _owns_workdir=owns)
+    try:
+        _format_storage(members, java, classpath, standalone=False)
+        # the nodes start together: a broker is ready once a quorum of controllers runs
+        for node in members:
+            node.spawn()
+        for node in members:
+            node.wait_serving(timeout)
+        return cluster
+    except BaseException:
+        cluster.close()
+        raise

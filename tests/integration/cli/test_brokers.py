@@ -131,3 +131,30 @@ def test_the_state_lives_in_the_home_directory_whatever_the_working_directory(
     )
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout) == {"home": str(tmp_path / "user" / ".sluice"), "brokers": []}
+
+
+def test_apache_kafka_one_node_then_three(home: Path) -> None:
+    refused = _sluice(home, "brokers", "up", "--kafka-nodes", "3", "--no-mqtt")
+    assert refused.returncode != 0 and "--kafka-nodes needs --kafka apache" in refused.stderr
+
+    up = _sluice(home, "brokers", "up", "--kafka", "apache", "--no-mqtt")
+    assert up.returncode == 0, up.stderr
+    assert "Starting Apache Kafka" in up.stderr  # progress while the JVM starts
+    (entry,) = _entries(home)
+    assert entry.name == "kafka" and running(entry) and _accepts(entry.url)
+    assert entry.executable.endswith("server.properties")  # its pid is told apart by its config
+
+    switch = _sluice(home, "brokers", "up", "--kafka", "apache", "--kafka-nodes", "3")
+    assert switch.returncode != 0 and "sluice brokers down" in switch.stderr
+    assert _sluice(home, "brokers", "down").returncode == 0
+    assert not running(entry)
+
+    up = _sluice(home, "brokers", "up", "--kafka", "apache", "--kafka-nodes", "3", "--no-mqtt")
+    assert up.returncode == 0, up.stderr
+    nodes = _entries(home)
+    assert [e.name for e in nodes] == ["kafka-1", "kafka-2", "kafka-3"]
+    assert all(running(e) and _accepts(e.url) for e in nodes)
+    bootstrap = ",".join(f"127.0.0.1:{e.port}" for e in nodes)
+    assert f"SLUICE_KAFKA_BOOTSTRAP={bootstrap}" in up.stdout
+    assert _sluice(home, "brokers", "down", "--purge").returncode == 0
+    assert not any(running(e) for e in nodes)

@@ -400,9 +400,9 @@ def test_reading_chunks_are_bounded_by_bytes_as_well_as_rows(
     assert [len(c) for c in chunks(5_000)] == [1] * 50, "a message above the bound goes alone"
 
 
-@pytest.fixture(params=["tansu"])
+@pytest.fixture(params=["apache_kafka", "tansu"])
 def broker_with_topic_ids(request: pytest.FixtureRequest) -> Broker:
-    """A broker whose topics have ids (KIP-516)."""
+    """A broker whose topics have ids (KIP-516): Apache Kafka, and Tansu."""
     broker: Broker = request.getfixturevalue(f"{request.param}_broker")
     return broker
 

@@ -1,10 +1,11 @@
 """``sluice brokers up|down|status``: the embedded brokers, for trying Sluice out.
 
-noida-db (Kafka) and mosquitto (MQTT), or Tansu with ``--kafka tansu``, run detached (their own
-session, output to a log file) so they outlive the command. Their pids, ports and working
-directories are kept in ``$SLUICE_HOME`` (default ``~/.sluice``), so any directory sees the
-same brokers; ``down`` stops them by pid,
-after checking that the pid is still the broker it started.
+noida-db (Kafka) and mosquitto (MQTT), or Tansu with ``--kafka tansu``, or Apache Kafka with
+``--kafka apache`` (one KRaft node, or ``--kafka-nodes 3`` for a three-node cluster), run
+detached (their own session, output to a log file) so they outlive the command. Their pids,
+ports and working directories are kept in ``$SLUICE_HOME`` (default ``~/.sluice``), so any
+directory sees the same brokers; ``down`` stops them by pid, after checking that the pid is
+still the broker it started.
 """
 
 from __future__ import annotations
@@ -33,14 +34,15 @@ HOME_ENV = "SLUICE_HOME"
 STATE_FILE = "brokers.json"
 
 app = typer.Typer(
-    help="Start, stop and list embedded brokers: noida-db (Kafka), mosquitto (MQTT) and, with "
-    "--s3, an S3 server (SeaweedFS).",
+    help="Start, stop and list embedded brokers: noida-db, Tansu or Apache Kafka (Kafka), "
+    "mosquitto (MQTT) and, with --s3, an S3 server (SeaweedFS).",
     no_args_is_help=True,
 )
 
 
 class KafkaBroker(StrEnum):
     noida = "noida"
+    apache = "apache"
     tansu = "tansu"
     none = "none"
 
@@ -151,22 +153,22 @@ def _start_s3(port: int | None = None, workdir: Path | None = None) -> BrokerPro
     return server
 
 
-def _start(name: str, port: int | None) -> Entry:
-    from sluice.brokers import BrokerError, start_mosquitto, start_noida, start_tansu
+def _progress(line: str) -> None:
+    output.err().print(line)
 
-    starters = {
-        "noida": start_noida,
-        "tansu": start_tansu,
-        "mosquitto": start_mosquitto,
-        "seaweedfs": _start_s3,
-    }
-    workdir = home() / name
-    try:
-        broker = starters[name](port=port, workdir=workdir)
-    except BrokerError as exc:
-        first = str(exc).splitlines()[0].rstrip(".")
-        log = workdir / f"{name}.log"
-        raise CliError(f"{first}. Its log: {log}" if log.exists() else f"{first}.") from exc
+
+def _start_kafka(port: int | None = None, workdir: Path | None = None) -> BrokerProcess:
+    from sluice.brokers import KAFKA_VERSION, start_kafka
+
+    _progress(f"Starting Apache Kafka {KAFKA_VERSION} (one KRaft node; a JVM takes seconds)...")
+    return start_kafka(port, workdir, progress=_progress)
+
+
+#: Which entries each --kafka choice starts (a cluster's nodes are kafka-1, kafka-2, ...).
+KAFKA_NAMES = {KafkaBroker.noida: "noida", KafkaBroker.tansu: "tansu", KafkaBroker.apache: "kafka"}
+
+
+def _entry(broker: BrokerProcess) -> Entry:
     assert broker.pid is not None
     return Entry(
         name=broker.name,
@@ -176,8 +178,49 @@ def _start(name: str, port: int | None) -> Entry:
         pid=broker.pid,
         workdir=str(broker.workdir),
         log=str(broker.log_path),
-        executable=broker.argv[0],
+        # what tells the process apart in /proc/PID/cmdline (Kafka: its own config file)
+        executable=broker.identity or broker.argv[0],
     )
+
+
+def _cli_error(exc: Exception, log: Path) -> CliError:
+    first = str(exc).splitlines()[0].rstrip(".")
+    return CliError(f"{first}. Its log: {log}" if log.exists() else f"{first}.")
+
+
+def _start(name: str, port: int | None) -> Entry:
+    from sluice.brokers import BrokerError, start_mosquitto, start_noida, start_tansu
+
+    starters = {
+        "noida": start_noida,
+        "tansu": start_tansu,
+        "kafka": _start_kafka,
+        "mosquitto": start_mosquitto,
+        "seaweedfs": _start_s3,
+    }
+    workdir = home() / name
+    try:
+        broker = starters[name](port=port, workdir=workdir)
+    except BrokerError as exc:
+        raise _cli_error(exc, workdir / f"{name}.log") from exc
+    return _entry(broker)
+
+
+def _start_cluster(nodes: int, ports: dict[str, int], first_port: int | None) -> list[Entry]:
+    from sluice.brokers import BrokerError, start_kafka_cluster
+
+    names = [f"kafka-{i}" for i in range(1, nodes + 1)]
+    # last time's ports when all are free (the nodes' addresses stay the same), else free ones
+    previous = [_port_for(n, None, ports) for n in names]
+    chosen = [p for p in previous if p is not None]
+    given = [first_port] if first_port is not None else chosen if len(chosen) == nodes else []
+    workdir = home() / "kafka-cluster"
+    _progress(f"Starting {nodes} Apache Kafka nodes (KRaft; JVMs take seconds)...")
+    try:
+        cluster = start_kafka_cluster(nodes, workdir, ports=given, progress=_progress)
+    except BrokerError as exc:
+        raise _cli_error(exc, workdir / "node-1" / "kafka-1.log") from exc
+    return [_entry(node) for node in cluster.nodes]
 
 
 def _port_for(name: str, given: int | None, ports: dict[str, int]) -> int | None:
@@ -218,20 +261,32 @@ def up(
     s3_port: Annotated[
         int | None, typer.Option(help="Port for S3 (default: last time's, else a free one).")
     ] = None,
+    kafka_nodes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Apache Kafka nodes (--kafka apache): 1, or 3 for a cluster with replication "
+            "factor 3 and min.insync.replicas 2.",
+        ),
+    ] = 1,
 ) -> None:
     """Start the brokers in the background and print the URIs to use."""
     entries, _ = _load()
     alive = [e for e in entries if running(e)]
     wanted: list[tuple[str, int | None]] = []
+    if kafka_nodes != 1 and kafka is not KafkaBroker.apache:
+        raise CliError("--kafka-nodes needs --kafka apache.", usage=True)
     if kafka is not KafkaBroker.none:
-        other = next((e for e in alive if e.kind == "Kafka" and e.name != kafka.value), None)
+        name = KAFKA_NAMES[kafka] if kafka_nodes == 1 else f"kafka-{kafka_nodes}-nodes"
+        mine = {name} if kafka_nodes == 1 else {f"kafka-{i}" for i in range(1, kafka_nodes + 1)}
+        other = next((e for e in alive if e.kind == "Kafka" and e.name not in mine), None)
         if other is not None:
             raise CliError(
                 f"{other.name} already runs as the Kafka broker ({other.url}); "
                 "run 'sluice brokers down' first to switch.",
                 usage=True,
             )
-        wanted.append((kafka.value, kafka_port))
+        wanted.append((name, kafka_port))
     if mqtt:
         wanted.append(("mosquitto", mqtt_port))
     if s3:
@@ -246,18 +301,33 @@ def start(wanted: list[tuple[str, int | None]]) -> list[Entry]:
     alive = [e for e in entries if running(e)]
     console = output.out()
     for name, port in wanted:
-        existing = next((e for e in alive if e.name == name), None)
-        if existing is not None:
-            console.print(f"{name} already runs at {existing.url} (pid {existing.pid}).")
-            continue
-        entry = _start(name, _port_for(name, port, ports))
-        alive.append(entry)
-        ports[name] = entry.port
-        _save(alive, ports)
-        console.print(
-            f"Started {name} ({entry.kind}) at {entry.url} (pid {entry.pid}, "
-            f"files in {entry.workdir})."
-        )
+        if name.endswith("-nodes"):  # an Apache Kafka cluster: kafka-N-nodes
+            nodes = int(name.split("-")[1])
+            names = [f"kafka-{i}" for i in range(1, nodes + 1)]
+            running_nodes = [e for e in alive if e.name in names]
+            if len(running_nodes) == nodes:
+                console.print(f"The {nodes}-node Apache Kafka cluster already runs.")
+                continue
+            if running_nodes:
+                raise CliError(
+                    f"Only {len(running_nodes)} of the {nodes} Kafka nodes run; "
+                    "run 'sluice brokers down' first, then up again."
+                )
+            started = _start_cluster(nodes, ports, port)
+        else:
+            existing = next((e for e in alive if e.name == name), None)
+            if existing is not None:
+                console.print(f"{name} already runs at {existing.url} (pid {existing.pid}).")
+                continue
+            started = [_start(name, _port_for(name, port, ports))]
+        for entry in started:
+            alive.append(entry)
+            ports[entry.name] = entry.port
+            _save(alive, ports)
+            console.print(
+                f"Started {entry.name} ({entry.kind}) at {entry.url} (pid {entry.pid}, "
+                f"files in {entry.workdir})."
+            )
     _save(alive, ports)
     return alive
 
@@ -265,6 +335,7 @@ def start(wanted: list[tuple[str, int | None]]) -> list[Entry]:
 def _print_usage(entries: list[Entry]) -> None:
     console = output.out()
     kafka = next((e for e in entries if e.kind == "Kafka"), None)
+    bootstrap = ",".join(f"{e.host}:{e.port}" for e in entries if e.kind == "Kafka")
     mqtt = next((e for e in entries if e.kind == "MQTT"), None)
     if kafka is None and mqtt is None and not any(e.kind == "S3" for e in entries):
         return
@@ -272,7 +343,7 @@ def _print_usage(entries: list[Entry]) -> None:
     if kafka is not None:
         console.print(f"  sluice publish {kafka.url}/readings --sample iot --count 1000")
         console.print(f"  sluice peek '{kafka.url}/readings?group_id=demo'")
-        console.print(f"  export SLUICE_KAFKA_BOOTSTRAP={kafka.host}:{kafka.port}")
+        console.print(f"  export SLUICE_KAFKA_BOOTSTRAP={bootstrap}")
     if mqtt is not None:
         console.print(f"  sluice publish '{mqtt.url}/readings?qos=1' --sample iot")
     s3 = next((e for e in entries if e.kind == "S3"), None)

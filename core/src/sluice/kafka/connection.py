@@ -36,7 +36,7 @@ from .config import (
     security_protocol,
 )
 from .logs import hide_secret, kafka_log_level
-from .offsets import EndProbe, track
+from .offsets import EndProbe, track, waiting_out_coordinator
 from .subscription import KafkaMessageListener, Subscription
 
 __all__ = ["KafkaConnection"]
@@ -332,7 +332,9 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         if not partitions:
             return {}
         tps = [TopicPartition(topic, p) for p in partitions]
-        offsets = self._connect_to_admin().list_group_offsets({group_id: tps}).get(group_id, {})
+        admin = self._connect_to_admin()
+        answer = waiting_out_coordinator(lambda: admin.list_group_offsets({group_id: tps}))
+        offsets = answer.get(group_id, {})
         committed: dict[int, int | None] = {}
         for tp in tps:
             meta = offsets.get(tp)

@@ -84,6 +84,26 @@ class _Tracker:
         fetcher._parse_fetched_data = tracked
 
 
+#: How long a group question waits out a group coordinator that is not available yet.
+COORDINATOR_WAIT = 10.0
+
+
+def waiting_out_coordinator(ask: Callable[[], T], wait: float = COORDINATOR_WAIT) -> T:
+    """``ask()``, asked again (backing off) while it fails with a retriable Kafka error, for up
+    to ``wait`` s. Apache Kafka answers COORDINATOR_NOT_AVAILABLE while it creates
+    ``__consumer_offsets`` (a fresh cluster's first group question) or moves a coordinator: a
+    while, not an outage; the emulators never do."""
+    deadline, pause = time.monotonic() + wait, 0.05
+    while True:
+        try:
+            return ask()
+        except KafkaError as exc:
+            if not exc.retriable or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
+
+
 def tracked_consumer(**kwargs: Any) -> KafkaConsumer:
     """A ``KafkaConsumer(**kwargs)`` that keeps the :class:`Watermarks` of its fetches."""
     return track(KafkaConsumer(**kwargs))

@@ -68,6 +68,30 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self._tell("on_partitions_assigned", assigned)
 
 
+def mend_lost_join(consumer: KafkaConsumer) -> bool:
+    """Work around a kafka-python 3.0.12 defect; True when it struck and was mended.
+
+    A rebalance that the leader starts because topic metadata changed (its assignment snapshot
+    differs from the metadata snapshot) sets no ``rejoin_needed`` flag: the comparison is the
+    only reason. The leader's assignment makes the snapshots equal again. If the poll's
+    timeout expires just as the SyncGroup answer arrives, the next poll sees no reason to
+    rejoin and never completes the join it has the answer for: the member stays in
+    REBALANCING with no partitions and heartbeats off until the group evicts it. Apache Kafka
+    shows it (the first metadata of a new topic often comes after the first join); so can
+    any broker. Asking to rejoin makes the next poll join again."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None or not getattr(coordinator, "rejoining", False):
+        return False
+    task = getattr(coordinator, "_join_task", None)
+    if (task is None or task.is_done) and not coordinator.need_rejoin():
+        log.debug(
+            "kafka-python lost a finished join of group %s; joining again", coordinator.group_id
+        )
+        coordinator.request_rejoin()
+        return True
+    return False
+
+
 class Subscription(threading.Thread):
     """A consumer in ``group_id`` subscribed to ``topic``, delivering records to ``listener``."""
 
@@ -165,6 +189,7 @@ class Subscription(threading.Thread):
             consumer.resume(*consumer.paused())
         try:
             batches = consumer.poll(timeout_ms=POLL_MS)
+            mend_lost_join(consumer)
         except NoOffsetForPartitionError as exc:
             for tp in exc.args[0]:
                 consumer.seek(tp, (self._start_offsets or {}).get(tp.partition, 0))

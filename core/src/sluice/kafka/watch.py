@@ -41,7 +41,7 @@ from ..errors import TopicNotFoundError
 from ..secrets import redact_exception
 from .config import consumer_config, credentials
 from .logs import hide_secret
-from .offsets import refresh_ends, resume_offset, tracked_consumer
+from .offsets import refresh_ends, resume_offset, tracked_consumer, waiting_out_coordinator
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -102,7 +102,8 @@ class _Clients:
         fresh = _admin(self.kwargs)  # raises while the broker is down
         _close(self.admin)
         self.admin = fresh
-        return _group_offsets(self.admin, by_group)
+        admin = self.admin
+        return waiting_out_coordinator(lambda: _group_offsets(admin, by_group))
 
     def close(self) -> None:
         for client in (self.lister, self.fetcher, self.admin):

@@ -2,8 +2,13 @@
 ``pytest -p sluice.testing.plugin`` (or ``addopts`` / ``pytest_plugins``): installing sluice-core
 adds no fixtures to other projects.
 
-- ``noida_broker``, ``tansu_broker``: Kafka-protocol brokers, one per test session.
-- ``kafka_broker``: parametrized over both (or the broker ``SLUICE_TEST_KAFKA_BOOTSTRAP`` names).
+- ``apache_kafka_broker``: Apache Kafka (one KRaft node), the reference broker, one per session.
+- ``kafka_cluster``: three Apache Kafka nodes (replication factor 3, ``min.insync.replicas`` 2),
+  started only for a session with a test that asks for it; nodes can be killed, paused,
+  resumed and restarted (:class:`sluice.brokers.KafkaCluster`).
+- ``noida_broker``, ``tansu_broker``: Kafka-protocol emulators, one per test session.
+- ``kafka_broker``: parametrized over Apache Kafka, noida-db and Tansu, in that order (or the
+  broker ``SLUICE_TEST_KAFKA_BOOTSTRAP`` names).
 - ``mosquitto_broker``, ``mosquitto_auth_broker``: MQTT, anonymous and with a password file.
 - ``mqtt_broker``: mosquitto (or the broker ``SLUICE_TEST_MQTT_URL`` names).
 - ``stock_mosquitto``: mosquitto with its default queue limits (which drop messages) and
@@ -36,7 +41,16 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ..brokers import BrokerAddress, BrokerProcess, start_mosquitto, start_noida, start_tansu
+from ..brokers import (
+    BrokerAddress,
+    BrokerProcess,
+    KafkaCluster,
+    start_kafka,
+    start_kafka_cluster,
+    start_mosquitto,
+    start_noida,
+    start_tansu,
+)
 
 if TYPE_CHECKING:
     from ..s3server import S3Server
@@ -58,6 +72,13 @@ class ExternalBroker(BrokerAddress):
 
 
 Broker = BrokerProcess | ExternalBroker
+
+#: ``kafka_broker``'s parameters and the session fixture each one names.
+KAFKA_FIXTURES = {
+    "apache": "apache_kafka_broker",
+    "noida": "noida_broker",
+    "tansu": "tansu_broker",
+}
 
 
 def external_broker(env: str, scheme: str, default_port: int) -> ExternalBroker | None:
@@ -89,6 +110,26 @@ def _kafka_broker(start: Callable[[], BrokerProcess]) -> Iterator[BrokerProcess]
 
 
 @pytest.fixture(scope="session")
+def apache_kafka_broker() -> Iterator[BrokerProcess]:
+    """Apache Kafka, one KRaft node (its jars resolved once per machine, under a file lock)."""
+    yield from _kafka_broker(start_kafka)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[KafkaCluster]:
+    """Three Apache Kafka nodes: replication factor 3 and ``min.insync.replicas`` 2 by default.
+    A test that stops, pauses or kills a node must bring it back before it ends."""
+    from ..kafka.watch import stop_watches
+
+    cluster = start_kafka_cluster(3)
+    try:
+        yield cluster
+    finally:
+        stop_watches()
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
 def noida_broker() -> Iterator[BrokerProcess]:
     yield from _kafka_broker(start_noida)
 
@@ -99,17 +140,18 @@ def tansu_broker() -> Iterator[BrokerProcess]:
 
 
 def _kafka_params() -> list[str]:
-    return ["external"] if os.environ.get(KAFKA_ENV) else ["noida", "tansu"]
+    return ["external"] if os.environ.get(KAFKA_ENV) else list(KAFKA_FIXTURES)
 
 
 @pytest.fixture(scope="session", params=_kafka_params())
 def kafka_broker(request: pytest.FixtureRequest) -> Broker:
-    """Each Kafka-protocol broker in turn: noida-db and Tansu, or the external one."""
+    """Each Kafka-protocol broker in turn: Apache Kafka, noida-db and Tansu, or the external
+    one."""
     if request.param == "external":
         external = external_broker(KAFKA_ENV, "kafka", 9092)
         assert external is not None
         return external
-    broker: BrokerProcess = request.getfixturevalue(f"{request.param}_broker")
+    broker: BrokerProcess = request.getfixturevalue(KAFKA_FIXTURES[request.param])
     return broker
 
 
