@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import sys
@@ -50,3 +51,30 @@ def test_a_benchmarks_json_output_is_what_the_charts_draw(
     family["rows"][0].pop("chart")
     with pytest.raises(ValueError, match="no row has a chart"):
         charts.chart(family)
+
+
+def test_freshness_json_rows_chart_each_side_against_the_anchor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.unit.test_bench_freshness import load_freshness
+
+    freshness = load_freshness()
+    batch = freshness.Batch("b1", 10.0, 9.0, [1.0, 2.0], [0, 1])
+    results = [
+        freshness.Result("a. Airflow, event-driven DAG", [30.0, 40.0], [batch], 2, 0, 0, []),
+        freshness.Result("b. Dagster, sensor", [], [], 2, 0, 2, []),  # nothing visible: no row
+    ]
+    args = argparse.Namespace(rate=1000.0, seconds=120.0, connect=False)
+    sys.path.insert(0, str(BENCH))  # benchjson, as the script finds it
+    try:
+        rows = freshness.json_rows(results, args)
+        monkeypatch.setattr(sys, "argv", ["bench/freshness.py", "--json", "f.json"])
+        load("benchjson").write(tmp_path / "freshness.json", "freshness", "Freshness", rows)
+    finally:
+        sys.path.remove(str(BENCH))
+    [row] = rows
+    assert row["command"] == "bench/freshness.py --rate 1000 --seconds 120"
+    p50 = freshness.percentile([30.0, 40.0], 50)
+    assert row["chart"]["values"] == {"a. Airflow": [p50, 300.0]}
+    [family] = load("charts").families(tmp_path)
+    assert load("charts").chart(family).startswith(PNG)
