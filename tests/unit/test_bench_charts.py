@@ -78,3 +78,41 @@ def test_freshness_json_rows_chart_each_side_against_the_anchor(
     assert row["chart"]["values"] == {"a. Airflow": [p50, 300.0]}
     [family] = load("charts").families(tmp_path)
     assert load("charts").chart(family).startswith(PNG)
+
+
+def test_trigger_latency_json_rows_hold_the_fleet_and_the_latencies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the module gives Airflow a home when none is set: one of this test's, put back after it
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it puts the repository first
+    sys.path.insert(0, str(BENCH))  # its percentiles, clock_trigger and benchjson modules
+    try:
+        spec = importlib.util.spec_from_file_location("bench_trigger", BENCH / "trigger_latency.py")
+        assert spec is not None and spec.loader is not None
+        trigger = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = trigger  # its dataclasses look their module up
+        spec.loader.exec_module(trigger)
+        monkeypatch.setattr(sys, "argv", ["bench/trigger_latency.py", "--idle", "500"])
+        cpu = {
+            "QueueMessageTrigger": [trigger.CpuSample(500, 0.065, 19, 538.0)],
+            "KafkaSharedStreamTrigger": [trigger.CpuSample(500, 0.281, 209, 488.0)],
+        }
+        latency = {
+            "QueueMessageTrigger": [(0.6, 0.7), (0.7, 0.8)],
+            "KafkaSharedStreamTrigger": [(12.0, 13.0), (13.0, 14.0)],
+        }
+        results = {"QueueMessageTrigger (default)": [0.1, 0.2], "AwaitMessageTrigger": [0.001]}
+        args = argparse.Namespace(topics=50, idle_seconds=30.0, samples=2)
+        rows = trigger.json_rows(results, cpu, latency, {"QueueMessageTrigger": [0.5]}, args)
+        load("benchjson").write(tmp_path / "trigger_fleet.json", "trigger_fleet", "T", rows)
+    finally:
+        sys.path.remove(str(BENCH))
+        sys.modules.pop("bench_trigger", None)
+    fleet, first, in_process = rows
+    assert fleet["sluice"] == "QueueMessageTrigger: 0.065, 19 threads, 538 MiB"
+    assert fleet["chart"]["values"] == {"threads": [19, 209]}
+    assert first["ratio"].endswith("x") and "triggerer's own p50 500 ms" in first["sluice"]
+    assert in_process["other"].startswith("AwaitMessageTrigger: p50 1.0 ms")
+    [family] = load("charts").families(tmp_path)
+    assert load("charts").chart(family).startswith(PNG)
