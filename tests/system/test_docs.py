@@ -65,8 +65,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 VENV_BIN = Path(sys.executable).parent
-#: The fixed ports of the pages: Kafka, MQTT, S3, and the Dagster UI of ``dagster dev``.
-PORTS = (19092, 11883, 19000, 3000)
+#: The fixed ports of the pages: Kafka, MQTT, S3, the stand-in Schema Registry, and the Dagster
+#: UI of ``dagster dev``.
+PORTS = (19092, 11883, 19000, 18081, 3000)
 BLOCK_TIMEOUT = 420.0
 
 

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,3 +159,44 @@ def test_apache_kafka_one_node_then_three(home: Path) -> None:
     assert f"SLUICE_KAFKA_BOOTSTRAP={bootstrap}" in up.stdout
     assert _sluice(home, "brokers", "down", "--purge").returncode == 0
     assert not any(running(e) for e in nodes)
+
+
+def test_registry_is_a_stand_in_said_plainly_that_an_avro_publish_and_ingest_use(
+    home: Path, tmp_path: Path
+) -> None:
+    """`sluice brokers up --registry` (issue 37, finding 10): the stand-in registry runs as a
+    process of its own, says what it is, and serves the formats' round trip."""
+    up = _sluice(home, "brokers", "up", "--no-mqtt", "--registry")
+    assert up.returncode == 0, up.stderr
+    assert "stand-in Schema Registry" in up.stderr and "lost when it stops" in up.stderr
+    registry = next(e for e in _entries(home) if e.name == "registry")
+    kafka = next(e for e in _entries(home) if e.name == "noida")
+    assert running(registry) and f"--registry {registry.url}" in up.stdout
+    schema = tmp_path / "reading.avsc"
+    schema.write_text(
+        json.dumps(
+            {
+                "type": "record",
+                "name": "Reading",
+                "fields": [
+                    {"name": "device", "type": "string"},
+                    {"name": "temperature", "type": "double"},
+                    {"name": "humidity", "type": "double"},
+                    {"name": "ts", "type": "string"},
+                ],
+            }
+        )
+    )
+    topic = f"{kafka.url}/readings.avro"
+    published = _sluice(
+        home, "publish", topic, "--sample", "iot", "--count", "20", "--format", "avro",
+        "--schema", str(schema), "--registry", registry.url,
+    )  # fmt: skip
+    assert published.returncode == 0, published.stderr
+    with urllib.request.urlopen(f"{registry.url}/subjects", timeout=10) as answer:
+        assert json.loads(answer.read()) == ["readings.avro-value"]
+
+    down = _sluice(home, "brokers", "down")
+    assert down.returncode == 0 and "Stopped registry" in down.stdout
+    wait_until(lambda: not running(registry), 10, message="the registry stopped")
+    assert not _accepts(registry.url)

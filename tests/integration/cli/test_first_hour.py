@@ -76,6 +76,28 @@ def test_a_schema_that_matches_nothing_fails_the_batch_before_publish_and_commit
     assert (rows["read"], rows["quarantined"], rows["committed"]) == ("50", "50", "yes")
 
 
+def test_a_schema_naming_none_of_the_records_fields_fails_the_batch_with_a_did_you_mean(
+    spark: Any, kafka: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Issue 37, 6: it wrote 100 rows of nulls and committed."""
+    topic = f"{kafka}/{unique_name}"
+    assert_ok(run("publish", topic, "--sample", "iot", "--count", "100"))
+    uri, sink = f"{topic}?group_id=g", str(tmp_path / "lake")
+    wrong = run("ingest", uri, "--sink", sink, "--schema", "device_id STRING, temp DOUBLE")
+    assert wrong.exit_code == 1, wrong.output
+    error = wrong.stderr.strip().splitlines()[-1]
+    for said in (
+        "100 of 100 messages (100%) went to quarantine, over max_quarantined",
+        "First reasons: 'does not match the schema: the record holds none of its fields "
+        "(expected: device_id, temp; present: device, temperature, humidity, ts); did you mean "
+        "device_id -> device, temp -> temperature? Fix the schema's field names",
+        "Nothing was published or committed",
+    ):
+        assert said in error, error
+    assert not list((tmp_path / "lake").glob("batch_id=*"))  # nothing published
+    assert "Total lag: 100" in assert_ok(run("lag", uri))  # nothing committed
+
+
 def test_a_topic_that_does_not_exist_is_an_error_and_is_not_created(
     noida_broker: Broker, kafka: str, unique_name: str, tmp_path: Path
 ) -> None:

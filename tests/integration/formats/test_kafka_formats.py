@@ -15,7 +15,7 @@ import pytest
 from sluice.batch import plan_batch
 from sluice.formats.encode import Encoder
 from sluice.formats.plan import IncompatibleSchemaError
-from sluice.formats.registry import RegistryUnavailableError, SchemaRegistry
+from sluice.formats.registry import RegistryError, RegistryUnavailableError, SchemaRegistry
 from sluice.formats.wire import frame
 from sluice.spark import ingest
 from sluice.spark.failpoints import armed
@@ -276,6 +276,70 @@ def test_a_registry_unreachable_fails_the_batch_before_anything_is_committed(
             value_format="avro",
             schema_registry=url,
         )
+
+
+def test_an_unknown_schema_id_is_quarantined_asking_the_registry_once_per_batch(
+    spark: Any, topic: KafkaTopic, schema_registry: SchemaRegistryServer, tmp_path: Path
+) -> None:
+    sink = tmp_path / "sink"
+    encoder = Encoder("avro", topic.name, json.dumps(READING_AVRO), schema_registry.url)
+    good = [encoder.encode(reading(i)) for i in range(60)]
+    topic.send([*good, *[frame(999, good[0][5:])] * 50], partition=0)
+
+    result = ingest(
+        spark,
+        topic.plan(),
+        sink,
+        source=topic.source,
+        value_format="avro",
+        schema_registry=schema_registry.url,
+    )
+
+    assert (result.written, result.quarantined, result.committed) == (60, 50, True)
+    assert {r["reason"] for r in quarantine_rows(sink)} == {
+        f"unknown schema id 999: the schema registry at {schema_registry.url} has no schema "
+        "with this id"
+    }
+    assert schema_registry.requests["GET /schemas/ids/999"] == 1, "once per batch"
+
+
+@pytest.mark.parametrize("answer", ["proxy HTML 404", "wrong path"])
+def test_a_404_that_is_not_the_registrys_unknown_id_fails_the_batch(
+    spark: Any, topic: KafkaTopic, answer: str, tmp_path: Path
+) -> None:
+    from sluice.testing.schema_registry import start_schema_registry
+
+    with start_schema_registry("ingest", "registry-secret-pw") as secured:
+        url = secured.url.replace("http://", "http://ingest:registry-secret-pw@")
+        encoder = Encoder("avro", topic.name, json.dumps(READING_AVRO), url)
+        # a schema of another subject: the plan does not read it, a task asks for its id
+        other = Encoder("avro", "elsewhere", json.dumps(READING_AVRO_V2), url)
+        topic.send([encoder.encode(reading(1)), other.encode(reading(2, humidity=1.0))])
+        spec = topic.plan()
+        if answer == "proxy HTML 404":
+            secured.proxy_404 = ("/schemas/ids/",)
+            path = f"/schemas/ids/{other.schema_id}"
+        else:
+            url += "/api"
+            path = f"/api/subjects/{topic.name}-value/versions"
+
+        with pytest.raises(RegistryError) as failed:
+            ingest(
+                spark,
+                spec,
+                tmp_path / "sink",
+                source=topic.source,
+                value_format="avro",
+                schema="id STRING, temperature DOUBLE",
+                schema_registry=url,
+                max_quarantined=None,  # it is no quarantine's business
+            )
+
+    shown = secured.url.replace("http://", "http://ingest:***@")
+    assert f"GET {shown}{path} answered 404" in str(failed.value)
+    assert "registry-secret-pw" not in str(failed.value)
+    assert plan_batch(topic.queue) == spec, "nothing committed"
+    assert not list((tmp_path / "sink").glob("batch_id=*")), "nothing published"
 
 
 def test_a_new_schema_version_evolves_the_iceberg_table_and_a_changed_type_is_quarantined(

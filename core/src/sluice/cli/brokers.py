@@ -35,7 +35,8 @@ STATE_FILE = "brokers.json"
 
 app = typer.Typer(
     help="Start, stop and list embedded brokers: noida-db, Tansu or Apache Kafka (Kafka), "
-    "mosquitto (MQTT) and, with --s3, an S3 server (SeaweedFS).",
+    "mosquitto (MQTT); with --s3 an S3 server (SeaweedFS), with --registry a stand-in "
+    "Schema Registry.",
     no_args_is_help=True,
 )
 
@@ -63,6 +64,8 @@ class Entry(BrokerAddress):
 
     @property
     def kind(self) -> str:
+        if self.name == REGISTRY:
+            return "Schema Registry"
         if self.scheme == "http":
             return "S3"
         return "Kafka" if self.scheme.startswith("kafka") else "MQTT"
@@ -153,6 +156,34 @@ def _start_s3(port: int | None = None, workdir: Path | None = None) -> BrokerPro
     return server
 
 
+#: The stand-in Schema Registry's entry name (``--registry``).
+REGISTRY = "registry"
+
+
+def _start_registry(port: int | None = None, workdir: Path | None = None) -> BrokerProcess:
+    """Sluice's stand-in Schema Registry as a process of its own, said plainly to be one."""
+    import sys
+
+    from sluice.brokers import free_port
+    from sluice.testing.schema_registry import BANNER
+
+    assert workdir is not None
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    module = "sluice.testing.schema_registry"
+    _progress(BANNER)
+    registry = BrokerProcess(
+        name=REGISTRY,
+        scheme="http",
+        port=port,
+        argv=[sys.executable, "-m", module, "--port", str(port)],
+        workdir=workdir,
+        log_path=workdir / f"{REGISTRY}.log",
+        identity=module,
+    )
+    return registry.start()
+
+
 def _progress(line: str) -> None:
     output.err().print(line)
 
@@ -197,6 +228,7 @@ def _start(name: str, port: int | None) -> Entry:
         "kafka": _start_kafka,
         "mosquitto": start_mosquitto,
         "seaweedfs": _start_s3,
+        REGISTRY: _start_registry,
     }
     workdir = home() / name
     try:
@@ -269,6 +301,17 @@ def up(
             "factor 3 and min.insync.replicas 2.",
         ),
     ] = 1,
+    registry: Annotated[
+        bool,
+        typer.Option(
+            help="Run Sluice's stand-in Schema Registry, for trying the Avro, Protobuf and "
+            "JSON Schema formats (schemas in memory: not a registry for real work)."
+        ),
+    ] = False,
+    registry_port: Annotated[
+        int | None,
+        typer.Option(help="Port for the registry (default: last time's, else a free one)."),
+    ] = None,
 ) -> None:
     """Start the brokers in the background and print the URIs to use."""
     entries, _ = _load()
@@ -291,6 +334,8 @@ def up(
         wanted.append(("mosquitto", mqtt_port))
     if s3:
         wanted.append(("seaweedfs", s3_port))
+    if registry:
+        wanted.append((REGISTRY, registry_port))
     _print_usage(start(wanted))
 
 
@@ -346,6 +391,12 @@ def _print_usage(entries: list[Entry]) -> None:
         console.print(f"  export SLUICE_KAFKA_BOOTSTRAP={bootstrap}")
     if mqtt is not None:
         console.print(f"  sluice publish '{mqtt.url}/readings?qos=1' --sample iot")
+    found = next((e for e in entries if e.name == REGISTRY), None)
+    if found is not None and kafka is not None:
+        console.print(
+            f"  sluice publish {kafka.url}/readings.avro --sample iot --format avro "
+            f"--schema reading.avsc --registry {found.url}  # a stand-in registry"
+        )
     s3 = next((e for e in entries if e.kind == "S3"), None)
     if s3 is not None:
         console.print(

@@ -11,6 +11,11 @@ The :class:`PayloadPlan` is pickled into the Spark tasks, with the schemas it re
 :class:`PayloadDecoder` decodes each value with the schema its wire header names (one codec
 per schema id, built once per task; an id the plan did not read, such as a version
 registered after the batch was planned, is asked of the registry once per worker process).
+An id the registry does not know (its 404 with error code 40403) quarantines the records that
+name it; it is asked once per batch in a worker process, not once per record (the answer is
+kept under the plan's ``token``, which is new for every batch: an id registered later is
+found by the next batch). Any other answer of the registry fails the batch
+(:class:`~sluice.formats.registry.RegistryError`, :mod:`.registry`).
 A schema that does not fit the table's (a field whose type changed, a field the table lacks)
 quarantines its records with a reason naming the fields, or fails the batch
 (``on_incompatible="fail"``: :class:`IncompatibleSchemaError`).
@@ -21,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +55,11 @@ OnIncompatible = Literal["quarantine", "fail"]
 #: The schema id after an Avro payload's magic byte (the wire format's frame).
 _ID = struct.Struct(">I")
 _REGISTRY_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}
+#: Process-wide: (plan token, schema id) -> why the registry has no such schema (the reason of
+#: the records naming it), so a batch's tasks in one worker process ask once; the last
+#: :data:`_UNKNOWN_KEPT` are kept.
+_UNKNOWN: dict[tuple[str, int], str] = {}
+_UNKNOWN_KEPT = 1024
 
 
 class IncompatibleSchemaError(RuntimeError):
@@ -141,6 +152,7 @@ class PayloadPlan:
     inline: SchemaSource | None = None
     on_incompatible: OnIncompatible = "quarantine"
     projected: bool = False  # the table's schema is the user's: writers' other fields dropped
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)  # one batch's plan
 
     def decoder(self) -> PayloadDecoder:
         return PayloadDecoder(self)
@@ -255,11 +267,17 @@ class PayloadDecoder:
         if found is not None:
             return found
         assert plan.registry is not None
+        unknown = _UNKNOWN.get((plan.token, schema_id))
+        if unknown is not None:
+            raise DecodeError(unknown)
         if self._registry is None:
             self._registry = SchemaRegistry(plan.registry)
         try:
             schema = self._registry.schema(schema_id, serialized=plan.format == "protobuf")
-        except SchemaNotFoundError as exc:
+        except SchemaNotFoundError as exc:  # only the registry's 40403: others fail the batch
+            if len(_UNKNOWN) >= _UNKNOWN_KEPT:
+                del _UNKNOWN[next(iter(_UNKNOWN))]
+            _UNKNOWN[(plan.token, schema_id)] = str(exc)
             raise DecodeError(str(exc)) from None
         return registry_source(self._registry, plan.format, schema, None)
 

@@ -10,9 +10,14 @@ message.
 
 Errors: :class:`RegistryUnavailableError` (a ``ConnectionError``) when the registry cannot be
 reached or answers 5xx: an ingest fails then, before anything is committed;
-:class:`SchemaNotFoundError` when it says the schema id, subject or version does not exist
-(a record naming an unknown schema id is quarantined); :class:`RegistryError` for other
-refusals (401/403, an incompatible schema on register...), with the registry's message.
+:class:`SchemaNotFoundError` when the registry itself says the schema id, subject or version
+does not exist: a 404 whose JSON body carries a Confluent error code ``404xx``
+(``{"error_code": 40403, "message": ...}`` for a schema id; only that one makes a record's
+schema id unknown, and such a record is quarantined); :class:`RegistryError` for every other
+answer, with the URL (its password redacted) and the status: other refusals (401/403, an
+incompatible schema on register...) with the registry's message, and a 404 or 200 that is not
+the registry's own (a proxy's HTML page, a wrong path in the URL), which must fail an ingest
+rather than quarantine every record as "unknown schema id".
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from ..secrets import REDACTED, remember
+from ..secrets import REDACTED, redact_text, remember
 
 __all__ = [
+    "SCHEMA_NOT_FOUND",
     "RegisteredSchema",
     "RegistryError",
     "RegistrySettings",
@@ -52,7 +58,16 @@ class RegistryError(RuntimeError):
 
 
 class SchemaNotFoundError(LookupError):
-    """The registry has no such schema id, subject or version."""
+    """The registry has no such schema id, subject or version: it said so with a Confluent
+    error code (``error_code``: 40401 subject, 40402 version, 40403 schema id, ...)."""
+
+    def __init__(self, message: str, error_code: int | None = None) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+#: Confluent's error code for "no schema with this id" (the body of its 404).
+SCHEMA_NOT_FOUND = 40403
 
 
 @dataclass(frozen=True)
@@ -171,7 +186,11 @@ class SchemaRegistry:
         self.requests += 1
         try:
             with urllib.request.urlopen(request, timeout=settings.timeout_s, context=context) as r:
-                return json.loads(r.read() or b"null")
+                body = r.read()
+                try:
+                    return json.loads(body or b"null")
+                except ValueError:
+                    raise self._not_registry(method, path, r.status, r.headers) from None
         except urllib.error.HTTPError as exc:
             self._refused(exc, method, path)
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
@@ -197,7 +216,9 @@ class SchemaRegistry:
                 "once it answers."
             ) from None
         if exc.code == 404:
-            raise SchemaNotFoundError(message or f"not found: {where} (error code {code})")
+            if isinstance(code, int) and 40400 < code < 40500:  # Confluent's "not found" codes
+                raise SchemaNotFoundError(message or f"not found: {where} ({code})", code)
+            raise self._not_registry(method, path, 404, exc.headers) from None
         if exc.code in (401, 403):
             raise RegistryError(
                 f"The schema registry at {self.settings.shown} refused the login ({exc.code}): "
@@ -208,6 +229,19 @@ class SchemaRegistry:
             + (f", error code {code}" if code else "")
             + f"): {message or exc.reason}"
         ) from None
+
+    def _not_registry(self, method: str, path: str, status: int, headers: Any) -> RegistryError:
+        """The error for an answer that is not the registry's own (no Confluent error code)."""
+        kind = (headers.get("Content-Type") if headers is not None else None) or "no content type"
+        return RegistryError(
+            redact_text(
+                f"The schema registry URL {self.settings.shown} gave an answer that is not a "
+                f"schema registry's: {method} {self.settings.shown}{path} answered {status} "
+                f"({kind}) without a registry error code. Check the URL (its path: the "
+                "registry's API is at its root, e.g. https://registry:8081) and any proxy in "
+                "front of it. Nothing was committed; run again once it is fixed."
+            )
+        )
 
     def _cached(self, path: str) -> Any:
         key = (self.settings.url, path)
@@ -226,10 +260,17 @@ class SchemaRegistry:
         path = f"/schemas/ids/{int(schema_id)}" + ("?format=serialized" if serialized else "")
         try:
             answer = self._cached(path)
-        except SchemaNotFoundError:
+        except SchemaNotFoundError as exc:
+            if exc.error_code != SCHEMA_NOT_FOUND:
+                raise RegistryError(
+                    f"The schema registry at {self.settings.shown} answered GET {path} with 404 "
+                    f"and error code {exc.error_code} ({exc}), not {SCHEMA_NOT_FOUND} (no such "
+                    "schema id): check the registry URL. Nothing was committed."
+                ) from None
             raise SchemaNotFoundError(
                 f"unknown schema id {schema_id}: the schema registry at {self.settings.shown} "
-                "has no schema with this id"
+                "has no schema with this id",
+                SCHEMA_NOT_FOUND,
             ) from None
         return _registered(answer, schema_id)
 

@@ -17,17 +17,27 @@ to it over HTTP:
 - ``GET``/``PUT /config`` and ``/config/{subject}`` (``compatibility``: NONE or BACKWARD, the
   default), ``POST /compatibility/subjects/{subject}/versions/latest``;
 - errors as the real one gives them: ``{"error_code": 40401 | 40402 | 40403 | 409 | 42201,
-  "message": ...}``; HTTP Basic authentication when a user and password are set (401).
+  "message": ...}`` (an unknown schema id: 404 with ``{"error_code": 40403, "message":
+  "Schema 7 not found"}``; a path outside the API: 404 with error code 404, as the real one's
+  web server answers); HTTP Basic authentication when a user and password are set (401).
+
+Not the registry's own: paths starting with one of :attr:`SchemaRegistryServer.proxy_404`
+get a proxy's 404, an HTML page without an error code (a proxy in front of a registry that
+does not route them). ``requests`` counts every request by method and path.
 
 Compatibility is checked for Avro only (BACKWARD: a new version may add fields with a
 default, drop fields, and widen int to long or float to double; any other change of a field
-is refused), which is what the tests need. It is a stand-in for tests, not a registry to run.
+is refused), which is what the tests need. It is a stand-in for tests and for a first local
+try (``sluice brokers up --registry`` runs it as a process: :func:`main`), never a registry to
+run for real: it keeps its schemas in memory, so they are gone when it stops.
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
+import signal
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -124,6 +134,14 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         path = [unquote(p) for p in parts.path.strip("/").split("/") if p]
         self.server.requests[f"{method} {parts.path}"] += 1
+        if parts.path.startswith(self.server.proxy_404):
+            page = b"<html><head><title>404 Not Found</title></head><body>nginx</body></html>"
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+            return
         if not self._authorized():
             self._send(401, {"error_code": 40101, "message": "Unauthorized"})
             return
@@ -152,12 +170,15 @@ class SchemaRegistryServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, username: str | None = None, password: str | None = None) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(
+        self, username: str | None = None, password: str | None = None, port: int = 0
+    ) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.username, self.password = username, password
         self.state = _State()
         self.lock = threading.Lock()
         self.requests: Counter[str] = Counter()
+        self.proxy_404: tuple[str, ...] = ()  # path prefixes a "proxy" answers with HTML 404
         self._thread: threading.Thread | None = None
 
     @property
@@ -287,3 +308,35 @@ def start_schema_registry(
 ) -> SchemaRegistryServer:
     """A stand-in registry on a free port of 127.0.0.1, serving in a thread; ``stop()`` it."""
     return SchemaRegistryServer(username, password).start()
+
+
+#: What the process says first, so that nobody takes it for a registry to keep schemas in.
+BANNER = (
+    "Sluice's stand-in Schema Registry, for trying Sluice out: schemas are kept in memory "
+    "and lost when it stops. Run Confluent Schema Registry (or another compatible one) for "
+    "real work."
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m sluice.testing.schema_registry --port P``: serve on 127.0.0.1 until SIGTERM
+    or SIGINT (``sluice brokers up --registry``)."""
+    parser = argparse.ArgumentParser(description=BANNER)
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
+    args = parser.parse_args(argv)
+    server = SchemaRegistryServer(port=args.port)
+
+    def stop(*_: object) -> None:  # shutdown() waits for serve_forever: not from its thread
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"{BANNER}\nServing at {server.url}", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()
