@@ -35,7 +35,7 @@ def closed_repository() -> str:
 
 
 @pytest.mark.parametrize(
-    "text", ["org:name", "org:name:1.0:extra", "org:name:[1.0,2.0)", "org:name:latest.+", ":n:1"]
+    "text", ["org:name", "org:name:1.0:cls:more", "org:name:[1.0,2.0)", "org:name:latest.+", ":n:1"]
 )
 def test_a_coordinate_must_be_pinned(text: str) -> None:
     with pytest.raises(ValueError, match="pinned Maven coordinate"):

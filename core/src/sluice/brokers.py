@@ -147,11 +147,13 @@ class BrokerProcess(BrokerAddress):
     log_path: Path
     host: str = HOST
     users: dict[str, str] = field(default_factory=dict)
-    run_as: str | None = None  # a user (and group) of that name to run as, when we are root
     #: a line the broker logs once it serves clients (else: once its port accepts connections)
     ready_text: str | None = None
     #: what identifies the process in its command line (default: the executable)
     identity: str = ""
+    run_as: str | None = None  # a user (and group) of that name to run as, when we are root
+    #: the process's whole environment (default: ours); secrets go here, never in ``argv``
+    env: dict[str, str] | None = field(default=None, repr=False)
     _proc: subprocess.Popen[bytes] | None = None
     _owns_workdir: bool = False
     _log_start: int = 0
@@ -179,6 +181,7 @@ class BrokerProcess(BrokerAddress):
                 stdin=subprocess.DEVNULL,
                 cwd=self.workdir,
                 start_new_session=True,
+                env=self.env,
                 user=self.run_as,
                 group=self.run_as,
                 extra_groups=[] if self.run_as else None,

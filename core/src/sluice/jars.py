@@ -64,23 +64,29 @@ class JarError(RuntimeError):
 
 @dataclass(frozen=True, order=True)
 class Coordinate:
-    """``organisation:name:revision`` of one Maven artifact (a fixed revision, never a range)."""
+    """``organisation:name:revision`` of one Maven artifact (a fixed revision, never a range),
+    or ``organisation:name:revision:classifier`` for a classified jar of it (e.g.
+    ``test-fixtures``), resolved with the module's dependencies."""
 
     org: str
     name: str
     rev: str
+    classifier: str = ""
 
     @classmethod
     def parse(cls, text: str | Coordinate) -> Coordinate:
         if isinstance(text, Coordinate):
             return text
         parts = text.split(":")
-        if len(parts) != 3 or not all(parts) or any(c in text for c in "[]()$,+ "):
-            raise ValueError(f"not a pinned Maven coordinate org:name:revision: {text!r}")
+        if len(parts) not in (3, 4) or not all(parts) or any(c in text for c in "[]()$,+ "):
+            raise ValueError(
+                f"not a pinned Maven coordinate org:name:revision[:classifier]: {text!r}"
+            )
         return cls(*parts)
 
     def __str__(self) -> str:
-        return f"{self.org}:{self.name}:{self.rev}"
+        text = f"{self.org}:{self.name}:{self.rev}"
+        return f"{text}:{self.classifier}" if self.classifier else text
 
 
 def cache_dir() -> Path:
@@ -203,16 +209,32 @@ def _settings(repository: str | None) -> str:
 
 
 def _ivy_module(coordinates: Sequence[Coordinate]) -> str:
-    deps = "\n".join(
-        f"    <dependency org={quoteattr(c.org)} name={quoteattr(c.name)} "
-        f'rev={quoteattr(c.rev)} conf="default->default"/>'
-        for c in coordinates
-    )
+    # One dependency per module; a module asked for with classifiers lists each jar wanted
+    # (the plain one too, if asked for), as Ivy then fetches only the listed artifacts.
+    modules: dict[tuple[str, str, str], list[str]] = {}
+    for c in coordinates:
+        modules.setdefault((c.org, c.name, c.rev), []).append(c.classifier)
+    deps = []
+    for (org, name, rev), classifiers in modules.items():
+        head = (
+            f"    <dependency org={quoteattr(org)} name={quoteattr(name)} "
+            f'rev={quoteattr(rev)} conf="default->default"'
+        )
+        if classifiers == [""]:
+            deps.append(head + "/>")
+            continue
+        artifacts = "".join(
+            f'<artifact name={quoteattr(name)} type="jar" ext="jar"'
+            + (f" m:classifier={quoteattr(classifier)}" if classifier else "")
+            + "/>"
+            for classifier in dict.fromkeys(classifiers)
+        )
+        deps.append(f"{head}>{artifacts}</dependency>")
     return (
-        '<ivy-module version="2.0">\n'
+        '<ivy-module version="2.0" xmlns:m="http://ant.apache.org/ivy/maven">\n'
         '  <info organisation="sluice" module="sluice-jars"/>\n'
         '  <configurations><conf name="default"/></configurations>\n'
-        f"  <dependencies>\n{deps}\n  </dependencies>\n"
+        "  <dependencies>\n" + "\n".join(deps) + "\n  </dependencies>\n"
         "</ivy-module>\n"
     )
 

@@ -80,7 +80,7 @@ class S3Server(BrokerProcess):
         with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
             client.create_bucket(Bucket=bucket)
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 30.0) -> S3Server:
         """Wait until an object can be written and read (the volume server has joined)."""
         deadline = time.monotonic() + timeout
         last: Exception | None = None
@@ -93,7 +93,7 @@ class S3Server(BrokerProcess):
                     self.create_bucket("sluice-ready")
                 client.put_object(Bucket="sluice-ready", Key="probe", Body=b"ok")
                 client.get_object(Bucket="sluice-ready", Key="probe")["Body"].read()
-                return
+                return self
             except Exception as exc:
                 last = exc
                 time.sleep(0.1)

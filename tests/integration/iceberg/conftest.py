@@ -1,5 +1,6 @@
-"""Iceberg sinks on real SQL catalogs: SQLite in the test's directory, and PostgreSQL (the
-session's own server, ``postgres_server``: database ``test``, user postgres).
+"""Iceberg sinks on real catalogs: SQLite in the test's directory, PostgreSQL (the session's
+own server, ``postgres_server``: database ``test``, user postgres), and an Iceberg REST
+catalog (the session's own server, ``rest_catalog``, its warehouse on the S3 server).
 
 A catalog is configured the pyiceberg way, through ``PYICEBERG_CATALOG__<NAME>__*``
 environment variables, which the crash tests' child processes inherit. Every test gets a
@@ -18,6 +19,7 @@ import pytest
 
 from sluice.testing.plugin import S3Bucket
 from sluice.testing.postgres import PostgresServer
+from sluice.testing.rest_catalog import RestCatalogServer
 
 
 @dataclass
@@ -141,9 +143,35 @@ def s3_postgres_lake(
     catalog.engine.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+def configure_rest(
+    monkeypatch: pytest.MonkeyPatch, server: RestCatalogServer, uri: str | None = None
+) -> Lake:
+    """A REST catalog configured the pyiceberg way (``PYICEBERG_CATALOG__<NAME>__TYPE=rest``,
+    ``__URI``, ``__S3__ENDPOINT``, ...), reached at ``uri`` (default: the server's own), with a
+    namespace of the test's own."""
+    from pyiceberg.catalog import load_catalog
+
+    name = f"rest{uuid.uuid4().hex[:8]}"
+    properties = server.client_properties(uri)
+    for key, value in properties.items():
+        variable = key.upper().replace(".", "__").replace("-", "_")
+        monkeypatch.setenv(f"PYICEBERG_CATALOG__{name.upper()}__{variable}", value)
+    return Lake(name, f"ns_{uuid.uuid4().hex[:8]}", load_catalog(name, **properties))
+
+
+@pytest.fixture
+def rest_lake(monkeypatch: pytest.MonkeyPatch, rest_catalog: RestCatalogServer) -> Iterator[Lake]:
+    """The session's REST catalog, warehouse on the S3 server, S3 settings in the catalog's
+    properties."""
+    lake = configure_rest(monkeypatch, rest_catalog)
+    yield lake
+    if (lake.namespace,) in lake.catalog.list_namespaces():
+        _drop(lake.catalog, lake.namespace)
+
+
+@pytest.fixture(params=["sqlite", "postgres", "rest"])
 def lake(request: pytest.FixtureRequest) -> Lake:
-    """Each SQL catalog in turn."""
+    """Each catalog in turn: SQL on SQLite and on PostgreSQL, and REST."""
     found: Lake = request.getfixturevalue(f"{request.param}_lake")
     return found
 

@@ -2,7 +2,7 @@
 them between the Iceberg commit and the Kafka commit, ``commit.before``), then run again:
 every message exactly once in the table (``sluice audit``), lag 0, every dead letter once; on
 local disk with ``sluice compact`` and ``sluice expire`` days later between the crash and the
-rerun.
+rerun, on the S3 server, and on the REST catalog.
 And ``sluice ingest`` / ``sluice audit`` on an ``iceberg://`` sink."""
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from .conftest import Lake, sluice_summaries, table_rows
 
 
 @pytest.fixture
-def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    opened = open_topic(noida_broker, unique_name)
+def topic(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
+    opened = open_topic(apache_kafka_broker, unique_name)
     yield opened
     opened.queue.close(None)
     opened.producer.close()
@@ -39,8 +39,9 @@ def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
 
 #: (store, maintained): a SQLite catalog with its warehouse on local disk, with ``sluice
 #: compact`` and ``sluice expire`` days later between the crash and the rerun; or on the S3
-#: server, rerun at once
-LAKES = [("local", True), ("s3", False)]
+#: server, rerun at once; or the REST catalog (its warehouse on the S3 server), rerun at once
+LAKES = [("local", True), ("s3", False), ("rest", False)]
+LAKE_FIXTURES = {"local": "sqlite_lake", "s3": "s3_sqlite_lake", "rest": "rest_lake"}
 
 
 @pytest.mark.parametrize(("store", "maintained"), LAKES)
@@ -53,9 +54,7 @@ def test_kafka_into_iceberg_killed_at_each_failpoint_then_rerun_is_exactly_once(
     maintained: bool,
     request: pytest.FixtureRequest,
 ) -> None:
-    sqlite_lake: Lake = request.getfixturevalue(
-        "sqlite_lake" if store == "local" else "s3_sqlite_lake"
-    )
+    sqlite_lake: Lake = request.getfixturevalue(LAKE_FIXTURES[store])
     topic.send([reading(i) for i in range(40)] + BAD)
     spec = topic.plan()
     sink = sqlite_lake.sink()

@@ -3,8 +3,8 @@ catalog: one overwrite snapshot replaces the small files; the audit, reruns and 
 state are the same before and after, and after snapshot expiry; an ingest committing between
 the compaction's read and its commit makes it commit again, a compaction whose files were
 replaced gives up and deletes its own; killed at each failpoint, the table is as before or
-as after; expiry deletes the files of expired snapshots and of crashed runs, never a young
-unreferenced file (a live run's)."""
+as after (on the REST catalog too); expiry deletes the files of expired snapshots and of
+crashed runs, never a young unreferenced file (a live run's)."""
 
 from __future__ import annotations
 
@@ -134,10 +134,19 @@ def _compact_with_a_rival(sink: str) -> Any:
         return compact(sink, "1MB", min_files=2)
 
 
-@pytest.mark.parametrize("point", ["compact.before_commit", "compact.after_commit"])
+#: (point, catalog): each point on SQLite; on the REST catalog, killed once the server committed
+COMPACTION_KILLS = [
+    ("compact.before_commit", "sqlite"),
+    ("compact.after_commit", "sqlite"),
+    ("compact.after_commit", "rest"),
+]
+
+
+@pytest.mark.parametrize(("point", "catalog"), COMPACTION_KILLS)
 def test_a_compaction_killed_at_each_failpoint_leaves_the_table_before_or_after(
-    sqlite_lake: Lake, point: str
+    point: str, catalog: str, request: pytest.FixtureRequest
 ) -> None:
+    sqlite_lake: Lake = request.getfixturevalue(f"{catalog}_lake")
     sink = sqlite_lake.sink()
     small_mqtt_sink(sink)
     files = data_files(sqlite_lake)

@@ -88,9 +88,9 @@ def open_topic(broker: Broker, name: str, partitions: int = 3) -> KafkaTopic:
 
 
 @pytest.fixture
-def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    """A 3-partition topic on noida-db."""
-    opened = open_topic(noida_broker, unique_name)
+def topic(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
+    """A 3-partition topic on Apache Kafka (the reference broker)."""
+    opened = open_topic(apache_kafka_broker, unique_name)
     yield opened
     opened.queue.close(None)
     opened.producer.close()

@@ -23,8 +23,8 @@ from .conftest import SCHEMA, KafkaTopic, dataset_rows, open_topic, reading
 
 
 @pytest.fixture
-def one_partition(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    opened = open_topic(noida_broker, unique_name, partitions=1)
+def one_partition(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
+    opened = open_topic(apache_kafka_broker, unique_name, partitions=1)
     opened.send([reading(i) for i in range(200)])
     yield opened
     opened.queue.close(None)
@@ -103,9 +103,9 @@ def test_messages_deleted_by_retention_fail_the_ingest_unless_the_loss_is_accept
 
 
 def test_a_recreated_topic_fails_the_ingest_unless_the_loss_is_accepted(
-    spark: Any, noida_broker: Broker, unique_name: str, tmp_path: Path
+    spark: Any, apache_kafka_broker: Broker, unique_name: str, tmp_path: Path
 ) -> None:
-    topic = open_topic(noida_broker, unique_name, partitions=1)
+    topic = open_topic(apache_kafka_broker, unique_name, partitions=1)
     try:
         topic.send([reading(i) for i in range(30)])
         ingest(spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA)

@@ -56,8 +56,8 @@ def refused_then_accepted(spark: Any, topic: KafkaTopic, spec: BatchSpec, sink: 
 
 
 @pytest.fixture
-def one_partition(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    opened = open_topic(noida_broker, unique_name, partitions=1)
+def one_partition(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
+    opened = open_topic(apache_kafka_broker, unique_name, partitions=1)
     opened.send([reading(i) for i in range(200)])
     yield opened
     opened.queue.close(None)
@@ -342,13 +342,20 @@ def transactional_topic(broker: Broker, name: str) -> KafkaProducer:
     ("reader", "mode"), [(r, "driver") for r in READERS] + [(READERS[0], "executors")]
 )
 def test_transactions_are_read_committed_on_both_readers_up_to_the_last_stable_offset(
-    spark: Any, noida_broker: Broker, unique_name: str, reader: str, mode: str, tmp_path: Path
+    spark: Any,
+    apache_kafka_broker: Broker,
+    unique_name: str,
+    reader: str,
+    mode: str,
+    tmp_path: Path,
 ) -> None:
     """The finding: kafka-python read aborted records, the confluent reader did not but
-    stalled on the open transaction: one BatchSpec gave different rows by options.reader."""
-    transactions = transactional_topic(noida_broker, unique_name)
-    source = with_reader(f"kafka://{noida_broker.bootstrap}", reader)
-    planner = open_topic(noida_broker, unique_name, partitions=1)
+    stalled on the open transaction: one BatchSpec gave different rows by options.reader.
+    On Apache Kafka: a real transaction coordinator, its control records and its LSO."""
+    broker = apache_kafka_broker
+    transactions = transactional_topic(broker, unique_name)
+    source = with_reader(f"kafka://{broker.bootstrap}", reader)
+    planner = open_topic(broker, unique_name, partitions=1)
     try:
         spec = planner.plan()
         end = spec.ranges[0].end

@@ -20,6 +20,8 @@ adds no fixtures to other projects.
   the standard ``AWS_*`` variables pointing at the proxy for the test.
 - ``postgres_server``: a PostgreSQL server of the tests' own (:mod:`.postgres`), one per test
   session, with a database ``test``.
+- ``rest_catalog``: an Apache Iceberg REST catalog server of the tests' own
+  (:mod:`.rest_catalog`), one per test session, its warehouse in a bucket of ``s3_server``.
 - ``unique_name``: a fresh topic / group / client id for one test.
 - ``schema_registry``: a stand-in Schema Registry on a free port for one test
   (:mod:`sluice.testing.schema_registry`).
@@ -55,6 +57,7 @@ from ..brokers import (
 if TYPE_CHECKING:
     from ..s3server import S3Server
     from .postgres import PostgresServer
+    from .rest_catalog import RestCatalogServer
     from .s3proxy import S3Proxy
 
 KAFKA_ENV = "SLUICE_TEST_KAFKA_BOOTSTRAP"
@@ -277,6 +280,28 @@ def postgres_server() -> Iterator[PostgresServer]:
     server = start_postgres()
     try:
         server.create_database("test")
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(s3_server: S3Server) -> Iterator[RestCatalogServer]:
+    """An Iceberg REST catalog on a free port, its warehouse ``s3://rest-warehouse/warehouse``
+    on the session's S3 server; stopped by its pid at the end of the session."""
+    from .rest_catalog import start_rest_catalog
+
+    s3_server.create_bucket("rest-warehouse")
+    server = start_rest_catalog(
+        "s3://rest-warehouse/warehouse",
+        s3_endpoint=s3_server.endpoint,
+        s3_region=s3_server.region,
+        s3_credentials={
+            "AWS_ACCESS_KEY_ID": s3_server.access_key,
+            "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+        },
+    )
+    try:
         yield server
     finally:
         server.close()

@@ -2,6 +2,10 @@
 a test asks it to (what a healthy server never does on demand: a 500 or 503, a connection
 dropped before the answer).
 
+Nothing in the pipe is S3's own but the names of :func:`classify`, so the same proxy stands
+in front of the tests' Iceberg REST catalog too (its commit is a ``POST`` whose "key" is
+``namespaces/<ns>/tables/<table>``).
+
 Requests and answers pass through byte for byte (signatures stay valid: the client signs for
 the proxy's host, which the proxy forwards unchanged), over keep-alive connections. Each
 request is classified as S3 names its operations (``PUT``, ``GET``, ``HEAD``, ``LIST``,

@@ -1,0 +1,233 @@
+"""An Iceberg sink on a REST catalog (Apache Iceberg's REST catalog server, the session's own,
+its warehouse on the S3 server), where a REST catalog fails differently from a SQL one:
+
+- a commit whose answer is lost: a proxy in front of the server forwards the commit's POST
+  and drops the connection before the answer (the commit happened), or answers 500 without
+  forwarding it (it did not). The sink deletes nothing (invariant I8), the rerun resolves the
+  outcome by reading the catalog, and ``sluice audit`` finds every message once;
+- the README's REST configuration (``.pyiceberg.yaml``, and the variables) ingests as written;
+- the server keeps its tables across a restart (its catalog is a SQLite file), listens on
+  127.0.0.1 only, and the S3 keys are neither in its log nor on its command line;
+- ``sluice compact`` and ``sluice expire`` on a table of the REST catalog.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import requests
+from pyiceberg.exceptions import CommitStateUnknownException
+
+from sluice.audit import audit
+from sluice.batch import plan_batch
+from sluice.maintenance import compact, expire
+from sluice.s3server import S3Server
+from sluice.spark import ingest
+from sluice.spark.sinks import StreamKey, open_sink
+from sluice.testing.plugin import Broker
+from sluice.testing.rest_catalog import RestCatalogServer
+from sluice.testing.s3proxy import S3Proxy
+
+from ..spark.conftest import SCHEMA, KafkaTopic, open_topic, reading
+from ..spark.crashes import assert_exactly_once
+from .conftest import Lake, configure_rest, data_files, sluice_summaries, table_rows
+
+BAD = [b"not json", b'{"temperature": "warm"}']
+
+
+@pytest.fixture
+def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
+    opened = open_topic(noida_broker, unique_name)
+    yield opened
+    opened.queue.close(None)
+    opened.producer.close()
+
+
+@pytest.fixture
+def rest_proxy(rest_catalog: RestCatalogServer) -> Iterator[S3Proxy]:
+    """A loopback HTTP proxy in front of the REST catalog (the S3 tests' proxy: it passes
+    any HTTP/1.1 exchange through byte for byte and fails the ones a test plans)."""
+    with S3Proxy(f"{rest_catalog.host}:{rest_catalog.port}") as proxy:
+        yield proxy
+
+
+def exists(lake: Lake, uri: str) -> bool:
+    return bool(lake.table().io.new_input(uri).exists())
+
+
+#: (the proxy's fault, whether the commit happened, what pyiceberg raises): the connection
+#: dropped after the server committed; a gateway's 500 (the server never saw the request)
+LOST_ANSWERS = [
+    ("drop", True, requests.ConnectionError),
+    ("500", False, CommitStateUnknownException),
+]
+
+
+@pytest.mark.parametrize(("fault", "committed", "error"), LOST_ANSWERS)
+def test_a_rest_commit_whose_answer_is_lost_is_resolved_by_reading_the_catalog(
+    spark: Any,
+    topic: KafkaTopic,
+    rest_catalog: RestCatalogServer,
+    rest_proxy: S3Proxy,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: str,
+    committed: bool,
+    error: type[Exception],
+) -> None:
+    lake = configure_rest(monkeypatch, rest_catalog, rest_proxy.endpoint)
+    topic.send([reading(i) for i in range(400)] + BAD)
+    spec = topic.plan()
+    sink = lake.sink()
+    options = {"source": topic.source, "schema": SCHEMA}
+    # The table's commit: POST /v1/namespaces/<ns>/tables/readings (not its quarantine's).
+    commit = rf"namespaces/{lake.namespace}/tables/readings$"
+    rest_proxy.fail(fault, "POST", commit)  # type: ignore[arg-type]
+
+    with pytest.raises(error):
+        ingest(spark, spec, sink, **options)
+
+    assert len(rest_proxy.injected) == 1, "the fault was injected once"
+    assert rest_proxy.injected[0].startswith(f"{fault} POST namespaces/{lake.namespace}/")
+    assert len(table_rows(lake)) == (400 if committed else 0), "the table reads"
+    assert plan_batch(topic.queue) is not None, "no offset was committed"
+    assert all(exists(lake, f) for f in data_files(lake)), "no file of the table was deleted"
+
+    again = ingest(spark, spec, sink, **options)
+
+    assert again.written == (0 if committed else 400), "the rerun read the catalog"
+    rows = table_rows(lake)
+    assert sorted(r["temperature"] for r in rows) == [i / 10 for i in range(400)]
+    assert all(exists(lake, f) for f in data_files(lake))
+    assert len(table_rows(lake, "readings__quarantine")) == 2
+    assert [s["sluice.batch-id"] for s in sluice_summaries(lake)] == [spec.batch_id]
+    assert plan_batch(topic.queue) is None
+    assert_exactly_once(audit(sink, topic.source), 402)
+
+
+def test_the_rest_catalog_keeps_its_tables_across_a_restart_on_loopback_without_showing_keys(
+    spark: Any, topic: KafkaTopic, rest_catalog: RestCatalogServer, rest_lake: Lake
+) -> None:
+    sink = rest_lake.sink()
+    topic.send([reading(i) for i in range(20)])
+    ingest(spark, topic.plan(), sink, source=topic.source, schema=SCHEMA)
+    before = rest_lake.table().metadata_location
+    assert before.startswith(rest_catalog.warehouse), "the server placed the table"
+
+    old_pid = rest_catalog.pid
+    rest_catalog.restart()
+
+    assert rest_catalog.pid != old_pid
+    assert rest_lake.table().metadata_location == before
+    assert len(table_rows(rest_lake)) == 20
+    topic.send([reading(20 + i) for i in range(20)])
+    ingest(spark, topic.plan(), sink, source=topic.source, schema=SCHEMA)
+    assert_exactly_once(audit(sink, topic.source), 40)
+    secret = rest_catalog.client_properties()["s3.secret-access-key"]
+    assert secret
+    log = Path(rest_catalog.process.log_path).read_text()
+    assert f"serving on {rest_catalog.uri}" in log and secret not in log
+    cmdline = Path(f"/proc/{rest_catalog.pid}/cmdline").read_bytes().decode()
+    assert "RESTCatalogServer" in cmdline and secret not in cmdline
+    listening = [
+        c.laddr
+        for c in psutil.Process(rest_catalog.pid).net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN
+    ]
+    assert listening and all(a.ip.removeprefix("::ffff:") == "127.0.0.1" for a in listening)
+
+
+def test_compaction_and_expiry_on_a_rest_catalog_keep_the_audit_and_the_state(
+    spark: Any, topic: KafkaTopic, rest_lake: Lake
+) -> None:
+    sink = rest_lake.sink()
+    options = {"source": topic.source, "schema": SCHEMA}
+    specs = []
+    for n in range(3):
+        topic.send([reading(10 * n + i) for i in range(10)] + ([b"not json"] if n == 1 else []))
+        specs.append(topic.plan())
+        ingest(spark, specs[-1], sink, **options)
+    stream = StreamKey.of(specs[0])
+    before = open_sink(sink).state(stream)
+    files = data_files(rest_lake)
+    assert len(files) >= 3
+
+    result = compact(sink, "1MB", min_files=2)
+
+    assert result.tables[f"{rest_lake.namespace}.readings"]["after"] == 1, result.lines()
+    assert len(data_files(rest_lake)) == 1
+    assert open_sink(sink).state(stream).to_json() == before.to_json()
+    assert_exactly_once(audit(sink, topic.source), 31)
+
+    expired = expire(sink, 0)
+
+    assert expired.snapshots_expired >= 3 and expired.files_deleted >= len(files)
+    assert not any(exists(rest_lake, f) for f in files), "the replaced files are deleted"
+    assert len(rest_lake.table().snapshots()) == 1
+    assert open_sink(sink).state(stream).to_json() == before.to_json()
+    rerun = ingest(spark, specs[-1], sink, **options)  # its snapshot is expired
+    assert (rerun.written, rerun.skipped) == (0, specs[-1].message_count)
+    temperatures = sorted(r["temperature"] for r in table_rows(rest_lake))
+    assert temperatures == [i / 10 for i in range(30)]
+    assert_exactly_once(audit(sink, topic.source), 31)
+
+
+def readme_rest_blocks() -> tuple[str, str]:
+    """The README's REST configuration: its ``.pyiceberg.yaml`` and its variables."""
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    blocks = re.findall(r"```text\n(.*?)```", readme, re.S)
+    (yaml,) = [b for b in blocks if b.startswith("catalog:") and "type: rest" in b]
+    (variables,) = [b for b in blocks if "PYICEBERG_CATALOG__LAKE__TYPE=rest" in b]
+    return yaml, variables
+
+
+def test_the_readmes_rest_configuration_ingests_as_written(
+    spark: Any,
+    topic: KafkaTopic,
+    rest_catalog: RestCatalogServer,
+    s3_server: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The README's two ways, with this session's addresses (and keys) put in: the
+    ``.pyiceberg.yaml`` ingests one batch, the variables (keys in AWS_*) the next."""
+    yaml, variables = readme_rest_blocks()
+    ours = {"http://127.0.0.1:8181": rest_catalog.uri, "http://127.0.0.1:9000": s3_server.endpoint}
+    for theirs, mine in ours.items():
+        assert theirs in yaml and theirs in variables
+        yaml, variables = yaml.replace(theirs, mine), variables.replace(theirs, mine)
+    yaml = re.sub(r"(s3\.access-key-id:) \.\.\..*", rf"\1 {s3_server.access_key}", yaml)
+    yaml = re.sub(r"(s3\.secret-access-key:) \.\.\..*", rf"\1 {s3_server.secret_key}", yaml)
+    for name in [n for n in os.environ if n.startswith(("PYICEBERG_", "AWS_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    (tmp_path / ".pyiceberg.yaml").write_text(yaml)
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
+    namespace = f"ns_{uuid.uuid4().hex[:8]}"
+    sink = f"iceberg://lake/{namespace}.readings"
+    options = {"source": topic.source, "schema": SCHEMA}
+    topic.send([reading(i) for i in range(10)])
+    assert ingest(spark, topic.plan(), sink, **options).written == 10
+
+    (tmp_path / ".pyiceberg.yaml").unlink()
+    for line in variables.strip().splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    topic.send([reading(10 + i) for i in range(10)])
+    assert ingest(spark, topic.plan(), sink, **options).written == 10
+
+    assert_exactly_once(audit(sink, topic.source), 20)
+    catalog = configure_rest(monkeypatch, rest_catalog).catalog
+    table = catalog.load_table(f"{namespace}.readings")
+    assert table.metadata_location.startswith(rest_catalog.warehouse)
+    assert len(table.scan().to_arrow()) == 20
