@@ -2,14 +2,18 @@
 
     uv run python bench/nemesis.py [--seeds 200] [--first 1] [--extra 4] [--jobs 1]
                                    [--transport kafka|mqtt] [--sink parquet|iceberg|delta]
-                                   [--store local|s3]
+                                   [--store local|s3] [--broker noida|kafka|cluster]
+                                   [--only fault,fault]
     uv run python bench/nemesis.py --seed 17 --transport mqtt --sink iceberg   # replay one
     uv run python bench/nemesis.py --store s3 --seeds 8   # the sinks on a real S3 server
+    uv run python bench/nemesis.py --transport kafka --broker cluster --seeds 4  # 3 nodes
 
 Each seed plays one scenario (sluice.testing.nemesis) on every transport and sink named (all
 six combinations by default, taking turns; --store s3 puts the sink on a SeaweedFS server of
 the scenario's own behind the fault proxy, adding the faults s3-restart and s3-error, for
-Parquet and Iceberg): every fault of that transport, sink and store once, in
+Parquet and Iceberg; --broker picks Kafka's broker: noida-db, one Apache Kafka node, or three
+Apache Kafka nodes, which adds the faults leader-kill, broker-pause and coordinator-move):
+every fault of that transport, sink and store once, in
 the order the seed chooses, then --extra faults chosen by the seed; then the oracle
 (``sluice audit`` and the exact multiset of payload ids). It prints a line per scenario and,
 at the end, scenarios run, faults injected, and messages lost and doubled (must be 0 and 0;
@@ -53,6 +57,13 @@ def main() -> int:
         default="local",
         help="where the sink lives: local disk, or a real S3 server (SeaweedFS)",
     )
+    parser.add_argument(
+        "--broker",
+        choices=["noida", "kafka", "cluster"],
+        default="noida",
+        help="Kafka's broker: noida-db, one Apache Kafka node, or a three-node cluster",
+    )
+    parser.add_argument("--only", default="", help="play only these faults (comma-separated)")
     parser.add_argument("--keep", action="store_true", help="keep each scenario's directory")
     parser.add_argument("--jobs", type=int, default=1, help="processes to split the seeds among")
     parser.add_argument("--share", help=argparse.SUPPRESS)  # "k/N": a job's part of the seeds
@@ -99,6 +110,8 @@ def main() -> int:
                 seed,
                 extra=args.extra,
                 store=args.store,
+                broker=args.broker,
+                only=tuple(f for f in args.only.split(",") if f),
             )
             workdir = root / f"{seed}-{transport}-{sink}"
             begun = time.monotonic()
@@ -126,9 +139,13 @@ def main() -> int:
                 f"({len(outcome.injected)} faults, {outcome.published} messages, "
                 f"{time.monotonic() - begun:.0f} s)"
             )
+            if args.seed is not None:  # a replay says what happened, ok or not
+                print(outcome.report(), flush=True)
+                print("  errors of the rounds:", *outcome.errors, sep="\n    ", flush=True)
             if not outcome.ok:
                 failed.append(outcome.report())
-                print(outcome.report(), flush=True)  # it names the replay command
+                if args.seed is None:
+                    print(outcome.report(), flush=True)  # it names the replay command
             elif not args.keep:
                 import shutil
 
@@ -160,7 +177,8 @@ def run_jobs(args: argparse.Namespace) -> int:
     started = time.monotonic()
     summaries = Path(tempfile.mkdtemp(prefix="sluice-nemesis-jobs-"))
     passed = ["--seeds", str(args.seeds), "--first", str(args.first), "--extra", str(args.extra)]
-    passed += ["--store", args.store] + (["--keep"] if args.keep else [])
+    passed += ["--store", args.store, "--broker", args.broker, "--only", args.only]
+    passed += ["--keep"] if args.keep else []
     passed += [f"--{k}={getattr(args, k)}" for k in ("transport", "sink") if getattr(args, k)]
     children = []
     for part in range(args.jobs):

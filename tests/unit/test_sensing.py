@@ -136,3 +136,19 @@ def test_a_recreated_topic_neither_stalls_the_sensor_nor_has_an_old_batch_emitte
     cursor, _ = emit(BatchCursor(), kafka((0, 30, 40)), now=0.0)
     cursor, fresh = emit(cursor, kafka((0, 0, 8)), now=LEASE)
     assert fresh.spec == kafka((0, 0, 8)), "not the old [30, 40) again"
+
+
+def test_a_batch_of_a_topic_recreated_since_is_never_emitted_again() -> None:
+    """Found by the nemesis on Apache Kafka (seed 22, recreate at commit.after): the broker
+    deletes the group's offsets with the topic, so the last batch (of the old topic id)
+    looked uncommitted and was emitted again forever; the ingest refuses such a batch. A
+    plan with another topic id is another topic's: planned afresh."""
+    old = BatchSpec("kafka", "t", group_id="g", ranges=(OffsetRange(0, 0, 5),), topic_id="a")
+    cursor, _ = emit(BatchCursor(), old, now=0.0)
+    new = BatchSpec("kafka", "t", group_id="g", ranges=(OffsetRange(0, 0, 9),), topic_id="b")
+    assert run_state_from_offsets(cursor, new, 2 * LEASE, LEASE) is RunState.NONE
+    _, fresh = emit(cursor, new, now=2 * LEASE)
+    assert fresh.spec == new and fresh.attempt == 0
+    # a plan that does not know the topic's id says nothing about a recreation
+    unknown = BatchSpec("kafka", "t", group_id="g", ranges=(OffsetRange(0, 0, 5),))
+    assert run_state_from_offsets(cursor, unknown, 1.0, LEASE) is RunState.ACTIVE

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -405,12 +405,21 @@ def start_mosquitto(
     return _launch(broker)
 
 
-def create_kafka_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` with ``partitions`` partitions at ``bootstrap``, unless it exists."""
+def create_kafka_topic(
+    bootstrap: str, topic: str, partitions: int, replication_factor: int = 1
+) -> None:
+    """Create ``topic`` with ``partitions`` partitions (each on ``replication_factor``
+    nodes) at ``bootstrap``, unless it exists."""
     from sluice.kafka import KafkaConnection  # needs the kafka extra: import only when used
 
     connection = KafkaConnection()
-    connection.configure({"connection.uri": bootstrap, "options.num_partitions": partitions})
+    connection.configure(
+        {
+            "connection.uri": bootstrap,
+            "options.num_partitions": partitions,
+            "options.replication_factor": replication_factor,
+        }
+    )
     connection.open(None)
     try:
         connection.create_queue(topic)
@@ -477,12 +486,24 @@ def _java() -> str:
 
 
 def _kafka_cluster_id() -> str:
-    """A cluster id as Kafka writes one (a random UUID, URL-safe base64 without padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A cluster id as Kafka writes one (a random UUID, URL-safe base64 without padding),
+    never starting with "-": Kafka's ``Uuid.randomUuid`` draws again then, and its
+    StorageTool takes such an id for an option ("argument --cluster-id/-t: expected one
+    argument": one start in 64 failed, the nemesis' CI on Apache Kafka met it)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
 
 
 def _kafka_properties(
-    node: int, port: int, controller_port: int, voters: str | None, nodes: int, data: Path
+    node: int,
+    port: int,
+    controller_port: int,
+    voters: str | None,
+    nodes: int,
+    data: Path,
+    extra: Mapping[str, str] | None = None,
 ) -> str:
     min_isr = 2 if nodes >= 3 else 1
     quorum = (
@@ -519,6 +540,9 @@ def _kafka_properties(
         "num.io.threads=4",
         "num.recovery.threads.per.data.dir=1",
     ]
+    given = dict(extra or {})
+    lines = [line for line in lines if line.split("=", 1)[0] not in given]
+    lines += [f"{key}={value}" for key, value in given.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -533,10 +557,13 @@ def _kafka_node(
     java: str,
     classpath: str,
     owns: bool,
+    extra: Mapping[str, str] | None = None,
 ) -> BrokerProcess:
     path.mkdir(parents=True, exist_ok=True)
     config = path / "server.properties"
-    config.write_text(_kafka_properties(node, port, controller_port, voters, nodes, path / "data"))
+    config.write_text(
+        _kafka_properties(node, port, controller_port, voters, nodes, path / "data", extra)
+    )
     (path / "log4j2.properties").write_text(_LOG4J2)
     argv = [
         java,
@@ -566,7 +593,8 @@ def _format_storage(
             continue
         argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
         argv += [f"-Dlog4j2.configurationFile={broker.workdir / 'log4j2.properties'}"]
-        argv += ["-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id]
+        argv += ["-cp", classpath, "kafka.tools.StorageTool", "format"]
+        argv += [f"--cluster-id={cluster_id}"]  # one argument, whatever the id starts with
         argv += ["-c", str(broker.workdir / "server.properties")]
         if standalone:
             argv.append("--standalone")
@@ -594,16 +622,20 @@ def start_kafka(
     *,
     progress: Callable[[str], None] | None = None,
     timeout: float = 90.0,
+    properties: Mapping[str, str] | None = None,
 ) -> BrokerProcess:
     """One Apache Kafka node in KRaft mode (broker and controller in one JVM) on loopback.
     Its data survives a restart in ``workdir``. The first call downloads Kafka's jars
-    (:mod:`sluice.jars`; ``progress`` gets a line per step)."""
+    (:mod:`sluice.jars`; ``progress`` gets a line per step). ``properties``: broker settings
+    that replace or add to the defaults (tests shorten failover timeouts with them)."""
     java = _java()
     classpath = kafka_classpath(progress)
     port = port or free_port()
     path, owns = _workdir("kafka", workdir)
     controller_port = _saved_controller_port(path) or free_port()
-    broker = _kafka_node("kafka", 1, path, port, controller_port, None, 1, java, classpath, owns)
+    broker = _kafka_node(
+        "kafka", 1, path, port, controller_port, None, 1, java, classpath, owns, properties
+    )
     try:
         _format_storage([broker], java, classpath, standalone=True)
         return broker.start(timeout)
@@ -692,10 +724,11 @@ def start_kafka_cluster(
     ports: Sequence[int] | None = None,
     progress: Callable[[str], None] | None = None,
     timeout: float = 120.0,
+    properties: Mapping[str, str] | None = None,
 ) -> KafkaCluster:
     """``nodes`` Apache Kafka nodes in KRaft mode on loopback, each a broker and a voter of
     a static controller quorum (``controller.quorum.voters``); returns once every node serves
-    clients."""
+    clients. ``properties``: settings of every node that replace or add to the defaults."""
     if nodes < 1:
         raise ValueError("a cluster needs at least one node")
     java = _java()
@@ -717,6 +750,7 @@ def start_kafka_cluster(
             java,
             classpath,
             owns=False,
+            extra=properties,
         )
         for i in range(1, nodes + 1)
     ]

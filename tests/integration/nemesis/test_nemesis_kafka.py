@@ -1,7 +1,10 @@
-"""The nemesis suite on Kafka (noida-db): every fault of docs/fault-model.md that applies to
-Kafka, once per scenario, in an order a fixed seed chooses, on a Parquet dataset, an Iceberg
-table and a Delta table; checked by ``sluice audit`` and the exact multiset of payload ids.
-``bench/nemesis.py --seeds N`` runs more seeds."""
+"""The nemesis suite on Kafka: every fault of docs/fault-model.md that applies to Kafka, once
+per scenario, in an order a fixed seed chooses, on a Parquet dataset, an Iceberg table and a
+Delta table, on Apache Kafka (one KRaft node, the reference broker); and the faults only a
+replicated cluster has (a partition's leader killed, a node paused past its session timeout,
+the group's coordinator moved) on three Apache Kafka nodes. Checked by ``sluice audit`` and
+the exact multiset of payload ids. ``bench/nemesis.py --seeds N --broker noida|kafka|cluster``
+runs more seeds."""
 
 from __future__ import annotations
 
@@ -19,4 +22,18 @@ from .helpers import assert_survives
 def test_kafka_ingests_survive_every_fault(
     spark: Any, sink: str, seed: int, tmp_path: Path
 ) -> None:
-    assert_survives(spark, Scenario("kafka", sink, seed), tmp_path)  # type: ignore[arg-type]
+    assert_survives(spark, Scenario("kafka", sink, seed, broker="kafka"), tmp_path)  # type: ignore[arg-type]
+
+
+def test_kafka_ingests_survive_a_clusters_faults(spark: Any, tmp_path: Path) -> None:
+    """Three nodes (replication 3, min ISR 2), an acks=all producer: every acknowledged
+    message arrives once whatever node fails."""
+    scenario = Scenario(
+        "kafka",
+        "parquet",
+        4,
+        only=("leader-kill", "broker-pause", "coordinator-move"),
+        broker="cluster",
+    )
+    outcome = assert_survives(spark, scenario, tmp_path)
+    assert not outcome.unfired, outcome.report()  # each node failure happened mid-ingest

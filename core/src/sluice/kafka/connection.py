@@ -333,7 +333,17 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
             return {}
         tps = [TopicPartition(topic, p) for p in partitions]
         admin = self._connect_to_admin()
-        answer = waiting_out_coordinator(lambda: admin.list_group_offsets({group_id: tps}))
+        try:
+            answer = admin.list_group_offsets({group_id: tps})
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            # kafka-python caches a group's coordinator and keeps it after NOT_COORDINATOR: a
+            # client that asked before the coordinator moved asks the old node ever after
+            # (the nemesis' coordinator-move on three nodes, seed 4). A new client finds the
+            # coordinator anew, then waits out one that is not available yet.
+            admin = self._reconnect_admin()
+            answer = waiting_out_coordinator(lambda: admin.list_group_offsets({group_id: tps}))
         offsets = answer.get(group_id, {})
         committed: dict[int, int | None] = {}
         for tp in tps:
@@ -342,6 +352,15 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
         return committed
 
     # ---- administration ------------------------------------------------------------------
+
+    def _reconnect_admin(self) -> KafkaAdminClient:
+        """A new admin client in place of the one held (which is closed)."""
+        with self._lock:
+            old, self._admin = self._admin, None
+        if old is not None:
+            with contextlib.suppress(Exception):
+                old.close()
+        return self._connect_to_admin()
 
     def _connect_to_admin(self) -> KafkaAdminClient:
         with self._lock:

@@ -4,7 +4,10 @@ by ``sluice audit`` and the exact multiset of payloads (docs/fault-model.md).
 A :class:`Scenario` is a transport (Kafka or MQTT), a sink (Parquet, Iceberg or Delta), a store
 (the local disk, or a real S3 server: SeaweedFS behind the fault-injecting proxy of
 :mod:`sluice.testing.s3proxy`, holding the Parquet dataset or the Iceberg warehouse) and a
-seed.
+seed; for Kafka, a broker (``Scenario.broker``): noida-db, one Apache Kafka node, or three
+Apache Kafka nodes (replication 3, min ISR 2), whose own faults kill a partition's leader, pause
+a node past its session timeout and move the group's coordinator, while an ``acks=all``
+producer publishes.
 :func:`run_scenario` starts brokers of its own (so it may restart, truncate and recreate
 them), then plays rounds. Each round publishes messages with unique ids (some malformed, for
 the quarantine), lets the sensing model decide what to emit (:func:`sluice.sensing.next_emission`
@@ -37,14 +40,22 @@ import logging
 import os
 import random
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ..batch import BatchSpec, plan_batch
-from ..brokers import BrokerProcess, start_mosquitto, start_noida
+from ..brokers import (
+    BrokerProcess,
+    KafkaCluster,
+    start_kafka,
+    start_kafka_cluster,
+    start_mosquitto,
+    start_noida,
+)
 from ..cursor import BatchCursor
 from ..sensing import next_emission
 from .waiting import wait_until
@@ -52,16 +63,29 @@ from .waiting import wait_until
 __all__ = ["FAULTS", "Fault", "Outcome", "Scenario", "faults_for", "run_scenario"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Transport = Literal["kafka", "mqtt"]
 SinkKind = Literal["parquet", "iceberg", "delta"]
 Store = Literal["local", "s3"]
+#: The Kafka world's broker: noida-db, one Apache Kafka node, or three Apache Kafka nodes.
+KafkaBroker = Literal["noida", "kafka", "cluster"]
 
 SCHEMA = "id STRING, device STRING, temperature DOUBLE"
 #: Milliseconds a broker request may take in a scenario (a stalled read fails after this).
 REQUEST_TIMEOUT_MS = 8000
 #: The healing phase ingests at most this many batches.
 HEALING_ROUNDS = 12
+#: The three-node cluster's failover, shortened for the nemesis (Kafka's defaults: a broker
+#: fenced after 9 s without a heartbeat, a follower out of the ISR after 30 s): a killed or
+#: paused node loses its leaderships within seconds, and a restarted one is in sync again soon.
+CLUSTER_FAILOVER = {
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "replica.lag.time.max.ms": "5000",
+}
+#: Seconds a node may take to start again, and the cluster to be whole again, after a fault.
+CLUSTER_RECOVERY_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +98,7 @@ class Fault:
     sinks: tuple[SinkKind, ...] = ("parquet", "iceberg", "delta")
     description: str = ""
     stores: tuple[Store, ...] = ("local", "s3")
+    brokers: tuple[KafkaBroker, ...] = ("noida", "kafka", "cluster")  # Kafka only
 
 
 _DRIVER_STEPS = (
@@ -167,16 +192,45 @@ FAULTS: dict[str, Fault] = {
             "500 or 503, a few times or until the round ends",
             stores=("s3",),
         ),
+        Fault(
+            "leader-kill",
+            ("read.after_first_chunk", "commit.before"),
+            transports=("kafka",),
+            brokers=("cluster",),
+            description="the leader of a partition of the topic is SIGKILLed; acks=all "
+            "messages are published while its partitions fail over; it starts again",
+        ),
+        Fault(
+            "broker-pause",
+            ("read.after_first_chunk", "commit.before"),
+            transports=("kafka",),
+            brokers=("cluster",),
+            description="the leader of a partition is paused (SIGSTOP) until the cluster has "
+            "fenced it (past its session timeout), then resumed (SIGCONT)",
+        ),
+        Fault(
+            "coordinator-move",
+            ("commit.before",),
+            transports=("kafka",),
+            brokers=("cluster",),
+            description="the group's coordinator is SIGKILLed as the offsets are committed; "
+            "the coordinator moves to another node; the node starts again",
+        ),
     )
 }
 
 
-def faults_for(transport: Transport, sink: SinkKind, store: Store = "local") -> list[Fault]:
-    """The faults that apply to a transport, a sink and a store."""
+def faults_for(
+    transport: Transport, sink: SinkKind, store: Store = "local", broker: KafkaBroker = "noida"
+) -> list[Fault]:
+    """The faults that apply to a transport, a sink, a store and (Kafka) a broker."""
     return [
         f
         for f in FAULTS.values()
-        if transport in f.transports and sink in f.sinks and store in f.stores
+        if transport in f.transports
+        and sink in f.sinks
+        and store in f.stores
+        and (transport != "kafka" or broker in f.brokers)
     ]
 
 
@@ -189,19 +243,24 @@ class Scenario:
     value_format: str = "json"  # or "avro": payloads in the wire format of a schema registry
     only: tuple[str, ...] = ()  # play only these faults (default: every one that applies)
     store: Store = "local"  # or "s3": the sink on the real S3 server, through the fault proxy
+    #: Kafka: noida-db, one Apache Kafka node, or the three-node Apache Kafka cluster
+    broker: KafkaBroker = "noida"
 
     @property
     def replay(self) -> str:
         """The command that plays this scenario again."""
+        broker = f" --broker {self.broker}" if self.transport == "kafka" else ""
+        only = f" --only {','.join(self.only)}" if self.only else ""
         return (
             f"bench/nemesis.py --transport {self.transport} --sink {self.sink} "
-            f"--store {self.store} --seed {self.seed}"
+            f"--store {self.store}{broker}{only} --extra {self.extra} --seed {self.seed}"
         )
 
     def __str__(self) -> str:
         fmt = "" if self.value_format == "json" else f" {self.value_format}"
         store = "" if self.store == "local" else f" on {self.store}"
-        return f"{self.transport}/{self.sink}{fmt}{store} seed {self.seed}"
+        broker = f" ({self.broker})" if self.transport == "kafka" else ""
+        return f"{self.transport}{broker}/{self.sink}{fmt}{store} seed {self.seed}"
 
 
 @dataclass
@@ -220,6 +279,9 @@ class Outcome:
     audit_lines: list[str] = field(default_factory=list)
     waiting: int = 0  # left on the broker after the last phase
     errors: list[str] = field(default_factory=list)  # what the rounds' ingests raised
+    #: faults armed at a step that no ingest reached ("fault@step"), or in a round that
+    #: emitted no batch: named, so a scenario that claims a fault can show it happened
+    unfired: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -240,6 +302,8 @@ class Outcome:
             f"recorded {self.accounted}, doubled {len(self.doubled)}, missing "
             f"{len(self.missing)}, unknown {len(self.unknown)}, left waiting {self.waiting}",
         ]
+        if self.unfired:
+            lines.append(f"  not reached: {', '.join(self.unfired)}")
         if not self.ok:
             lines += [f"  doubled: {self.doubled[:10]}", f"  missing: {self.missing[:10]}"]
             lines += ["  audit:"] + [f"    {line}" for line in self.audit_lines]
@@ -258,7 +322,7 @@ def run_scenario(spark: Any, scenario: Scenario, workdir: Path) -> Outcome:
         with world.store_environment(), world.catalog_environment():
             world.open()
             chooser = random.Random(scenario.seed)
-            plan = faults_for(scenario.transport, scenario.sink, scenario.store)
+            plan = faults_for(scenario.transport, scenario.sink, scenario.store, scenario.broker)
             plan = [f for f in plan if not scenario.only or f.name in scenario.only]
             chooser.shuffle(plan)
             plan += [chooser.choice(plan) for _ in range(scenario.extra)]
@@ -419,6 +483,7 @@ class _World:
         self.clock += 3600
         spec = self._emit()
         if spec is None:
+            self.outcome.unfired.append(f"{fault.name}@{step} (no batch emitted)")
             return
         mode = chooser.choice(["driver", "executors"])
         if fault.name == "kill":
@@ -431,21 +496,33 @@ class _World:
         if fault.name == "sensor-restart":
             self._ingest(spec, mode=mode)
             return
+        action = _Once(self.hook(fault, spec, chooser))
         try:
-            with armed(step, _once(self.hook(fault, spec, chooser))):
+            with armed(step, action):
                 self._ingest(spec, mode=mode)
         finally:
-            if self.s3 is not None:
-                self.s3.settle()  # the server is up again, no error is left planned
+            self.settle()
+        if not action.done:
+            self.outcome.unfired.append(f"{fault.name}@{step}")
+
+    def settle(self) -> None:
+        """After a round: what a fault set going in the background is over."""
+        if self.s3 is not None:
+            self.s3.settle()  # the server is up again, no error is left planned
 
     def _emit(self) -> BatchSpec | None:
-        """The sensing model's next emission (one batch in flight; a failed one again)."""
-        try:
-            waiting = self.waiting()
-        except Exception as exc:  # a sensor that cannot reach the broker restarts
-            self.outcome.errors.append(f"sensing: {_describe(exc)}")
-            self._restart_sensor()
-            return None
+        """The sensing model's next emission (one batch in flight; a failed one again). A
+        sensor whose question fails restarts and pokes once more, as a trigger polls again; if
+        that fails too, the round emits nothing (its fault is named in ``Outcome.unfired``)."""
+        for attempt in range(2):
+            try:
+                waiting = self.waiting()
+                break
+            except Exception as exc:  # a sensor that cannot reach the broker restarts
+                self.outcome.errors.append(f"sensing: {_describe(exc)}")
+                self._restart_sensor()
+                if attempt == 1:
+                    return None
         cursor, decision = next_emission(self.cursor, waiting, self.clock, rerun_after=60)
         self.cursor = cursor
         self.saved_cursor = cursor.to_json()  # the trigger keeps it in its state store
@@ -616,8 +693,6 @@ class _S3Store:
     counting, fault-injecting proxy the ingests talk to; the faults of the store "s3"."""
 
     def __init__(self, workdir: Path) -> None:
-        import threading
-
         from ..s3server import start_seaweedfs
         from .s3proxy import S3Proxy
 
@@ -647,8 +722,6 @@ class _S3Store:
     def _kill_and_start_again(self) -> None:
         """Kill the server now; it starts again on a thread (same ports, same data), so the
         ingest goes on against a dead, then a starting server."""
-        import threading
-
         self.server.kill()
 
         def start() -> None:
@@ -678,16 +751,30 @@ class _S3Store:
         self.server.close()
 
 
-def _once(action: Callable[[], None]) -> Callable[[], None]:
-    """``action`` the first time the failpoint is passed (a rerun inside it passes it too)."""
-    done: list[bool] = []
+class _Once:
+    """``action`` the first time the failpoint is passed (a rerun inside it passes it too);
+    ``done`` says whether it was."""
 
-    def once() -> None:
-        if not done:
-            done.append(True)
-            action()
+    def __init__(self, action: Callable[[], None]) -> None:
+        self.action = action
+        self.done = False
 
-    return once
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            self.action()
+
+
+def _answered(question: Callable[[], T]) -> T | None:
+    """``question``'s answer, or None while the cluster cannot answer it (a metadata client
+    still tries the node a fault killed or paused; the condition is asked again)."""
+    from kafka.errors import KafkaError
+
+    try:
+        return question()
+    except (KafkaError, OSError) as exc:
+        log.debug("the cluster did not answer yet: %s", exc)
+        return None
 
 
 def _describe(exc: BaseException) -> str:
@@ -711,6 +798,41 @@ class _KafkaWorld(_World):
         self.deleted: dict[tuple[int, int], int] = {}  # (generation, partition) -> below
         self.producer: Any = None
         self.queue: Any = None
+        self.cluster: KafkaCluster | None = None  # broker "cluster"
+        self.background: threading.Thread | None = None  # a fault's recovery, this round
+        self.background_error: BaseException | None = None
+
+    @property
+    def replication(self) -> int:
+        """The topic's replicas: one on a single node, three on the cluster (a topic created
+        with the client's default of one replica loses a killed leader's messages)."""
+        return len(self.cluster.nodes) if self.cluster is not None else 1
+
+    @property
+    def bootstrap(self) -> str:
+        if self.cluster is not None:
+            return self.cluster.bootstrap
+        assert self.broker is not None
+        return self.broker.bootstrap
+
+    def _start_broker(self, attempt: int) -> None:
+        kind = self.scenario.broker
+        if kind == "noida":
+            self.broker = start_noida(workdir=self.workdir / f"noida-{attempt}")
+        elif kind == "kafka":
+            self.broker = start_kafka(workdir=self.workdir / f"kafka-{attempt}")
+        else:
+            self.cluster = start_kafka_cluster(
+                3, self.workdir / f"cluster-{attempt}", properties=CLUSTER_FAILOVER
+            )
+
+    def _stop_broker(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+        if self.broker is not None:
+            self.broker.close()
+            self.broker = None
 
     def open(self) -> None:
         """A broker with the scenario's topic. noida-db has once shown a new topic with fewer
@@ -719,8 +841,8 @@ class _KafkaWorld(_World):
         from ..brokers import create_kafka_topic
 
         for attempt in range(2):
-            self.broker = start_noida(workdir=self.workdir / f"noida-{attempt}")
-            create_kafka_topic(self.broker.bootstrap, self.topic, self.partitions)
+            self._start_broker(attempt)
+            create_kafka_topic(self.bootstrap, self.topic, self.partitions, self.replication)
             self._grow_an_auto_created_topic()
             try:
                 self._new_producer()
@@ -731,7 +853,7 @@ class _KafkaWorld(_World):
                 with contextlib.suppress(Exception):
                     self.producer.close(5)
                 self.producer = None
-                self.broker.close()
+                self._stop_broker()
 
     def _new_producer(self) -> None:
         """A producer that knows every partition of the topic: the broker's metadata may show a
@@ -744,14 +866,14 @@ class _KafkaWorld(_World):
 
         if self.producer is not None:
             self.producer.close(5)
-        assert self.broker is not None
-        self.producer = KafkaProducer(bootstrap_servers=self.broker.bootstrap, linger_ms=5)
+        # acks=all: an acknowledged message is on every in-sync replica (min ISR 2 of the
+        # cluster's 3), so a leader killed after the acknowledgement cannot take it along
+        self.producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5, acks="all")
         return len(self.producer.partitions_for(self.topic) or ()) >= self.partitions
 
     def source(self) -> dict[str, Any]:
-        assert self.broker is not None
         return {
-            "connection.uri": self.broker.bootstrap,
+            "connection.uri": self.bootstrap,
             "options.request_timeout": REQUEST_TIMEOUT_MS,
             "options.retry_timeout": 1000,
         }
@@ -822,14 +944,173 @@ class _KafkaWorld(_World):
             return lambda: self._recreate(chooser)
         if fault.name == "partitions-added":
             return lambda: self._add_partition(chooser)
+        if fault.name == "broker-restart" and self.cluster is not None:
+            return lambda: self._restart_node(chooser.randint(1, 3))
+        if fault.name == "leader-kill":
+            return lambda: self._kill_leader(chooser)
+        if fault.name == "broker-pause":
+            return lambda: self._pause_leader(chooser)
+        if fault.name == "coordinator-move":
+            return self._move_coordinator
         return super().hook(fault, spec, chooser)
+
+    def _restart_broker(self) -> None:
+        assert self.broker is not None
+        self.broker.restart(90.0)  # Apache Kafka's JVM starts slower than noida-db
+
+    # -- faults of the three-node cluster ------------------------------------------------
+
+    def _restart_node(self, node: int) -> None:
+        """broker-restart on the cluster: one node stops and starts again with its data."""
+        assert self.cluster is not None
+        self._note(f"node {node}")
+        self.cluster.restart(node, CLUSTER_RECOVERY_S)
+
+    def _note(self, what: str) -> None:
+        """Say which node a fault hit, in the fault's entry of the outcome."""
+        self.outcome.injected[-1] += f" ({what})"
+
+    def _metadata_admin(self, without: int | None = None) -> contextlib.closing[Any]:
+        """An admin client of the cluster's nodes but ``without`` (a killed or paused one)."""
+        from kafka import KafkaAdminClient
+
+        assert self.cluster is not None
+        nodes = [n for i, n in enumerate(self.cluster.nodes, 1) if i != without]
+        return contextlib.closing(
+            KafkaAdminClient(
+                bootstrap_servers=",".join(n.bootstrap for n in nodes), request_timeout_ms=5000
+            )
+        )
+
+    def _leaders(self, without: int | None = None) -> dict[int, int]:
+        """partition -> the node that leads it (-1: none), as a node but ``without`` says."""
+        with self._metadata_admin(without) as admin:
+            topic = self._topic(admin)
+        partitions = (topic or {}).get("partitions") or []
+        return {int(p["partition_index"]): int(p["leader_id"]) for p in partitions}
+
+    def _coordinator(self, without: int | None = None) -> int:
+        """The node that coordinates the scenario's group (FindCoordinator)."""
+        with self._metadata_admin(without) as admin:
+            return int(admin._manager.run(admin._find_coordinator_id, self.group))
+
+    def _in_background(self, action: Callable[[], None]) -> None:
+        """Run ``action`` on a thread while the ingest goes on; :meth:`settle` waits for it."""
+
+        def run() -> None:
+            try:
+                action()
+            except BaseException as exc:
+                self.background_error = exc
+
+        self.background = threading.Thread(target=run, daemon=True)
+        self.background.start()
+
+    def _kill_leader(self, chooser: random.Random) -> None:
+        """SIGKILL the leader of a partition; publish (acks=all) while its partitions fail
+        over; start the node again while the ingest goes on."""
+        assert self.cluster is not None
+        partition = chooser.randrange(self.partitions)
+        node = self._leaders()[partition]
+        self._note(f"node {node}, leader of partition {partition}")
+        self.cluster.kill(node)
+        self.publish(chooser.randint(3, 10), chooser)
+        self._in_background(lambda: self._start_when_led_elsewhere(node))
+
+    def _start_when_led_elsewhere(self, node: int) -> None:
+        """Once the other nodes lead every partition the killed ``node`` led, start it."""
+        assert self.cluster is not None
+        wait_until(
+            lambda: _answered(lambda: node not in self._leaders(without=node).values()),
+            CLUSTER_RECOVERY_S,
+            0.2,
+            f"the partitions of node {node} led by another node",
+        )
+        self.cluster.start_node(node, CLUSTER_RECOVERY_S)
+
+    def _pause_leader(self, chooser: random.Random) -> None:
+        """SIGSTOP the leader of a partition; resume it once the cluster has fenced it (its
+        partitions led by other nodes: past the broker session timeout)."""
+        assert self.cluster is not None
+        partition = chooser.randrange(self.partitions)
+        node = self._leaders()[partition]
+        self._note(f"node {node}, leader of partition {partition}")
+        self.cluster.pause(node)
+        cluster = self.cluster
+
+        def resume_once_fenced() -> None:
+            try:
+                wait_until(
+                    lambda: _answered(
+                        lambda: self._leaders(without=node).get(partition, node) != node
+                    ),
+                    CLUSTER_RECOVERY_S,
+                    0.2,
+                    f"partition {partition} led by another node than the paused {node}",
+                )
+            finally:
+                cluster.resume(node)
+
+        self._in_background(resume_once_fenced)
+
+    def _move_coordinator(self) -> None:
+        """SIGKILL the group's coordinator as the offsets are about to be committed; start it
+        again once another node coordinates the group."""
+        assert self.cluster is not None
+        node = self._coordinator()
+        self._note(f"node {node}, the group's coordinator")
+        self.cluster.kill(node)
+        cluster = self.cluster
+
+        def start_once_moved() -> None:
+            moved = wait_until(
+                lambda: _answered(lambda: (c := self._coordinator(without=node)) != node and c),
+                CLUSTER_RECOVERY_S,
+                0.2,
+                f"a coordinator other than node {node}",
+            )
+            log.info("the group's coordinator moved from node %s to node %s", node, moved)
+            cluster.start_node(node, CLUSTER_RECOVERY_S)
+
+        self._in_background(start_once_moved)
+
+    def settle(self) -> None:
+        """After a round: a fault's recovery is over, and (cluster) every node runs and is
+        in sync again for the topic and the group's offsets, so the next fault starts from
+        a whole cluster."""
+        super().settle()
+        thread, self.background = self.background, None
+        if thread is not None:
+            thread.join(CLUSTER_RECOVERY_S * 2)
+            if thread.is_alive():
+                raise RuntimeError("a fault's recovery did not finish")
+        error, self.background_error = self.background_error, None
+        if error is not None:
+            raise RuntimeError(f"a fault's recovery failed: {error}") from error
+        if self.cluster is not None:
+            for number, node in enumerate(self.cluster.nodes, 1):
+                if node.pid is None:
+                    self.cluster.start_node(number, CLUSTER_RECOVERY_S)
+                node.resume()
+            wait_until(self._cluster_in_sync, CLUSTER_RECOVERY_S, 0.2, "every replica in sync")
+
+    def _cluster_in_sync(self) -> bool:
+        assert self.cluster is not None
+        every = len(self.cluster.nodes)
+        with self._metadata_admin() as admin:
+            topics = _answered(lambda: admin.describe_topics([self.topic, "__consumer_offsets"]))
+        if topics is None:
+            return False
+        partitions = [p for t in topics for p in (t.get("partitions") or [])]
+        return bool(partitions) and all(
+            int(p["leader_id"]) >= 0 and len(p.get("isr_nodes") or ()) == every for p in partitions
+        )
 
     def _admin(self) -> contextlib.closing[Any]:
         """An admin client of the broker, closed after the block."""
         from kafka import KafkaAdminClient
 
-        assert self.broker is not None
-        return contextlib.closing(KafkaAdminClient(bootstrap_servers=self.broker.bootstrap))
+        return contextlib.closing(KafkaAdminClient(bootstrap_servers=self.bootstrap))
 
     def _overlapping_run(self) -> None:
         spec = plan_batch(self._queue())
@@ -839,8 +1120,7 @@ class _KafkaWorld(_World):
     def _delete_records(self, chooser: random.Random) -> None:
         from kafka import KafkaConsumer, TopicPartition
 
-        assert self.broker is not None
-        consumer = KafkaConsumer(bootstrap_servers=self.broker.bootstrap)
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap)
         try:
             tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
             starts, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
@@ -864,12 +1144,15 @@ class _KafkaWorld(_World):
         self.producer.close(5)
         self.producer = None
         try:
+            old = self._topic_id()
             with self._admin() as admin:
                 admin.delete_topics([self.topic])
                 wait_until(lambda: self.topic not in admin.list_topics(), 20, message="deletion")
-            assert self.broker is not None
-            create_kafka_topic(self.broker.bootstrap, self.topic, self.partitions)
+            create_kafka_topic(self.bootstrap, self.topic, self.partitions, self.replication)
             self._grow_an_auto_created_topic()
+            # Apache Kafka deletes a topic asynchronously: the new topic is there once the
+            # metadata shows another topic id with every partition led
+            wait_until(lambda: self._topic_led(old), 30, 0.1, "the recreated topic")
             self.generation += 1
             self._new_producer()
         finally:
@@ -893,6 +1176,34 @@ class _KafkaWorld(_World):
             if len(found) < self.partitions:
                 with contextlib.suppress(InvalidPartitionsError):  # its metadata was late
                     admin.create_partitions({self.topic: NewPartitions(self.partitions)})
+
+    def _topic(self, admin: Any) -> dict[str, Any] | None:
+        """The topic's metadata (name, topic id, partitions), or None while there is none."""
+        for topic in admin.describe_topics([self.topic]):
+            if topic.get("name") == self.topic and not topic.get("error_code"):
+                return dict(topic)
+        return None
+
+    def _topic_id(self) -> str | None:
+        """The topic's id where the broker has ids (KIP-516), else None."""
+        with self._admin() as admin:
+            topic = self._topic(admin)
+        found = str(topic.get("topic_id") or "") if topic else ""
+        return None if not found or set(found) <= {"0", "-"} else found
+
+    def _topic_led(self, old_id: str | None) -> bool:
+        """The topic exists (with another id than ``old_id``, where ids exist) and each of its
+        partitions has a leader."""
+        with self._admin() as admin:
+            topic = self._topic(admin)
+        if topic is None:
+            return False
+        if old_id is not None and self._topic_id() in (old_id, None):
+            return False
+        partitions = topic.get("partitions") or []
+        return len(partitions) >= self.partitions and all(
+            int(p.get("leader_id", -1)) >= 0 for p in partitions
+        )
 
     def _add_partition(self, chooser: random.Random) -> None:
         from kafka.admin import NewPartitions
@@ -955,7 +1266,10 @@ class _KafkaWorld(_World):
         from ..kafka.watch import stop_watches
 
         stop_watches()
+        if self.background is not None:
+            self.background.join(CLUSTER_RECOVERY_S)
         super().close()
+        self._stop_broker()
 
 
 # ---- MQTT ----------------------------------------------------------------------------------
