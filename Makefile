@@ -1,5 +1,5 @@
 # The commands a user needs. `make test` works on a fresh machine: it installs what is missing.
-.PHONY: setup test test-quick lint demo
+.PHONY: setup test test-quick lint demo docs docs-serve
 
 setup:
 	bash scripts/setup.sh
@@ -23,3 +23,15 @@ lint:
 	uv run ruff check .
 	uv run ruff format --check .
 	uv run mypy
+
+# The documentation site (docs/, mkdocs.yml) into ./site, strictly: a warning is an error.
+docs:
+	bash scripts/setup.sh
+	UV="uv"; command -v uv >/dev/null 2>&1 || UV="python3 -m uv"; \
+	NO_MKDOCS_2_WARNING=1 $$UV run --locked --all-packages mkdocs build --strict
+
+# The site at http://127.0.0.1:8000, rebuilt as docs/ changes.
+docs-serve:
+	bash scripts/setup.sh
+	UV="uv"; command -v uv >/dev/null 2>&1 || UV="python3 -m uv"; \
+	NO_MKDOCS_2_WARNING=1 $$UV run --locked --all-packages mkdocs serve --dev-addr 127.0.0.1:8000

@@ -78,6 +78,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the results there (bench/results/formats.json)"
+    )
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from sluice.batch import plan_batch
@@ -146,6 +149,23 @@ def main() -> int:
             print(f"{name:9s} {rates[name]:>10,.0f} msg/s  ({side['bytes']:.0f} bytes a message)")
         print(f"avro/json     {rates['avro'] / rates['json']:.2f}x")
         print(f"protobuf/json {rates['protobuf'] / rates['json']:.2f}x")
+        if args.json:
+            from benchjson import row, write
+
+            avro, proto = rates["avro"] / rates["json"], rates["protobuf"] / rates["json"]
+            write(args.json, "formats", "Payload formats: Avro and Protobuf against JSON", [
+                row(
+                    f"Avro and Protobuf (Schema Registry wire format) against JSON of the same "
+                    f"readings, {args.messages:,} messages",
+                    f"Avro {rates['avro']:,.0f} msg/s; Protobuf {rates['protobuf']:,.0f} msg/s",
+                    f"JSON {rates['json']:,.0f} msg/s", f"{avro:.2f}x; {proto:.2f}x msg/s",
+                    ">= 1.0x (Avro)", f"bench/formats.py --messages {args.messages}",
+                    {"unit": "msg/s", "sides": ["format", "JSON"], "values": {
+                        "Avro": [rates["avro"], rates["json"]],
+                        "Protobuf": [rates["protobuf"], rates["json"]],
+                    }},
+                ),
+            ])  # fmt: skip
         return 0
     finally:
         spark.stop()

@@ -629,6 +629,32 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
         )
 
 
+def json_rows(results: list[Result], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``--json``: a row per side, its p50 against the 300 s anchor, charted."""
+    from benchjson import row
+
+    rows, chart = [], {}
+    spark = "one warm Spark Connect server" if args.connect else "a JVM per task"
+    for r in results:
+        if not r.latencies:
+            continue
+        p50, p99 = percentile(r.latencies, 50), percentile(r.latencies, 99)
+        chart[r.side.split(", ")[0]] = [p50, 300.0]
+        rows.append(
+            row(
+                f"{r.side} ({spark})",
+                f"p50 {p50:.1f} s, p99 {p99:.1f} s, {len(r.batches)} batches for "
+                f"{len(r.latencies) - r.missing:,} messages",
+                "; ".join(ANCHORS), f"{p50 / 300:.2f}x the 300 s anchor at p50", GOAL,
+                f"bench/freshness.py --rate {args.rate:g} --seconds {args.seconds:g}"
+                + (" --connect" if args.connect else ""),
+            )
+        )  # fmt: skip
+    if rows:
+        rows[0]["chart"] = {"unit": "s (p50)", "sides": ["Sluice", "300 s anchor"], "values": chart}
+    return rows
+
+
 @contextmanager
 def broker_running(work: Path) -> Iterator[BrokerProcess]:
     broker = start_noida(workdir=work / "noida")
@@ -664,6 +690,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "SLUICE_SPARK_MASTER) instead of starting a JVM each",
     )
     parser.add_argument("--work", type=Path, default=None, help="keep the files here")
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the results (bench/results/freshness.json)"
+    )
     args = parser.parse_args(argv)
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     unknown = set(sides) - {"airflow", "dagster"}
@@ -689,6 +718,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 results.append(run(broker, args, work / side))
                 say(f"load {os.getloadavg()[0]:.1f}")
         report(results, args)
+        if args.json:
+            from benchjson import write
+
+            title = f"Freshness: produce to visible, {args.rate:g} msg/s for {args.seconds:g} s"
+            write(args.json, "freshness", title, json_rows(results, args))
     finally:
         if server is not None:
             server.close()

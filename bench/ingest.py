@@ -426,6 +426,9 @@ def main() -> None:
         "--sides", default="abcdefghi", help="which sides to run (letters; default all)"
     )
     parser.add_argument(
+        "--json", metavar="PATH", help="also write the results (bench/results/ingest.json)"
+    )
+    parser.add_argument(
         "--child-rss", nargs=3, metavar=("BOOTSTRAP", "TOPIC", "COUNT"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -551,6 +554,8 @@ def main() -> None:
                 f"  {label + f' ({side}/{base})':<46} {rate[side] / rate[base]:.2f}   "
                 f"(per round, median {paired:.2f})   {goal}"
             )
+        if args.json:
+            json_results(args.json, n, args, runs, rate, labels, ratios)
 
         if args.big:
             # On Tansu: noida-db 0.2.3 stops answering fetches from the start of a log this
@@ -580,6 +585,47 @@ def main() -> None:
         import shutil
 
         shutil.rmtree(work, ignore_errors=True)
+
+
+def json_results(
+    path: str,
+    n: int,
+    args: argparse.Namespace,
+    runs: dict[str, list[float]],
+    rate: dict[str, float],
+    labels: dict[str, str],
+    ratios: list[tuple[str, str, str, str]],
+) -> None:
+    """``--json``: one row per ratio of the sides that ran (the printed table), with a chart
+    of the two sides' throughput."""
+    from benchjson import row, write
+
+    rows = []
+    for label, side, base, goal in ratios:
+        if side not in rate or base not in rate:
+            continue
+        paired = statistics.median(b / s for s, b in zip(runs[side], runs[base], strict=True))
+        kind = "throughput"
+        if goal.startswith("time ratio"):  # (e) against (g) or (h): e's time over theirs
+            side, base, kind = base, side, "time"
+        chart = {
+            "unit": "msg/s",
+            "sides": [f"({side}) {labels[side]}", f"({base}) {labels[base]}"],
+            "values": {f"{n:,}": [rate[side], rate[base]]},
+        }
+        ratio = rate[side] / rate[base] if kind == "throughput" else rate[base] / rate[side]
+        rows.append(
+            row(
+                f"{label}, {n:,} messages", f"{side}: {rate[side]:,.0f} msg/s",
+                f"{base}: {rate[base]:,.0f} msg/s",
+                f"{ratio:.2f}x {kind} (per round {paired:.2f}x)",
+                goal.removeprefix("goal ").removeprefix("time ratio, goal "),
+                f"bench/ingest.py --messages {n} --repeats {args.repeats} "
+                f"--warm-rounds {args.warm_rounds} --sides {args.sides} --big {args.big}",
+                chart,
+            )
+        )  # fmt: skip
+    write(path, "ingest", "Ingest throughput (warm session)", rows)
 
 
 if __name__ == "__main__":

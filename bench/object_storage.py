@@ -49,6 +49,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--history", type=int, default=8)
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the results (bench/results/object_storage.json)"
+    )
     args = parser.parse_args()
 
     from sluice.brokers import create_kafka_topic, start_noida
@@ -117,6 +120,32 @@ def main() -> None:
                 f"  {kind:8s} second batch: {show(found[min(1, len(found) - 1)])}; "
                 f"last ({len(found)}th): {show(found[-1])}"
             )
+        if args.json:
+            from benchjson import row, write
+
+            each = {
+                kind: " ".join(str(sum(c.values())) for c in found)
+                for kind, found in counts.items()
+            }
+            ratio = best["s3"] / best["local"]
+            write(args.json, "object_storage", "Object storage: an Iceberg warehouse on S3", [
+                row(
+                    f"Iceberg table on the loopback S3 server (through the counting proxy) "
+                    f"against one on local disk, {n:,} messages",
+                    f"S3: {best['s3']:.2f} s, {n / best['s3']:,.0f} msg/s",
+                    f"local: {best['local']:.2f} s, {n / best['local']:,.0f} msg/s",
+                    f"{ratio:.2f}x time", "<= 1.3x", f"bench/object_storage.py --messages {n}",
+                    {"unit": "s", "sides": ["S3", "local disk"], "values": {
+                        f"{n:,}": [best["s3"], best["local"]],
+                    }},
+                ),
+                row(
+                    f"S3 requests per 1,000-message batch over a history of {args.history} "
+                    "batches (must not grow)",
+                    f"Iceberg: {each['iceberg']}", f"Parquet on S3: {each['parquet']}",
+                    "", "flat", "the same",
+                ),
+            ])  # fmt: skip
         spark.stop()
     finally:
         proxy.close()

@@ -398,6 +398,36 @@ def report(results: Sequence[CaseResult], heap: str, args: argparse.Namespace) -
             say("    chunks: none read on the driver (executor mode reads in the Spark tasks)")
 
 
+def json_results(
+    path: str, results: Sequence[CaseResult], heap: str, args: argparse.Namespace
+) -> None:
+    """``--json``: per case the throughput and memory, the largest chunk against its bound."""
+    from benchjson import row, write
+
+    rows, chart = [], {}
+    for r in results:
+        mb, rate = r.messages * r.size / 1e6, r.messages / r.seconds
+        grown = r.peaks.driver - r.baseline[0]
+        largest = max(r.chunks.payload_bytes) if r.chunks.rows else 0
+        ratio = largest / r.chunk_bound
+        chart[r.name] = [ratio, 1.0]
+        rows.append(
+            row(
+                f"{r.name}: {r.messages:,} messages of {r.size:,} B over {r.partitions} "
+                f"partitions in one batch, {args.mode} mode, {args.master}, {args.broker}",
+                f"{rate:,.0f} msg/s ({mb / r.seconds:,.1f} MB/s), driver +{grown / MIB:,.0f} "
+                f"MiB, JVM {r.peaks.jvm / MIB:,.0f} MiB (heap bound {heap})",
+                f"the bound: chunk_bytes = {r.chunk_bound / MIB:,.0f} MiB per chunk",
+                f"largest chunk {ratio:.3f}x", "no chunk over its bound (a larger message alone)",
+                f"bench/scale.py --cases {r.name}",
+            )
+        )  # fmt: skip
+    if rows:
+        units = {"unit": "largest chunk / bound", "sides": ["largest chunk", "bound"]}
+        rows[0]["chart"] = {**units, "values": chart}
+    write(path, "scale", "One batch at full size", rows)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=64)
@@ -418,6 +448,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--work", type=Path, default=None, help="where the broker and sink write")
     parser.add_argument("--force", action="store_true", help="run even if disk looks short")
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the results (bench/results/scale.json)"
+    )
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if set(cases) - {"many", "large"}:
@@ -460,6 +493,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             spark.stop()
         say("all cases:")
         report(results, heap, args)
+        if args.json:
+            json_results(args.json, results, heap, args)
     finally:
         broker.stop()
         if args.work is None:

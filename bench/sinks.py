@@ -77,6 +77,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the results there (bench/results/sinks.json)"
+    )
     args = parser.parse_args()
 
     from sluice.brokers import create_kafka_topic, start_noida
@@ -133,6 +136,23 @@ def main() -> None:
             print(f"  {kind:8s} {per_batch[kind]:6.2f} s")
         for kind in ("delta", "iceberg"):
             print(f"  ratio {kind} / parquet (time): {per_batch[kind] / per_batch['parquet']:.2f}x")
+        if args.json:
+            from benchjson import row, write
+
+            ratio = {kind: best[kind] / best["parquet"] for kind in ("delta", "iceberg")}
+            write(args.json, "sinks", "Sinks: Delta and Iceberg against the Parquet dataset", [
+                row(
+                    f"{n:,} messages, best of {args.rounds}",
+                    f"Delta {best['delta']:.2f} s; Iceberg {best['iceberg']:.2f} s",
+                    f"Parquet {best['parquet']:.2f} s",
+                    f"Delta {ratio['delta']:.2f}x, Iceberg {ratio['iceberg']:.2f}x", "<= 1.2x",
+                    f"bench/sinks.py --rounds {args.rounds} --batches {args.batches}",
+                    {"unit": "s", "sides": ["sink", "Parquet"], "values": {
+                        "Delta": [best["delta"], best["parquet"]],
+                        "Iceberg": [best["iceberg"], best["parquet"]],
+                    }},
+                ),
+            ])  # fmt: skip
         spark.stop()
     finally:
         broker.stop()

@@ -211,7 +211,11 @@ def main() -> None:
         default=",".join(SINKS),
         help=f"which sinks, comma-separated (default all: {','.join(SINKS)})",
     )
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the results (bench/results/table_health.json)"
+    )
     args = parser.parse_args()
+    rows: list[dict[str, Any]] = []
     day = args.days // 2
 
     from sluice.maintenance import compact, expire
@@ -263,6 +267,32 @@ def main() -> None:
         assert compacted.files_after <= compacted.files_before
 
         show(header, results, args.batches)
+        rows.append(json_row(kind, results, args))
+    if args.json:
+        from benchjson import write
+
+        title = "Table health: a one-day query after many small batches, before and after compact"
+        write(args.json, "table_health", title, rows)
+
+
+def json_row(
+    kind: str, results: list[tuple[str, str, dict[str, Any]]], args: Any
+) -> dict[str, Any]:
+    """One sink's row of ``--json``: its query after small batches, compacted and expired,
+    against the same rows written as one batch."""
+    from benchjson import row
+
+    once, small, compacted, expired = (f["query"] * 1000 for _, _, f in results)
+    return row(
+        f"{kind}: a one-day filter query after {args.batches:,} batches, before and after "
+        "sluice compact (+ expire), against the same rows as one batch",
+        f"{small:.1f} ms small, {compacted:.1f} ms compacted, {expired:.1f} ms expired",
+        f"one batch: {once:.1f} ms",
+        f"{compacted / once:.2f}x ({expired / once:.2f}x after expiry)",
+        "<= 1.5x",
+        f"bench/table_health.py --batches {args.batches} --sinks {kind}",
+        {"unit": "ms", "sides": ["compacted", "one batch"], "values": {kind: [compacted, once]}},
+    )
 
 
 def show(header: str, results: list[tuple[str, str, dict[str, Any]]], batches: int) -> None:

@@ -712,6 +712,75 @@ def report_fleet(
         )
 
 
+def json_rows(
+    results: dict[str, list[float]],
+    cpu: dict[str, list[CpuSample]],
+    latency: dict[str, list[tuple[float, float]]],
+    floors: dict[str, list[float]],
+    args: argparse.Namespace,
+) -> list[dict[str, Any]]:
+    """``--json``: the fleet's idle cost and produce -> asset event in the triggerer, ours
+    against the provider's shared-stream trigger, and the in-process latencies."""
+    from benchjson import row
+
+    def ms(values: Sequence[float], q: int) -> float:
+        return percentile(values, q) * 1000
+
+    command = " ".join(["bench/trigger_latency.py", *sys.argv[1:]])
+    rows = []
+    largest = {kind: samples[-1] for kind, samples in cpu.items() if samples}
+    mine, theirs = largest.get("QueueMessageTrigger"), largest.get("KafkaSharedStreamTrigger")
+    if mine is not None and theirs is not None:
+        rows.append(
+            row(
+                f"{mine.triggers} idle AssetWatchers on {args.topics} topics in one real airflow "
+                f"triggerer: CPU-s/s (over {args.idle_seconds:g} s), threads, RSS",
+                f"QueueMessageTrigger: {mine.cpu_per_second:.3f}, {mine.threads} threads, "
+                f"{mine.rss_mib:.0f} MiB",
+                f"KafkaSharedStreamTrigger: {theirs.cpu_per_second:.3f}, {theirs.threads} "
+                f"threads, {theirs.rss_mib:.0f} MiB",
+                f"CPU {mine.cpu_per_second / max(theirs.cpu_per_second, 1e-9):.2f}x; threads "
+                f"{mine.threads / max(theirs.threads, 1):.2f}x; RSS "
+                f"{mine.rss_mib / theirs.rss_mib:.2f}x",
+                "CPU <= 1.0x, threads <= 1.0x", command,
+                {"unit": "threads", "sides": ["QueueMessageTrigger", "KafkaSharedStreamTrigger"],
+                 "values": {"threads": [mine.threads, theirs.threads]}},
+            )
+        )  # fmt: skip
+    first = {kind: [f for f, _ in found] for kind, found in latency.items() if found}
+    if "QueueMessageTrigger" in first:
+        ours = first["QueueMessageTrigger"]
+        other = first.get("KafkaSharedStreamTrigger", [])
+        floor = floors.get("QueueMessageTrigger") or []
+        own = f"; the triggerer's own p50 {ms(floor, 50):.0f} ms" if floor else ""
+        chart = None
+        if other:
+            chart = {"unit": "ms", "sides": ["QueueMessageTrigger", "KafkaSharedStreamTrigger"],
+                     "values": {"p50": [ms(ours, 50), ms(other, 50)],
+                                "p99": [ms(ours, 99), ms(other, 99)]}}  # fmt: skip
+        rows.append(
+            row(
+                f"produce -> first asset event in that triggerer ({len(ours)} messages)",
+                f"p50 {ms(ours, 50):.0f} ms, p99 {ms(ours, 99):.0f} ms{own}",
+                f"p50 {ms(other, 50):.0f} ms, p99 {ms(other, 99):.0f} ms" if other else "-",
+                f"{ms(ours, 50) / ms(other, 50):.2f}x" if other else "", "p50 < 300 ms",
+                command, chart,
+            )
+        )  # fmt: skip
+    if results:
+        cells = [
+            f"{name}: p50 {ms(v, 50):.1f} ms, p99 {ms(v, 99):.1f} ms" for name, v in results.items()
+        ]
+        *ours_, theirs_ = cells
+        rows.append(
+            row(
+                f"produce -> event, one trigger run in process ({args.samples} samples)",
+                "; ".join(ours_), theirs_, "", "", command,
+            )
+        )  # fmt: skip
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=50)
@@ -737,6 +806,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=int,
         default=50,
         help="messages (one topic each, in turn) timed to the asset events in the triggerer",
+    )
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the results (bench/results/trigger_fleet.json)"
     )
     args = parser.parse_args(argv)
     idle_counts = [int(c) for c in args.idle.split(",") if c.strip()]
@@ -787,6 +859,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         broker.close()
     report(results, cpu, args.samples, in_process)
     report_fleet(cpu, fleet_latency, fleet_commits, fleet_floors, args.topics)
+    if args.json:
+        from benchjson import write
+
+        rows = json_rows(results, cpu, fleet_latency, fleet_floors, args)
+        write(args.json, "trigger_fleet", "Idle watchers and trigger latency", rows)
     say(f"\n(total {time.monotonic() - started:.0f} s)")
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need on a fresh Debian machine, and does nothing that is done:
 # uv (from PyPI), Debian's mosquitto and postgresql (servers the tests start themselves, on free
-# ports: none is assumed running), a Java 17 runtime (for Spark and Apache Kafka), the
-# workspace's venv, and Apache Kafka's jars (from Maven Central into ~/.cache/sluice, once).
+# ports: none is assumed running), a Java 17 runtime (for Spark and Apache Kafka), Debian's
+# chromium (the docs' browser test), the workspace's venv, and Apache Kafka's jars (from Maven
+# Central into ~/.cache/sluice, once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,8 @@ command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 # Debian keeps initdb off PATH, in /usr/lib/postgresql/<version>/bin (sluice.testing.postgres)
 command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null \
   || missing+=(postgresql)
+# the documentation site's browser test drives Debian's chromium (never a downloaded browser)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
     echo "Missing Debian packages: ${missing[*]}. Install them (apt-get install ${missing[*]}) and rerun." >&2

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one test command (README): set up what is missing, then run the whole test suite.
+# The one test command (docs/development.md): set up what is missing, then run the whole test suite.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1

@@ -1,4 +1,5 @@
-"""The configuration reference in README.md is the one the code generates, and says it all."""
+"""The configuration reference of the documentation (docs/reference/configuration.md) is the
+one the code generates, and says it all."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ from sluice.queues import transports
 from sluice.queues.config import COMMON_KEYS
 from sluice.reference import AIRFLOW_FIELDS, END, START, main, render, replace_section
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "configuration.md"
 
 
-def test_readme_holds_the_generated_reference() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_docs_page_holds_the_generated_reference() -> None:
+    text = PAGE.read_text(encoding="utf-8")
     assert replace_section(text, render()) == text, (
-        "README.md's configuration reference is out of date: run "
-        "python -m sluice.reference --write README.md"
+        "docs/reference/configuration.md is out of date: run "
+        "python -m sluice.reference --write docs/reference/configuration.md"
     )
 
 

@@ -30,8 +30,8 @@ from .batch import BatchSpec, OffsetRange
 
 __all__ = ["SCHEMA_VERSION", "AuditReport", "PartitionAudit", "StreamAudit", "audit"]
 
-#: Version of :meth:`AuditReport.to_dict`'s layout (``sluice audit --json``, documented in the
-#: README); a field is only ever added within a version.
+#: Version of :meth:`AuditReport.to_dict`'s layout (``sluice audit --json``, documented in
+#: docs/guides/observability.md); a field is only ever added within a version.
 SCHEMA_VERSION = 1
 
 

@@ -22,7 +22,7 @@ Airflow operators' metrics and the Dagster sensor's observations and lag check a
   :class:`StreamLag` of an MQTT stream has ``partitions`` None and says why in ``unknown``.
 
 :data:`SCHEMA_VERSION` versions :meth:`StreamLag.to_dict` (the JSON of ``sluice lag --json``,
-documented in the README); a field is only ever added within a version.
+documented in docs/guides/observability.md); a field is only ever added within a version.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ survives a restart on disk (so "the server restarted mid-write" is a real restar
 SigV4 signatures against its identities (wrong keys are refused as AWS refuses them), and it
 implements S3's conditional writes (``If-None-Match: *`` and ``If-Match`` on PUT, atomically,
 and on DELETE), which the Parquet sink commits and fences with. What it does not reproduce
-of AWS S3 is listed in the README ("Object storage").
+of AWS S3 is listed in docs/guides/object-storage.md.
 
 Every port it opens (master, volume, filer, S3, their gRPC ports) is a free one on
 127.0.0.1; it is stopped by its pid (:class:`~sluice.brokers.BrokerProcess`).

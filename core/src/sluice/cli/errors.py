@@ -99,7 +99,7 @@ def describe(exc: BaseException) -> tuple[str, int]:
         text = _one_line(str(exc)).replace(" is ignored.", ".")
         return (
             f"{text} Fix or remove it (a URI's query parameters are config keys: see the "
-            "configuration reference in README.md).",
+            "configuration reference: docs/reference/configuration.md).",
             USAGE,
         )
     if isinstance(exc, ImportError):

@@ -230,7 +230,7 @@ def lag(
         bool,
         typer.Option(
             "--json",
-            help="Print the measurement as JSON (layout: README, 'sluice lag --json'), with the "
+            help="Print the measurement as JSON (layout: docs/guides/observability.md), with the "
             "age of the oldest waiting message.",
         ),
     ] = False,

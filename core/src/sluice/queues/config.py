@@ -4,7 +4,7 @@ Every queue declares the keys it understands as :class:`ConfigKey` objects. :fun
 checks a pip-services ``ConfigParams`` against them: a value of the wrong type raises
 :class:`ConfigError` naming the key and the expected type, an unknown key produces an
 :class:`UnknownConfigKeyWarning` naming it (with a "did you mean" when a known key is close).
-The same declarations generate the configuration reference in the README.
+The same declarations generate the configuration reference (docs/reference/configuration.md).
 """
 
 from __future__ import annotations

@@ -799,7 +799,7 @@ class _Job:
             message = (
                 f"The MQTT broker dropped {dropped} message(s) (all clients together) since "
                 f"{when}: a persistent session's queue was full. Raise max_queued_messages "
-                "in mosquitto.conf (see the README)."
+                "in mosquitto.conf (see docs/guides/mqtt.md)."
             )
             if self.fail_on_broker_drops:
                 raise DataLossError(

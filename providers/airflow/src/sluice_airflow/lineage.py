@@ -47,7 +47,7 @@ __all__ = [
     "publish_lineage",
 ]
 
-#: Where the custom facets are described (README, "Observability").
+#: Where the custom facets are described (docs/guides/observability.md).
 FACETS_DOC = "https://pypi.org/project/sluice-airflow/#openlineage"
 
 

@@ -1,7 +1,7 @@
 """QueueHook: an Airflow Connection (``sluice_kafka`` or ``sluice_mqtt``) as Sluice config keys
 and an opened core queue.
 
-The Connection's fields map onto Sluice's config keys (README.md, "Configuration reference"):
+The Connection's fields map onto Sluice's config keys (docs/reference/configuration.md):
 host and port become ``connection.host``/``connection.port`` (a host such as
 ``h1:9092,h2:9092`` or ``kafka://h:9092`` becomes ``connection.uri``), login and password
 ``credential.username``/``credential.password``, and every key of the extra JSON is a config

@@ -1,18 +1,21 @@
-"""The fenced code blocks of README.md, and a terminal session that runs them as a user would.
+"""The fenced code blocks of a Markdown file (README.md, every page of docs/), and a terminal
+session that runs them as a user would.
 
-A block may be preceded by one HTML comment (invisible on GitHub) that says how it is run:
+A block may be preceded by one HTML comment (invisible on GitHub and on the site) that says how
+it is run; ``docs-test`` and ``readme-test`` are the same directive:
 
-- ``<!-- readme-test: save-as PATH -->``: the block is a file the text asks the user to save
+- ``<!-- docs-test: save-as PATH -->``: the block is a file the text asks the user to save
   as ``PATH`` (relative to the working directory); the text before the comment must name it.
-- ``<!-- readme-test: expect TEXT -->``: the block's output must contain ``TEXT``.
-- ``<!-- readme-test: until TEXT -->``: the block's last command runs until stopped (a server):
+- ``<!-- docs-test: expect TEXT -->``: the block's output must contain ``TEXT``.
+- ``<!-- docs-test: until TEXT -->``: the block's last command runs until stopped (a server):
   once its output shows ``TEXT`` (what the text before the block tells the user to wait for),
   the session presses Ctrl-C (SIGINT to the block's process group, as a terminal does), waits,
   and requires that every process the block started has stopped.
 
 Every other block of a runnable language is run as written. Only ``text`` and ``mermaid``
-blocks are not code; a block without a language, or in another language, is an error, so no
-block can be left out by accident.
+blocks are not code; a file's content (``json``, ``yaml``) is allowed only with ``save-as``; a
+block without a language, or in another language, is an error, so no block can be left out by
+accident.
 """
 
 from __future__ import annotations
@@ -34,18 +37,20 @@ import psutil
 
 RUNNABLE = ("bash", "sh", "console", "python")
 NOT_CODE = ("text", "mermaid")
+FILES = ("json", "yaml")  # only as the content of a file the text asks the user to save
 _FENCE = re.compile(r"^```(\S*)\s*$")
-_DIRECTIVE = re.compile(r"^<!--\s*readme-test:\s*(save-as|expect|until)\s+(.+?)\s*-->$")
+_DIRECTIVE = re.compile(r"^<!--\s*(?:docs|readme)-test:\s*(save-as|expect|until)\s+(.+?)\s*-->$")
 
 
-class ReadmeError(AssertionError):
-    """A README block failed, or the README breaks the rules above."""
+class BlockError(AssertionError):
+    """A block failed, or the file breaks the rules above."""
 
 
 @dataclass(frozen=True)
 class Block:
     """One fenced block: where it is, its language, its text and how to run it."""
 
+    source: str  # the file's name, for messages
     line: int  # of the opening fence, 1-based
     section: str
     lang: str
@@ -56,11 +61,12 @@ class Block:
 
     @property
     def name(self) -> str:
-        return f"README.md:{self.line} ({self.section}, {self.lang})"
+        return f"{self.source}:{self.line} ({self.section}, {self.lang})"
 
 
-def parse(text: str) -> list[Block]:
-    """Every fenced block of ``text`` in order, with its directive; checks the rules."""
+def parse(text: str, source: str = "README.md") -> list[Block]:
+    """Every fenced block of ``text`` (the file ``source``) in order, with its directive;
+    checks the rules."""
     blocks: list[Block] = []
     lines = text.splitlines()
     section = "top"
@@ -75,17 +81,18 @@ def parse(text: str) -> list[Block]:
             continue
         end = next((j for j in range(index + 1, len(lines)) if lines[j] == "```"), None)
         if end is None:
-            raise ReadmeError(f"README.md:{index + 1}: the block is never closed")
+            raise BlockError(f"{source}:{index + 1}: the block is never closed")
         lang = fence.group(1)
-        if lang not in RUNNABLE + NOT_CODE:
-            raise ReadmeError(
-                f"README.md:{index + 1} ({section}): a block in {lang or 'no language'!r}. "
-                f"Tag it as one of {', '.join(RUNNABLE + NOT_CODE)}."
+        if lang not in RUNNABLE + NOT_CODE + FILES:
+            raise BlockError(
+                f"{source}:{index + 1} ({section}): a block in {lang or 'no language'!r}. "
+                f"Tag it as one of {', '.join(RUNNABLE + NOT_CODE + FILES)}."
             )
-        directive, argument, before_end = _directive(lines, index)
+        directive, argument, before_end = _directive(lines, index, source)
         prose = "\n".join(lines[max(0, before_end - 6) : before_end])
         blocks.append(
             Block(
+                source=source,
                 line=index + 1,
                 section=section,
                 lang=lang,
@@ -101,31 +108,33 @@ def parse(text: str) -> list[Block]:
     return blocks
 
 
-def _directive(lines: list[str], fence: int) -> tuple[str | None, str, int]:
+def _directive(lines: list[str], fence: int, source: str) -> tuple[str | None, str, int]:
     """The directive on the line before ``fence`` (if any), and where the prose before ends."""
     previous = lines[fence - 1].strip() if fence > 0 else ""
-    if "readme-test" in previous:
+    if "readme-test" in previous or "docs-test" in previous:
         match = _DIRECTIVE.match(previous)
         if match is None:
-            raise ReadmeError(f"README.md:{fence}: cannot read the directive {previous!r}")
+            raise BlockError(f"{source}:{fence}: cannot read the directive {previous!r}")
         return match.group(1), match.group(2), fence - 1
     return None, "", fence
 
 
 def _check(block: Block) -> None:
+    if block.lang in FILES and block.directive != "save-as":
+        raise BlockError(f"{block.name}: a {block.lang} block must be a file to save (save-as)")
     if block.directive is None:
         return
     if block.lang in NOT_CODE:
-        raise ReadmeError(f"{block.name}: a directive on a block that is not code")
+        raise BlockError(f"{block.name}: a directive on a block that is not code")
     if block.directive == "save-as" and f"`{block.argument}`" not in block.before:
-        raise ReadmeError(
+        raise BlockError(
             f"{block.name}: the text before the block must tell the user to save it as "
             f"`{block.argument}`"
         )
     if block.directive == "until" and block.lang not in ("bash", "sh"):
-        raise ReadmeError(f"{block.name}: 'until' is for shell blocks")
+        raise BlockError(f"{block.name}: 'until' is for shell blocks")
     if block.directive == "until" and block.argument not in block.before:
-        raise ReadmeError(
+        raise BlockError(
             f"{block.name}: the text before the block must tell the user to look for "
             f"{block.argument!r}"
         )
@@ -159,7 +168,7 @@ class Session:
             output = self._wait(block, ["bash", str(self._shell_script(block))], timeout)
             self._load_state()
         if block.directive == "expect" and block.argument not in output:
-            raise ReadmeError(f"{block.name}: the output lacks {block.argument!r}:\n{output}")
+            raise BlockError(f"{block.name}: the output lacks {block.argument!r}:\n{output}")
         return output
 
     @property
@@ -210,9 +219,9 @@ class Session:
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             output, _ = proc.communicate()
-            raise ReadmeError(f"{block.name} ran over {timeout:.0f} s:\n{output}") from None
+            raise BlockError(f"{block.name} ran over {timeout:.0f} s:\n{output}") from None
         if proc.returncode != 0:
-            raise ReadmeError(f"{block.name} exited {proc.returncode}:\n{_tail(output)}")
+            raise BlockError(f"{block.name} exited {proc.returncode}:\n{_tail(output)}")
         return output
 
     def _until(self, block: Block, timeout: float) -> str:
@@ -233,19 +242,19 @@ class Session:
         try:
             while block.argument not in log.read_text(errors="replace"):
                 if proc.poll() is not None:
-                    raise ReadmeError(
+                    raise BlockError(
                         f"{block.name} exited {proc.returncode} before it showed "
                         f"{block.argument!r}:\n{_tail(log.read_text())}"
                     )
                 if time.monotonic() > deadline:
-                    raise ReadmeError(
+                    raise BlockError(
                         f"{block.name}: no {block.argument!r} after {timeout:.0f} s:\n"
                         f"{_tail(log.read_text())}"
                     )
                 time.sleep(0.5)
             left = interrupt(proc, grace=30.0)
             if left:
-                raise ReadmeError(
+                raise BlockError(
                     f"{block.name}: after Ctrl-C and 30 s these processes still ran (killed "
                     f"now): {left}\n{_tail(log.read_text())}"
                 )
@@ -316,7 +325,7 @@ def _tail(output: str, lines: int = 60) -> str:
 
 PIP_SHIM = '''\
 #!{python}
-"""`pip` for the README test: `pip install ./core ...` must name projects of this clone that
+"""`pip` for the docs tests: `pip install ./core ...` must name projects of this clone that
 the workspace venv already has, installed from exactly there (editable); nothing else runs."""
 import json, sys, tomllib
 from importlib.metadata import PackageNotFoundError, distribution
@@ -324,24 +333,24 @@ from pathlib import Path
 
 args = sys.argv[1:]
 if not args or args[0] != "install" or any(a.startswith("-") for a in args[1:]):
-    sys.exit(f"readme-test pip: only 'pip install PATH...' is supported, got {{args}}")
+    sys.exit(f"docs-test pip: only 'pip install PATH...' is supported, got {{args}}")
 for arg in args[1:]:
     where, _, extras = arg.partition("[")
     path = Path(where).resolve()
     project = path / "pyproject.toml"
     if not project.is_file():
-        sys.exit(f"readme-test pip: {{arg}} is not a project (no pyproject.toml)")
+        sys.exit(f"docs-test pip: {{arg}} is not a project (no pyproject.toml)")
     meta = tomllib.loads(project.read_text())["project"]
     name = meta["name"]
     for extra in filter(None, extras.rstrip("]").split(",")):
         if extra.strip() not in meta.get("optional-dependencies", {{}}):
-            sys.exit(f"readme-test pip: {{name}} has no extra {{extra!r}}")
+            sys.exit(f"docs-test pip: {{name}} has no extra {{extra!r}}")
     try:
         url = json.loads(distribution(name).read_text("direct_url.json") or "{{}}").get("url")
     except PackageNotFoundError:
-        sys.exit(f"readme-test pip: {{name}} is not installed in the venv (uv sync --all-packages)")
+        sys.exit(f"docs-test pip: {{name}} is not installed in the venv (uv sync --all-packages)")
     if url != path.as_uri():
-        sys.exit(f"readme-test pip: {{name}} is installed from {{url}}, not from {{path}}")
+        sys.exit(f"docs-test pip: {{name}} is installed from {{url}}, not from {{path}}")
     print(f"{{name}} is installed from {{path}} (editable)")
 '''
 
@@ -357,6 +366,6 @@ def write_pip_shim(folder: Path, python: str) -> None:
 
 def clean_environment(base: Mapping[str, str]) -> dict[str, str]:
     """``base`` without what the test run or other tests set for Airflow, Dagster, Spark or
-    the Sluice examples: the README must say everything the user sets."""
+    the Sluice examples: the page must say everything the user sets."""
     dropped = ("AIRFLOW", "DAGSTER", "SLUICE_", "PYTEST", "PYTHONPATH", "VIRTUAL_ENV", "SPARK")
     return {k: v for k, v in base.items() if not k.startswith(dropped)}

@@ -1,0 +1,118 @@
+"""The benchmarks' JSON results (bench/results/*.json, bench/benchjson.py) and their charts
+(bench/charts.py), which the documentation site draws at build time."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", sorted(BENCH.glob("results/*.json")), ids=lambda p: p.stem)
+def test_every_results_file_is_labelled_and_charted(path: Path) -> None:
+    family = json.loads(path.read_text())
+    assert family["family"] == path.stem
+    for label in ("title", "measured", "machine", "load", "provenance"):
+        assert family[label], f"{path.name}: no {label}"
+    for row in family["rows"]:
+        assert {"what", "sluice", "other", "ratio", "goal", "command"} <= set(row)
+    assert any("chart" in row for row in family["rows"]), "every family gets a chart"
+    assert load("charts").chart(family).startswith(PNG)
+
+
+def test_a_benchmarks_json_output_is_what_the_charts_draw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    benchjson = load("benchjson")
+    monkeypatch.setattr(sys, "argv", ["bench/sinks.py", "--json", "x.json"])
+    chart = {"unit": "s", "sides": ["sink", "Parquet"], "values": {"Delta": [13.6, 13.2]}}
+    rows = [benchjson.row("200,000 messages", "13.6 s", "13.2 s", "1.03x", "<= 1.2x", "c", chart)]
+    benchjson.write(tmp_path / "sinks.json", "sinks", "Sinks", rows)
+    charts = load("charts")
+    [family] = charts.families(tmp_path)
+    assert family["provenance"] == "written by bench/sinks.py --json x.json"
+    assert charts.chart(family).startswith(PNG)
+    family["rows"][0].pop("chart")
+    with pytest.raises(ValueError, match="no row has a chart"):
+        charts.chart(family)
+
+
+def test_freshness_json_rows_chart_each_side_against_the_anchor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.unit.test_bench_freshness import load_freshness
+
+    freshness = load_freshness()
+    batch = freshness.Batch("b1", 10.0, 9.0, [1.0, 2.0], [0, 1])
+    results = [
+        freshness.Result("a. Airflow, event-driven DAG", [30.0, 40.0], [batch], 2, 0, 0, []),
+        freshness.Result("b. Dagster, sensor", [], [], 2, 0, 2, []),  # nothing visible: no row
+    ]
+    args = argparse.Namespace(rate=1000.0, seconds=120.0, connect=False)
+    sys.path.insert(0, str(BENCH))  # benchjson, as the script finds it
+    try:
+        rows = freshness.json_rows(results, args)
+        monkeypatch.setattr(sys, "argv", ["bench/freshness.py", "--json", "f.json"])
+        load("benchjson").write(tmp_path / "freshness.json", "freshness", "Freshness", rows)
+    finally:
+        sys.path.remove(str(BENCH))
+    [row] = rows
+    assert row["command"] == "bench/freshness.py --rate 1000 --seconds 120"
+    p50 = freshness.percentile([30.0, 40.0], 50)
+    assert row["chart"]["values"] == {"a. Airflow": [p50, 300.0]}
+    [family] = load("charts").families(tmp_path)
+    assert load("charts").chart(family).startswith(PNG)
+
+
+def test_trigger_latency_json_rows_hold_the_fleet_and_the_latencies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the module gives Airflow a home when none is set: one of this test's, put back after it
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it puts the repository first
+    sys.path.insert(0, str(BENCH))  # its percentiles, clock_trigger and benchjson modules
+    try:
+        spec = importlib.util.spec_from_file_location("bench_trigger", BENCH / "trigger_latency.py")
+        assert spec is not None and spec.loader is not None
+        trigger = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = trigger  # its dataclasses look their module up
+        spec.loader.exec_module(trigger)
+        monkeypatch.setattr(sys, "argv", ["bench/trigger_latency.py", "--idle", "500"])
+        cpu = {
+            "QueueMessageTrigger": [trigger.CpuSample(500, 0.065, 19, 538.0)],
+            "KafkaSharedStreamTrigger": [trigger.CpuSample(500, 0.281, 209, 488.0)],
+        }
+        latency = {
+            "QueueMessageTrigger": [(0.6, 0.7), (0.7, 0.8)],
+            "KafkaSharedStreamTrigger": [(12.0, 13.0), (13.0, 14.0)],
+        }
+        results = {"QueueMessageTrigger (default)": [0.1, 0.2], "AwaitMessageTrigger": [0.001]}
+        args = argparse.Namespace(topics=50, idle_seconds=30.0, samples=2)
+        rows = trigger.json_rows(results, cpu, latency, {"QueueMessageTrigger": [0.5]}, args)
+        load("benchjson").write(tmp_path / "trigger_fleet.json", "trigger_fleet", "T", rows)
+    finally:
+        sys.path.remove(str(BENCH))
+        sys.modules.pop("bench_trigger", None)
+    fleet, first, in_process = rows
+    assert fleet["sluice"] == "QueueMessageTrigger: 0.065, 19 threads, 538 MiB"
+    assert fleet["chart"]["values"] == {"threads": [19, 209]}
+    assert first["ratio"].endswith("x") and "triggerer's own p50 500 ms" in first["sluice"]
+    assert in_process["other"].startswith("AwaitMessageTrigger: p50 1.0 ms")
+    [family] = load("charts").families(tmp_path)
+    assert load("charts").chart(family).startswith(PNG)
