@@ -5,7 +5,8 @@ its warehouse on the S3 server), where a REST catalog fails differently from a S
   and drops the connection before the answer (the commit happened), or answers 500 without
   forwarding it (it did not). The sink deletes nothing (invariant I8), the rerun resolves the
   outcome by reading the catalog, and ``sluice audit`` finds every message once;
-- the README's REST configuration (``.pyiceberg.yaml``, and the variables) ingests as written;
+- the Iceberg guide's REST configuration (``.pyiceberg.yaml``, and the variables) ingests as
+  written;
 - the server keeps its tables across a restart (its catalog is a SQLite file), listens on
   127.0.0.1 only, and the S3 keys are neither in its log nor on its command line;
 - ``sluice compact`` and ``sluice expire`` on a table of the REST catalog.
@@ -178,16 +179,16 @@ def test_compaction_and_expiry_on_a_rest_catalog_keep_the_audit_and_the_state(
     assert_exactly_once(audit(sink, topic.source), 31)
 
 
-def readme_rest_blocks() -> tuple[str, str]:
-    """The README's REST configuration: its ``.pyiceberg.yaml`` and its variables."""
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
-    blocks = re.findall(r"```text\n(.*?)```", readme, re.S)
+def guide_rest_blocks() -> tuple[str, str]:
+    """The Iceberg guide's REST configuration: its ``.pyiceberg.yaml`` and its variables."""
+    guide = (Path(__file__).parents[3] / "docs" / "guides" / "iceberg.md").read_text()
+    blocks = re.findall(r"```text\n(.*?)```", guide, re.S)
     (yaml,) = [b for b in blocks if b.startswith("catalog:") and "type: rest" in b]
     (variables,) = [b for b in blocks if "PYICEBERG_CATALOG__LAKE__TYPE=rest" in b]
     return yaml, variables
 
 
-def test_the_readmes_rest_configuration_ingests_as_written(
+def test_the_guides_rest_configuration_ingests_as_written(
     spark: Any,
     topic: KafkaTopic,
     rest_catalog: RestCatalogServer,
@@ -195,9 +196,9 @@ def test_the_readmes_rest_configuration_ingests_as_written(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The README's two ways, with this session's addresses (and keys) put in: the
+    """The Iceberg guide's two ways, with this session's addresses (and keys) put in: the
     ``.pyiceberg.yaml`` ingests one batch, the variables (keys in AWS_*) the next."""
-    yaml, variables = readme_rest_blocks()
+    yaml, variables = guide_rest_blocks()
     ours = {"http://127.0.0.1:8181": rest_catalog.uri, "http://127.0.0.1:9000": s3_server.endpoint}
     for theirs, mine in ours.items():
         assert theirs in yaml and theirs in variables
