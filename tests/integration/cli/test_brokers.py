@@ -17,7 +17,7 @@ import pytest
 
 from sluice.cli.brokers import Entry, running
 from sluice.testing import wait_until
-from tests.unit.cli.runner import assert_error, assert_ok, run, table_rows
+from tests.unit.cli.runner import assert_error, assert_ok, on_terminal, run, table_rows
 
 SLUICE = str(Path(sys.executable).parent / "sluice")
 
@@ -196,7 +196,9 @@ def test_registry_is_a_stand_in_said_plainly_that_an_avro_publish_and_ingest_use
     with urllib.request.urlopen(f"{registry.url}/subjects", timeout=10) as answer:
         assert json.loads(answer.read()) == ["readings.avro-value"]
 
-    down = _sluice(home, "brokers", "down")
-    assert down.returncode == 0 and "Stopped registry" in down.stdout
+    # on a terminal, `down` says whom it waits for (issue 37, finding 11: SeaweedFS takes 10 s)
+    code, screen = on_terminal([SLUICE, "brokers", "down"], {"SLUICE_HOME": str(home)})
+    assert code == 0 and f"Stopping registry (pid {registry.pid})" in screen, screen
+    assert "Stopped registry" in screen
     wait_until(lambda: not running(registry), 10, message="the registry stopped")
     assert not _accepts(registry.url)

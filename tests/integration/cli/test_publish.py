@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
-import select
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from sluice.queues import queue_from_uri
 from sluice.testing import free_port
-from tests.unit.cli.runner import assert_error, assert_ok, run
+from tests.unit.cli.runner import assert_error, assert_ok, on_terminal, run
 
 from .conftest import read_topic
 
@@ -125,29 +120,8 @@ def test_a_broker_that_does_not_answer_is_named_while_the_command_waits(
     to options.connect_timeout) shows whom it waits for, not a silent screen."""
     with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never speaks Kafka
         port = silent.getsockname()[1]
-        primary, secondary = pty.openpty()
-        try:
-            child = subprocess.Popen(
-                [SLUICE, "publish", f"kafka://127.0.0.1:{port}/{unique_name}", "--sample", "iot"],
-                stdin=subprocess.DEVNULL,
-                stdout=secondary,
-                stderr=secondary,
-                env={**os.environ, "TERM": "xterm", "COLUMNS": "120"},
-            )
-            os.close(secondary)
-            screen = b""
-            deadline = time.monotonic() + 60
-            while child.poll() is None and time.monotonic() < deadline:
-                ready, _, _ = select.select([primary], [], [], 0.2)
-                if ready:
-                    try:
-                        screen += os.read(primary, 4096)
-                    except OSError:  # the child closed the terminal
-                        break
-            child.wait(30)
-        finally:
-            os.close(primary)
-    text = screen.decode(errors="replace")
+        argv = [SLUICE, "publish", f"kafka://127.0.0.1:{port}/{unique_name}", "--sample", "iot"]
+        code, text = on_terminal(argv)
     assert f"Connecting to 127.0.0.1:{port}" in text, text
     assert f"Cannot connect to Kafka at 127.0.0.1:{port}" in text, text
-    assert child.returncode == 1
+    assert code == 1

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import pty
+import select
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
 
 from typer.testing import CliRunner, Result
 
@@ -42,3 +47,33 @@ def table_rows(text: str) -> list[list[str]]:
         for line in text.splitlines()
         if line.startswith("│")
     ]
+
+
+def on_terminal(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 60.0
+) -> tuple[int, str]:
+    """Run ``argv`` on a pseudo-terminal (where the commands draw their spinners) until it
+    exits; its exit code and everything it drew."""
+    primary, secondary = pty.openpty()
+    try:
+        child = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=secondary,
+            stderr=secondary,
+            env={**os.environ, "TERM": "xterm", "COLUMNS": "120", **(env or {})},
+        )
+        os.close(secondary)
+        screen = b""
+        deadline = time.monotonic() + timeout
+        while child.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([primary], [], [], 0.2)
+            if ready:
+                try:
+                    screen += os.read(primary, 4096)
+                except OSError:  # the child closed the terminal
+                    break
+        code = child.wait(30)
+    finally:
+        os.close(primary)
+    return code, screen.decode(errors="replace")

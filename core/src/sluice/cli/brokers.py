@@ -416,7 +416,11 @@ def down(
     if not entries:
         console.print(f"No brokers to stop (none recorded in {home()}).")
     for entry in entries:
-        if _stop(entry):
+        # SeaweedFS waits out its filer's 15 s gRPC grace before it exits (SIGKILL at 10 s):
+        # say whom the command waits for (a spinner on a terminal), never a silent screen
+        with output.err().status(f"Stopping {entry.name} (pid {entry.pid})..."):
+            stopped = _stop(entry)
+        if stopped:
             console.print(f"Stopped {entry.name} (pid {entry.pid}).")
         else:
             console.print(f"{entry.name} (pid {entry.pid}) was not running.")
