@@ -84,7 +84,7 @@ def test_a_tls_setting_with_an_explicit_plaintext_protocol_is_an_error_naming_bo
 
 def test_the_opt_in_key_is_in_the_reference_of_both_connections() -> None:
     reference = render()
-    kafka = reference.split("### KafkaMessageQueue", 1)[1].split("###", 1)[0]
-    mqtt = reference.split("### MqttMessageQueue", 1)[1].split("###", 1)[0]
+    kafka = reference.split("# KafkaMessageQueue", 1)[1].split("\n#", 1)[0]
+    mqtt = reference.split("# MqttMessageQueue", 1)[1].split("\n#", 1)[0]
     for section in (kafka, mqtt):
         assert f"| `{ALLOW_PLAINTEXT_CREDENTIALS}` | bool | `false` |" in section
