@@ -1,11 +1,12 @@
 """The JSON results a benchmark writes with ``--json PATH``: the layout of
 ``bench/results/*.json``, which ``bench/charts.py`` draws and the documentation site shows.
 
-A file is one benchmark family: ``version``, ``family``, ``title``, when (``measured``, a UTC
-date) and where (``machine``: cores and system, ``load``: the load average while it ran) it
-was measured, ``provenance`` (the command), and ``rows``: each the figure (``sluice``), the
-other side (``other``), the ``ratio``, the ``goal``, the ``command``, and optionally a
-``chart`` (``unit``, the two ``sides``' names, and per case the two values).
+A file is one benchmark family: ``version``, ``family``, ``title``, when (``measured``, a
+UTC date) and where (``machine``: cores and system, ``load``: the load average while it ran)
+it was measured, ``broker`` (the Kafka broker, where one took part), ``provenance`` (the
+command), and ``rows``: each the figure (``sluice``), the other side (``other``), the
+``ratio``, the ``goal``, the ``command``, and optionally a ``chart`` (``unit``, the two
+``sides``' names, and per case the two values).
 """
 
 from __future__ import annotations
@@ -38,8 +39,15 @@ def row(
     return found
 
 
-def write(path: str | Path, family: str, title: str, rows: list[dict[str, Any]]) -> None:
-    """Write the family's results to ``path`` (``bench/results/<family>.json`` to publish)."""
+def write(
+    path: str | Path,
+    family: str,
+    title: str,
+    rows: list[dict[str, Any]],
+    broker: str | None = None,
+) -> None:
+    """Write the family's results to ``path`` (``bench/results/<family>.json`` to publish);
+    ``broker`` names the Kafka broker the figures came from, where one took part."""
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     document = {
         "version": 1,
@@ -51,5 +59,7 @@ def write(path: str | Path, family: str, title: str, rows: list[dict[str, Any]])
         "provenance": f"written by {' '.join(['bench/' + Path(sys.argv[0]).name, *sys.argv[1:]])}",
         "rows": rows,
     }
+    if broker is not None:
+        document["broker"] = broker
     Path(path).write_text(json.dumps(document, indent=2) + "\n")
     print(f"results written to {path}")

@@ -2,10 +2,11 @@
 deployment and a real Dagster daemon, in one run.
 
 A producer (confluent-kafka) publishes ``--rate`` messages a second for ``--seconds`` into a
-Kafka topic (noida-db, ``--partitions`` partitions), each a JSON reading whose ``temperature``
-carries the moment it was produced (``time.time()`` just before ``produce()``, seconds since
-the epoch: a DOUBLE survives Spark and Parquet untouched, where a timestamp would go through
-time zones and INT96) and whose ``device`` is its sequence number. The sides, one after the
+Kafka topic (``--broker``: Apache Kafka unless told; ``--partitions`` partitions), each a
+JSON reading whose ``temperature`` carries the moment it was produced (``time.time()`` just
+before ``produce()``, seconds since the epoch: a DOUBLE survives Spark and Parquet
+untouched, where a timestamp would go through time zones and INT96) and whose ``device`` is
+its sequence number. The sides, one after the
 other (each with its own topic, group and sink):
 
 a. Airflow: the example DAG ``dags_examples/airflow/kafka_event_driven.py`` unchanged (an
@@ -64,9 +65,10 @@ sys.path.insert(0, str(ROOT))  # tests.system.airflow.deployment
 sys.path.insert(0, str(ROOT / "tests" / "system" / "dagster"))  # dagster_deployment
 
 import pyarrow.parquet as pq  # noqa: E402
+from broker_choice import add_broker_option, broker_label, start_broker  # noqa: E402
 from percentiles import percentile  # noqa: E402  (bench/, the script's directory)
 
-from sluice.brokers import BrokerProcess, create_kafka_topic, start_noida  # noqa: E402
+from sluice.brokers import BrokerProcess, create_kafka_topic  # noqa: E402
 
 POLL_SECONDS = 0.25
 AIRFLOW_DAG_FILE = ROOT / "dags_examples" / "airflow" / "kafka_event_driven.py"
@@ -571,7 +573,7 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
     say(
         f"Freshness, produce -> visible in the Parquet sink, {args.rate:g} msg/s for "
         f"{args.seconds:g} s ({int(args.rate * args.seconds):,} messages), "
-        f"{args.partitions} partitions, noida-db, Spark: {spark}:"
+        f"{args.partitions} partitions, {broker_label(args.broker)}, Spark: {spark}:"
     )
     say(
         f"  {'side':<52} {'p50 s':>7} {'p99 s':>7} {'max s':>7} {'visible':>10} "
@@ -646,7 +648,8 @@ def json_rows(results: list[Result], args: argparse.Namespace) -> list[dict[str,
                 f"p50 {p50:.1f} s, p99 {p99:.1f} s, {len(r.batches)} batches for "
                 f"{len(r.latencies) - r.missing:,} messages",
                 "; ".join(ANCHORS), f"{p50 / 300:.2f}x the 300 s anchor at p50", GOAL,
-                f"bench/freshness.py --rate {args.rate:g} --seconds {args.seconds:g}"
+                f"bench/freshness.py --broker {args.broker} --rate {args.rate:g} "
+                f"--seconds {args.seconds:g}"
                 + (" --connect" if args.connect else ""),
             )
         )  # fmt: skip
@@ -656,8 +659,8 @@ def json_rows(results: list[Result], args: argparse.Namespace) -> list[dict[str,
 
 
 @contextmanager
-def broker_running(work: Path) -> Iterator[BrokerProcess]:
-    broker = start_noida(workdir=work / "noida")
+def broker_running(work: Path, name: str) -> Iterator[BrokerProcess]:
+    broker = start_broker(name, workdir=work / name)
     try:
         yield broker
     finally:
@@ -693,6 +696,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--json", metavar="PATH", help="also write the results (bench/results/freshness.json)"
     )
+    add_broker_option(parser)
     args = parser.parse_args(argv)
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     unknown = set(sides) - {"airflow", "dagster"}
@@ -711,8 +715,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             server = start_connect_server(workdir=work / "spark-connect")
             args.spark_master = server.url
             say(f"Spark Connect server at {server.url}")
-        with broker_running(work) as broker:
-            say(f"noida-db at {broker.bootstrap}")
+        with broker_running(work, args.broker) as broker:
+            say(f"{broker_label(args.broker)} at {broker.bootstrap}")
             for side in sides:
                 run = airflow_side if side == "airflow" else dagster_side
                 results.append(run(broker, args, work / side))
@@ -722,7 +726,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             from benchjson import write
 
             title = f"Freshness: produce to visible, {args.rate:g} msg/s for {args.seconds:g} s"
-            write(args.json, "freshness", title, json_rows(results, args))
+            rows = json_rows(results, args)
+            write(args.json, "freshness", title, rows, broker_label(args.broker))
     finally:
         if server is not None:
             server.close()

@@ -1,4 +1,5 @@
-"""Ingestion throughput, all sides measured in one run on one broker (noida-db, started here).
+"""Ingestion throughput, all sides measured in one run on one broker (``--broker``, started
+here: Apache Kafka unless told).
 
     uv run python bench/ingest.py [--messages 200000] [--repeats 5] [--warm-rounds 1]
                                   [--big 1000000]
@@ -28,8 +29,8 @@ one's numbers are printed as the "first round") and --repeats timed rounds, inte
 the median counts. Before each side the benchmark waits until the broker is idle: an offset
 commit to noida-db costs it about one CPU-second of work in the next two seconds, which would
 otherwise land on whichever side runs next. The broker's CPU time during each side is printed
-with it. The 1,000,000-message batch runs on Tansu (noida-db 0.2.3 stalls on fetches of a log
-that large).
+with it. With ``--broker noida``, more than 500,000 messages and the --big batch run on Tansu
+(noida-db 0.2.3 stalls on fetches of a log that large).
 """
 
 from __future__ import annotations
@@ -408,6 +409,8 @@ def peak_rss_child(bootstrap: str, topic: str, count: int) -> None:
 
 
 def main() -> None:
+    from broker_choice import add_broker_option
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -431,19 +434,23 @@ def main() -> None:
     parser.add_argument(
         "--child-rss", nargs=3, metavar=("BOOTSTRAP", "TOPIC", "COUNT"), help=argparse.SUPPRESS
     )
+    add_broker_option(parser)
     args = parser.parse_args()
     if args.child_rss:
         peak_rss_child(args.child_rss[0], args.child_rss[1], int(args.child_rss[2]))
         return
 
     import psutil
+    from broker_choice import broker_label, start_broker
 
-    from sluice.brokers import create_kafka_topic, start_noida, start_tansu
+    from sluice.brokers import create_kafka_topic
     from sluice.spark import spark_session
 
     # noida-db 0.2.3 stalls on fetches of logs of a million messages: Tansu beyond that.
-    say("starting noida-db" if args.messages <= 500_000 else "starting Tansu")
-    broker = start_noida() if args.messages <= 500_000 else start_tansu()
+    big_broker_name = "tansu" if args.broker == "noida" else args.broker
+    broker_name = args.broker if args.messages <= 500_000 else big_broker_name
+    say(f"starting {broker_label(broker_name)}")
+    broker = start_broker(broker_name)
     broker_process = psutil.Process(broker.pid)
     brokers = [broker]
     work = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
@@ -555,12 +562,12 @@ def main() -> None:
                 f"(per round, median {paired:.2f})   {goal}"
             )
         if args.json:
-            json_results(args.json, n, args, runs, rate, labels, ratios)
+            json_results(args.json, n, args, runs, rate, labels, ratios, broker_label(broker_name))
 
         if args.big:
-            # On Tansu: noida-db 0.2.3 stops answering fetches from the start of a log this
-            # large (a broker bug, see the README's broker table).
-            big_broker = start_tansu()
+            # Not on noida-db: 0.2.3 stops answering fetches from the start of a log this
+            # large (a broker bug, see docs/development.md's broker table).
+            big_broker = start_broker(big_broker_name)
             brokers.append(big_broker)
             big = "bench-big"
             create_kafka_topic(big_broker.bootstrap, big, PARTITIONS)
@@ -595,6 +602,7 @@ def json_results(
     rate: dict[str, float],
     labels: dict[str, str],
     ratios: list[tuple[str, str, str, str]],
+    broker: str,
 ) -> None:
     """``--json``: one row per ratio of the sides that ran (the printed table), with a chart
     of the two sides' throughput."""
@@ -620,12 +628,12 @@ def json_results(
                 f"{base}: {rate[base]:,.0f} msg/s",
                 f"{ratio:.2f}x {kind} (per round {paired:.2f}x)",
                 goal.removeprefix("goal ").removeprefix("time ratio, goal "),
-                f"bench/ingest.py --messages {n} --repeats {args.repeats} "
+                f"bench/ingest.py --broker {args.broker} --messages {n} --repeats {args.repeats} "
                 f"--warm-rounds {args.warm_rounds} --sides {args.sides} --big {args.big}",
                 chart,
             )
         )  # fmt: skip
-    write(path, "ingest", "Ingest throughput (warm session)", rows)
+    write(path, "ingest", "Ingest throughput (warm session)", rows, broker)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """QueueMessageTrigger against the Airflow Kafka provider's AwaitMessageTrigger, in one run.
 
-1. Produce-to-event latency on the same noida-db broker, each trigger's ``run()`` driven in
-   this process's asyncio loop, ``--samples`` messages each (after a warm-up message).
+1. Produce-to-event latency on one broker (``--broker``: Apache Kafka unless told), each
+   trigger's ``run()`` driven in this process's asyncio loop, ``--samples`` messages each
+   (after a warm-up message).
    QueueMessageTrigger runs once for all of them (a watcher emits an event per new batch),
    at its default ``poll_interval`` (0.25 s) and at 0.1 s; messages go out at random moments
    (a Poisson process, two per poll interval on average) and each one's latency is the time
@@ -54,10 +55,11 @@ if "AIRFLOW_HOME" not in os.environ:  # Airflow reads its settings when first im
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # no line per batch
 
 import psutil  # noqa: E402
+from broker_choice import add_broker_option, broker_label, start_broker  # noqa: E402
 from percentiles import percentile  # noqa: E402  (bench/, the script's directory)
 from tests.system.airflow.deployment import AirflowDeployment  # noqa: E402
 
-from sluice.brokers import BrokerProcess, create_kafka_topic, start_noida  # noqa: E402
+from sluice.brokers import BrokerProcess, create_kafka_topic  # noqa: E402
 
 SLUICE_CONN = "sluice_bench"
 KAFKA_CONN = "kafka_bench"
@@ -623,9 +625,10 @@ def report(
     cpu: dict[str, list[CpuSample]],
     samples: int,
     in_process: dict[str, CpuSample],
+    broker: str,
 ) -> None:
     say("")
-    say(f"Produce-to-event latency, {samples} samples each, noida-db, 1 partition:")
+    say(f"Produce-to-event latency, {samples} samples each, {broker}, 1 partition:")
     say(f"  {'trigger':<50} {'p50 ms':>8} {'p99 ms':>8}")
     for name, values in results.items():
         p50, p99 = percentile(values, 50) * 1000, percentile(values, 99) * 1000
@@ -810,6 +813,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--json", metavar="PATH", help="also write the results (bench/results/trigger_fleet.json)"
     )
+    add_broker_option(parser)
     args = parser.parse_args(argv)
     idle_counts = [int(c) for c in args.idle.split(",") if c.strip()]
     counts = {kind: idle_counts for kind in args.fleet.split(",") if kind}
@@ -820,8 +824,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     in_process: dict[str, CpuSample] = {}
-    broker = start_noida()
-    say(f"noida-db on {broker.bootstrap} (pid {broker.pid})")
+    label = broker_label(args.broker)
+    broker = start_broker(args.broker)
+    say(f"{label} on {broker.bootstrap} (pid {broker.pid})")
     try:
         with tempfile.TemporaryDirectory(prefix="sluice-bench-") as workdir:
             say(f"1. latency, {args.samples} samples per trigger")
@@ -857,13 +862,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                     )
     finally:
         broker.close()
-    report(results, cpu, args.samples, in_process)
+    report(results, cpu, args.samples, in_process, label)
     report_fleet(cpu, fleet_latency, fleet_commits, fleet_floors, args.topics)
     if args.json:
         from benchjson import write
 
         rows = json_rows(results, cpu, fleet_latency, fleet_floors, args)
-        write(args.json, "trigger_fleet", "Idle watchers and trigger latency", rows)
+        write(args.json, "trigger_fleet", "Idle watchers and trigger latency", rows, label)
     say(f"\n(total {time.monotonic() - started:.0f} s)")
 
 

@@ -61,8 +61,9 @@ def _benchmark(family: dict[str, Any]) -> str:
     lines = [
         f"![{family['title']}](benchmarks/{family['family']}.png)",
         "",
-        f"*Measured {family['measured']} on a {family['machine']}, {family['load']}; "
-        f"{family['provenance']}.*",
+        f"*Measured {family['measured']} on a {family['machine']}, {family['load']}"
+        + (f", broker: {family['broker']}" if family.get("broker") else "")
+        + f"; {family['provenance']}.*",
         "",
         "| what | Sluice | the other side | ratio | goal | command |",
         "|---|---|---|---|---|---|",

@@ -64,19 +64,22 @@ def test_freshness_json_rows_chart_each_side_against_the_anchor(
         freshness.Result("a. Airflow, event-driven DAG", [30.0, 40.0], [batch], 2, 0, 0, []),
         freshness.Result("b. Dagster, sensor", [], [], 2, 0, 2, []),  # nothing visible: no row
     ]
-    args = argparse.Namespace(rate=1000.0, seconds=120.0, connect=False)
+    args = argparse.Namespace(rate=1000.0, seconds=120.0, connect=False, broker="kafka")
     sys.path.insert(0, str(BENCH))  # benchjson, as the script finds it
     try:
         rows = freshness.json_rows(results, args)
         monkeypatch.setattr(sys, "argv", ["bench/freshness.py", "--json", "f.json"])
-        load("benchjson").write(tmp_path / "freshness.json", "freshness", "Freshness", rows)
+        load("benchjson").write(
+            tmp_path / "freshness.json", "freshness", "Freshness", rows, "Apache Kafka 4.4.0"
+        )
     finally:
         sys.path.remove(str(BENCH))
     [row] = rows
-    assert row["command"] == "bench/freshness.py --rate 1000 --seconds 120"
+    assert row["command"] == "bench/freshness.py --broker kafka --rate 1000 --seconds 120"
     p50 = freshness.percentile([30.0, 40.0], 50)
     assert row["chart"]["values"] == {"a. Airflow": [p50, 300.0]}
     [family] = load("charts").families(tmp_path)
+    assert family["broker"] == "Apache Kafka 4.4.0"
     assert load("charts").chart(family).startswith(PNG)
 
 
