@@ -250,12 +250,35 @@ def join_a_second_queue(make_queue: QueueFactory, first: KafkaMessageQueue) -> K
     """A second queue in ``first``'s group, once the rebalance gave each one of two partitions."""
     second = make_queue(partitions=2)
     second.peek(None)
-    wait_until(
-        lambda: all(len(q.subscriptions()[0].assigned) == 1 for q in (first, second)),
-        timeout=30,
-        message="the rebalance to give each queue one partition",
-    )
+    try:
+        wait_until(
+            lambda: all(len(q.subscriptions()[0].assigned) == 1 for q in (first, second)),
+            timeout=30,
+            message="the rebalance to give each queue one partition",
+        )
+    except TimeoutError as exc:
+        states = {name: group_member_state(q) for name, q in (("first", first), ("second", second))}
+        raise TimeoutError(f"{exc}; the members: {states}") from exc
     return second
+
+
+def group_member_state(queue: KafkaMessageQueue) -> dict[str, object]:
+    """What kafka-python's coordinator of the queue's consumer says of its group membership
+    (read from another thread: a diagnosis, not a synchronised view)."""
+    subscription = queue.subscriptions()[0]
+    coordinator = getattr(subscription.consumer, "_coordinator", None)
+    if coordinator is None:
+        return {"consumer": "none"}
+    task = getattr(coordinator, "_join_task", None)
+    return {
+        "assigned": sorted(subscription.assigned),
+        "state": str(getattr(coordinator, "state", "?")),
+        "generation": getattr(getattr(coordinator, "_generation", None), "generation_id", "?"),
+        "rejoining": getattr(coordinator, "rejoining", "?"),
+        "need_rejoin": coordinator.need_rejoin(),
+        "join_task": None if task is None else ("done" if task.is_done else "pending"),
+        "thread_alive": subscription.is_alive(),
+    }
 
 
 def test_a_rebalance_keeps_kept_partitions_and_gives_up_lost_ones(
