@@ -125,15 +125,12 @@ _ENDS: dict[tuple[str, str], dict[int, int]] = {}
 
 def spec_json(bootstrap: str, topic: str, count: int) -> str:
     """A batch of the whole topic for a group of its own (the topic's ends asked once)."""
-    from kafka import KafkaConsumer
 
     from sluice.batch import BatchSpec, OffsetRange
-    from sluice.kafka.offsets import topic_end_offsets
+    from sluice.kafka.offsets import topic_ends
 
     if (bootstrap, topic) not in _ENDS:
-        probe = KafkaConsumer(bootstrap_servers=bootstrap)
-        _ENDS[bootstrap, topic] = topic_end_offsets(probe, topic)
-        probe.close()
+        _ENDS[bootstrap, topic] = topic_ends({"bootstrap_servers": bootstrap}, topic)
     ends = _ENDS[bootstrap, topic]
     spec = BatchSpec(
         "kafka",

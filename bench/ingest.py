@@ -249,14 +249,11 @@ def sluice_ingest(
     out: Path,
     reader: str | None = "kafka-python",
 ) -> float:
-    from kafka import KafkaConsumer
 
     from sluice.batch import BatchSpec, OffsetRange
-    from sluice.kafka.offsets import topic_end_offsets
+    from sluice.kafka.offsets import topic_ends
 
-    probe = KafkaConsumer(bootstrap_servers=bootstrap)
-    ends = topic_end_offsets(probe, topic)
-    probe.close()
+    ends = topic_ends({"bootstrap_servers": bootstrap}, topic)
     spec = BatchSpec(
         "kafka",
         topic,
@@ -323,10 +320,9 @@ def at_least_once(
     no fsync. The at-least-once pipeline the same engine would give (side h)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from kafka import KafkaConsumer
 
     from sluice.batch import BatchSpec, OffsetRange
-    from sluice.kafka.offsets import topic_end_offsets
+    from sluice.kafka.offsets import topic_ends
     from sluice.spark.classify import Classification, Rules, parse_schema
     from sluice.spark.formats import plan_formats
     from sluice.spark.ingest import MIN_ROWS_PER_TASK, source_config
@@ -335,9 +331,7 @@ def at_least_once(
     from sluice.spark.records import RAW_SCHEMA_DDL, largest_message_bytes
     from sluice.spark.writing import _arrow_batches, batch_rows
 
-    probe = KafkaConsumer(bootstrap_servers=bootstrap)
-    ends = topic_end_offsets(probe, topic)
-    probe.close()
+    ends = topic_ends({"bootstrap_servers": bootstrap}, topic)
     spec = BatchSpec(
         "kafka",
         topic,

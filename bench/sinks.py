@@ -45,15 +45,12 @@ def sink_of(kind: str, work: Path, name: str) -> Any:
 def small_batches(spark: Any, bootstrap: str, topic: str, sink: Any, batches: int) -> list[float]:
     """Ingest ``topic`` (``batches`` x 1,000 messages, 3 partitions) batch by batch, with one
     group; the seconds of each batch."""
-    from kafka import KafkaConsumer
 
     from sluice.batch import BatchSpec, OffsetRange
-    from sluice.kafka.offsets import topic_end_offsets
+    from sluice.kafka.offsets import topic_ends
     from sluice.spark import ingest
 
-    probe = KafkaConsumer(bootstrap_servers=bootstrap)
-    ends = topic_end_offsets(probe, topic)
-    probe.close()
+    ends = topic_ends({"bootstrap_servers": bootstrap}, topic)
     group, per_partition, times = f"bench-small-{time.time_ns()}", {p: 0 for p in ends}, []
     step = 1000 // len(ends)
     for _ in range(batches):

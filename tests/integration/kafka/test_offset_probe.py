@@ -6,12 +6,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import IncompatibleBrokerVersion
 
 import sluice.kafka.connection
 from sluice.batch import BatchSpec, OffsetRange, plan_batch
 from sluice.kafka import KafkaMessageQueue
+from sluice.kafka.offsets import ENDS_CONSUMER, _tracker, refresh_ends
 from sluice.testing import wait_until
 
 from .conftest import QueueFactory
@@ -62,6 +63,36 @@ def test_repeated_plans_reuse_one_consumer_and_see_each_new_message(
 
     queue.close(None)
     assert counted[0]._closed, "closing the queue's connection must close its probe"
+
+
+def test_each_refresh_of_the_ends_is_answered_by_a_fetch_even_where_a_partition_is_empty(
+    make_queue: QueueFactory,
+) -> None:
+    """Within an incremental fetch session (KIP-227) Apache Kafka leaves a partition with
+    nothing new out of a fetch's answer: a long-lived consumer's refresh then waited its whole
+    timeout for an empty partition, every time after its first (a plan took 5 s; the
+    triggers' watch saw new messages 4 to 14 s late). Consumers that refresh ends fetch
+    without sessions, and refresh_ends refuses one that does not."""
+    queue = make_queue(partitions=2)
+    send(queue, partition=1)
+    settings = {"bootstrap_servers": queue._config["connection.uri"], "group_id": None}
+    tps = [TopicPartition(queue.topic, p) for p in (0, 1)]
+    with pytest.raises(ValueError, match="ENDS_CONSUMER"):
+        refresh_ends(KafkaConsumer(**settings), tps)
+
+    # read_committed: the refresh fetches empty partitions too (Tansu lists their end as 0)
+    consumer = KafkaConsumer(**settings, isolation_level="read_committed", **ENDS_CONSUMER)
+    try:
+        consumer.assign(tps)
+        tracker = _tracker(consumer)
+        for _ in range(3):
+            asked = tracker.sequence
+            ends = refresh_ends(consumer, tps, timeout_s=60)
+            assert ends == {tps[0]: 0, tps[1]: 1}
+            unanswered = [tp for tp in tps if tracker.latest[tp].sequence <= asked]
+            assert not unanswered, f"no fetch answered the refresh of {unanswered}"
+    finally:
+        consumer.close(autocommit=False)
 
 
 def test_plans_from_several_threads_share_the_probe(

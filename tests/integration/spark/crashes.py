@@ -64,16 +64,10 @@ def kafka_audit(sink: Path, source: str) -> AuditReport:
 
 def dead_letter_origins(bootstrap: str, topic: str) -> list[tuple[int, int]]:
     """(partition, offset) of origin of every record on the dead-letter topic ``topic``."""
-    from kafka import KafkaConsumer
-
-    from sluice.kafka.offsets import topic_end_offsets
+    from sluice.kafka.offsets import topic_ends
 
     kwargs = {"bootstrap_servers": bootstrap}
-    consumer = KafkaConsumer(**kwargs, group_id=None)
-    try:
-        ends = topic_end_offsets(consumer, topic)
-    finally:
-        consumer.close()
+    ends = topic_ends(kwargs, topic)
     origins = []
     ranges = [OffsetRange(p, 0, end) for p, end in ends.items()]
     for _, records in read_range_records(kwargs, topic, ranges, 30):

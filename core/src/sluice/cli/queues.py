@@ -213,9 +213,11 @@ def topic_offsets(config: Mapping[str, Any], topic: str) -> dict[int, tuple[int,
     from kafka import KafkaConsumer, TopicPartition
 
     from sluice.kafka.config import client_config
-    from sluice.kafka.offsets import topic_end_offsets
+    from sluice.kafka.offsets import ENDS_CONSUMER, topic_end_offsets
 
-    consumer = KafkaConsumer(**client_config(dict(config)), enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        **client_config(dict(config)), enable_auto_commit=False, **ENDS_CONSUMER
+    )
     try:
         ends = topic_end_offsets(consumer, topic)
         tps = [TopicPartition(topic, p) for p in ends]

@@ -36,7 +36,7 @@ from .config import (
     security_protocol,
 )
 from .logs import hide_secret, kafka_log_level
-from .offsets import EndProbe, track, waiting_out_coordinator
+from .offsets import ENDS_CONSUMER, EndProbe, track, waiting_out_coordinator
 from .subscription import KafkaMessageListener, Subscription
 
 __all__ = ["KafkaConnection"]
@@ -323,6 +323,7 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
                     fetch_max_wait_ms=10,
                     # Partitions added to the topic show up within seconds, not minutes.
                     metadata_max_age_ms=5000,
+                    **ENDS_CONSUMER,
                 )
             )
         )

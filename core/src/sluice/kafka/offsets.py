@@ -11,6 +11,8 @@ to an older fetch has another offset, and is not taken).
 
 kafka-python keeps only the high watermark of a fetch response; :func:`tracked_consumer`
 builds consumers that also keep its last stable offset and log start (:class:`Watermarks`).
+A consumer that asks for ends fetches without incremental fetch sessions
+(:data:`ENDS_CONSUMER`).
 
 :class:`EndProbe` keeps one such consumer per topic between calls, so asking again costs two
 small requests and a one-record fetch instead of a new consumer.
@@ -28,6 +30,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 __all__ = [
+    "ENDS_CONSUMER",
     "FETCH_TIMEOUT_S",
     "EndProbe",
     "Watermarks",
@@ -36,11 +39,18 @@ __all__ = [
     "refresh_ends",
     "resume_offset",
     "topic_end_offsets",
+    "topic_ends",
     "track",
     "tracked_consumer",
 ]
 
 FETCH_TIMEOUT_S = 5.0
+#: Settings of every consumer :func:`refresh_ends` asks: no incremental fetch sessions
+#: (KIP-227). Within a session Apache Kafka leaves a partition with nothing new out of a
+#: fetch's answer, so the fetch of an empty partition was never answered and every refresh
+#: after a consumer's first waited out its whole timeout (the triggers' shared watch saw new
+#: messages 4 to 14 s late). The emulators have no sessions.
+ENDS_CONSUMER: Mapping[str, Any] = {"enable_incremental_fetch_sessions": False}
 #: How long one poll of :func:`refresh_ends` waits before it looks at what arrived.
 _POLL_SLICE_MS = 50
 T = TypeVar("T")
@@ -203,7 +213,14 @@ def refresh_ends(
     records skips the fetch where ListOffsets calls the partition empty (it is empty on those
     brokers too); one reading committed records always fetches (Tansu answers its ListOffsets
     with 0).
+
+    Raises ``ValueError`` for a consumer built without :data:`ENDS_CONSUMER`.
     """
+    if consumer.config.get("enable_incremental_fetch_sessions", False):
+        raise ValueError(
+            "refresh_ends needs a consumer without incremental fetch sessions: build it with "
+            "sluice.kafka.offsets.ENDS_CONSUMER among its settings"
+        )
     tracker = _tracker(consumer)
     known = end_offsets(consumer, tps)
     committed = reads_committed(consumer)
@@ -240,6 +257,16 @@ def topic_end_offsets(consumer: KafkaConsumer, topic: str) -> dict[int, int]:
         return {}
     consumer.assign(tps)
     return {tp.partition: offset for tp, offset in refresh_ends(consumer, tps).items()}
+
+
+def topic_ends(client_kwargs: Mapping[str, Any], topic: str) -> dict[int, int]:
+    """:func:`topic_end_offsets` through a consumer of its own, built from kafka-python
+    ``client_kwargs`` and closed afterwards."""
+    consumer = KafkaConsumer(**client_kwargs, group_id=None, **ENDS_CONSUMER)
+    try:
+        return topic_end_offsets(consumer, topic)
+    finally:
+        consumer.close(autocommit=False)
 
 
 class EndProbe:

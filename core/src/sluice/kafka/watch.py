@@ -41,7 +41,13 @@ from ..errors import TopicNotFoundError
 from ..secrets import redact_exception
 from .config import consumer_config, credentials
 from .logs import hide_secret
-from .offsets import refresh_ends, resume_offset, tracked_consumer, waiting_out_coordinator
+from .offsets import (
+    ENDS_CONSUMER,
+    refresh_ends,
+    resume_offset,
+    tracked_consumer,
+    waiting_out_coordinator,
+)
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -84,7 +90,9 @@ class _Clients:
             return tracked_consumer(**kwargs, group_id=None, enable_auto_commit=False, **extra)
 
         # the exact refresh wants its fetches answered at once
-        return cls(consumer(), consumer(fetch_max_wait_ms=10), _admin(kwargs), kwargs)
+        return cls(
+            consumer(), consumer(fetch_max_wait_ms=10, **ENDS_CONSUMER), _admin(kwargs), kwargs
+        )
 
     def group_offsets(
         self, by_group: dict[str, list[TopicPartition]]

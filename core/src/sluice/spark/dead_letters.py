@@ -13,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kafka import KafkaConsumer
-
 from ..batch import OffsetRange
-from ..kafka.offsets import topic_end_offsets
+from ..kafka.offsets import topic_ends
 from ..kafka.ranges import read_range_records
 from ..kafka.records import dead_letter_headers
 from .failpoints import failpoint
@@ -57,22 +55,14 @@ def send_kafka_dead_letters(
 
 
 def _ends(kwargs: Mapping[str, Any], topic: str) -> dict[str, int]:
-    consumer = KafkaConsumer(**kwargs, group_id=None)
-    try:
-        return {str(p): end for p, end in topic_end_offsets(consumer, topic).items()}
-    finally:
-        consumer.close(autocommit=False)
+    return {str(p): end for p, end in topic_ends(kwargs, topic).items()}
 
 
 def _sent(
     kwargs: Mapping[str, Any], topic: str, starts: dict[int, int], batch_id: str
 ) -> set[tuple[int, int]]:
     """Origins (partition, offset) of the dead letters of ``batch_id`` already in ``topic``."""
-    consumer = KafkaConsumer(**kwargs, group_id=None)
-    try:
-        ends = topic_end_offsets(consumer, topic)
-    finally:
-        consumer.close(autocommit=False)
+    ends = topic_ends(kwargs, topic)
     ranges = [OffsetRange(p, min(starts.get(p, 0), end), end) for p, end in ends.items()]
     found: set[tuple[int, int]] = set()
     wanted = batch_id.encode()

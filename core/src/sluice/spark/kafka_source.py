@@ -33,7 +33,7 @@ from ..kafka.config import (
     unretried_consumer_config,
 )
 from ..kafka.logs import hide_secret
-from ..kafka.offsets import refresh_ends, tracked_consumer
+from ..kafka.offsets import ENDS_CONSUMER, refresh_ends, tracked_consumer
 from ..kafka.ranges import LostRange, read_range_records
 from ..queues.config import ConfigError
 from .records import RecordColumns, confluent_message_bytes, kafka_record_bytes
@@ -225,7 +225,7 @@ def partition_positions(
     """The group's committed offset of each of ``partitions``, (log start, end) of each of
     them that exists (the end at the consumer's isolation level: the last stable offset when
     reading committed records), and the topic's id."""
-    consumer = tracked_consumer(**kwargs, group_id=group_id)
+    consumer = tracked_consumer(**kwargs, group_id=group_id, **ENDS_CONSUMER)
     try:
         committed = {p: consumer.committed(TopicPartition(topic, p)) for p in partitions}
         existing = consumer.partitions_for_topic(topic) or set()
