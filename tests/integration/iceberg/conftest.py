@@ -182,6 +182,12 @@ def table_rows(lake: Lake, name: str = "readings") -> list[dict[str, Any]]:
     return rows
 
 
+def file_exists(lake: Lake, uri: str) -> bool:
+    """Whether the file at ``uri`` (local or on the S3 server) exists, asked through the
+    table's own FileIO."""
+    return bool(lake.table().io.new_input(uri).exists())
+
+
 def data_files(lake: Lake, name: str = "readings") -> list[str]:
     """The table's current data files."""
     return sorted(task.file.file_path for task in lake.table(name).scan().plan_files())

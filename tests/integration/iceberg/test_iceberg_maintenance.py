@@ -1,10 +1,10 @@
 """``sluice compact`` and ``sluice expire`` on an Iceberg sink (issue 26), on a real SQLite
-catalog: one overwrite snapshot replaces the small files; the audit, reruns and the stream
-state are the same before and after, and after snapshot expiry; an ingest committing between
-the compaction's read and its commit makes it commit again, a compaction whose files were
-replaced gives up and deletes its own; killed at each failpoint, the table is as before or
-as after (on the REST catalog too); expiry deletes the files of expired snapshots and of
-crashed runs, never a young unreferenced file (a live run's)."""
+catalog and on the REST catalog: one overwrite snapshot replaces the small files; the audit,
+reruns and the stream state are the same before and after, and after snapshot expiry; an ingest
+committing between the compaction's read and its commit makes it commit again, a compaction
+whose files were replaced gives up and deletes its own; killed at each failpoint, the table is
+as before or as after (on the REST catalog too); expiry deletes the files of expired snapshots
+and of crashed runs, never a young unreferenced file (a live run's)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from sluice.testing.plugin import Broker
 from ..spark.conftest import SCHEMA, KafkaTopic, open_topic, reading
 from ..spark.crashes import assert_exactly_once
 from ..spark.test_compaction import small_mqtt_sink
-from .conftest import Lake, data_files, table_rows
+from .conftest import Lake, data_files, file_exists, table_rows
 
 
 @pytest.fixture
@@ -40,43 +40,47 @@ def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
     opened.producer.close()
 
 
+@pytest.mark.parametrize("catalog", ["sqlite", "rest"])
 def test_compaction_and_expiry_keep_the_audit_reruns_and_the_state(
-    spark: Any, topic: KafkaTopic, sqlite_lake: Lake
+    spark: Any, topic: KafkaTopic, catalog: str, request: pytest.FixtureRequest
 ) -> None:
-    sink = sqlite_lake.sink()
+    lake: Lake = request.getfixturevalue(f"{catalog}_lake")
+    sink = lake.sink()
     options = {"source": topic.source, "schema": SCHEMA}
     specs = []
-    for n in range(2):
+    for n in range(3):
         topic.send([reading(10 * n + i) for i in range(10)] + ([b"not json"] if n == 1 else []))
         specs.append(topic.plan())
         ingest(spark, specs[-1], sink, **options)
     stream = StreamKey.of(specs[0])
     before = open_sink(sink).state(stream)
-    files = data_files(sqlite_lake)
-    assert_exactly_once(audit(sink, topic.source), 21)
+    files = data_files(lake)
+    assert len(files) >= 3
+    assert_exactly_once(audit(sink, topic.source), 31)
 
     result = compact(sink, "1MB", min_files=2)
 
-    assert result.tables[f"{sqlite_lake.namespace}.readings"]["after"] == 1, result.lines()
-    assert len(data_files(sqlite_lake)) == 1
-    summary = lake_summary(sqlite_lake)
+    assert result.tables[f"{lake.namespace}.readings"]["after"] == 1, result.lines()
+    assert len(data_files(lake)) == 1
+    summary = lake_summary(lake)
     assert summary["operation"] == "overwrite" and "sluice.compaction" in summary
     assert "sluice.batch-id" not in summary
     assert open_sink(sink).state(stream).to_json() == before.to_json()
-    assert_exactly_once(audit(sink, topic.source), 21)
+    assert_exactly_once(audit(sink, topic.source), 31)
 
     expired = expire(sink, 0)
 
-    assert expired.snapshots_expired >= 2 and expired.files_deleted >= len(files)
-    assert not any(Path(f.removeprefix("file://")).exists() for f in files)
+    assert expired.snapshots_expired >= 3 and expired.files_deleted >= len(files)
+    assert not any(file_exists(lake, f) for f in files), "the replaced files are deleted"
+    assert len(lake.table().snapshots()) == 1
     assert open_sink(sink).state(stream).to_json() == before.to_json()
     rerun = ingest(spark, specs[-1], sink, **options)  # its snapshot is expired
     assert (rerun.written, rerun.skipped) == (0, specs[-1].message_count)
-    temperatures = sorted(r["temperature"] for r in table_rows(sqlite_lake))
-    assert temperatures == [i / 10 for i in range(20)]
+    temperatures = sorted(r["temperature"] for r in table_rows(lake))
+    assert temperatures == [i / 10 for i in range(30)]
     report = audit(sink, topic.source)
-    assert_exactly_once(report, 21)
-    assert report.streams[0].batches == 2
+    assert_exactly_once(report, 31)
+    assert report.streams[0].batches == 3
 
 
 def lake_summary(lake: Lake) -> dict[str, str]:

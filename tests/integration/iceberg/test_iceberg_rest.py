@@ -9,7 +9,8 @@ its warehouse on the S3 server), where a REST catalog fails differently from a S
   written;
 - the server keeps its tables across a restart (its catalog is a SQLite file), listens on
   127.0.0.1 only, and the S3 keys are neither in its log nor on its command line;
-- ``sluice compact`` and ``sluice expire`` on a table of the REST catalog.
+- (``sluice compact`` and ``sluice expire`` on a table of the REST catalog: in
+  test_iceberg_maintenance.py, beside the SQL catalog's.)
 """
 
 from __future__ import annotations
@@ -28,17 +29,15 @@ from pyiceberg.exceptions import CommitStateUnknownException
 
 from sluice.audit import audit
 from sluice.batch import plan_batch
-from sluice.maintenance import compact, expire
 from sluice.s3server import S3Server
 from sluice.spark import ingest
-from sluice.spark.sinks import StreamKey, open_sink
 from sluice.testing.plugin import Broker
 from sluice.testing.rest_catalog import RestCatalogServer
 from sluice.testing.s3proxy import S3Proxy
 
 from ..spark.conftest import SCHEMA, KafkaTopic, open_topic, reading
 from ..spark.crashes import assert_exactly_once
-from .conftest import Lake, configure_rest, data_files, sluice_summaries, table_rows
+from .conftest import Lake, configure_rest, data_files, file_exists, sluice_summaries, table_rows
 
 BAD = [b"not json", b'{"temperature": "warm"}']
 
@@ -57,10 +56,6 @@ def rest_proxy(rest_catalog: RestCatalogServer) -> Iterator[S3Proxy]:
     any HTTP/1.1 exchange through byte for byte and fails the ones a test plans)."""
     with S3Proxy(f"{rest_catalog.host}:{rest_catalog.port}") as proxy:
         yield proxy
-
-
-def exists(lake: Lake, uri: str) -> bool:
-    return bool(lake.table().io.new_input(uri).exists())
 
 
 #: (the proxy's fault, whether the commit happened, what pyiceberg raises): the connection
@@ -98,14 +93,14 @@ def test_a_rest_commit_whose_answer_is_lost_is_resolved_by_reading_the_catalog(
     assert rest_proxy.injected[0].startswith(f"{fault} POST namespaces/{lake.namespace}/")
     assert len(table_rows(lake)) == (400 if committed else 0), "the table reads"
     assert plan_batch(topic.queue) is not None, "no offset was committed"
-    assert all(exists(lake, f) for f in data_files(lake)), "no file of the table was deleted"
+    assert all(file_exists(lake, f) for f in data_files(lake)), "no file of the table was deleted"
 
     again = ingest(spark, spec, sink, **options)
 
     assert again.written == (0 if committed else 400), "the rerun read the catalog"
     rows = table_rows(lake)
     assert sorted(r["temperature"] for r in rows) == [i / 10 for i in range(400)]
-    assert all(exists(lake, f) for f in data_files(lake))
+    assert all(file_exists(lake, f) for f in data_files(lake))
     assert len(table_rows(lake, "readings__quarantine")) == 2
     assert [s["sluice.batch-id"] for s in sluice_summaries(lake)] == [spec.batch_id]
     assert plan_batch(topic.queue) is None
@@ -142,41 +137,6 @@ def test_the_rest_catalog_keeps_its_tables_across_a_restart_on_loopback_without_
         if c.status == psutil.CONN_LISTEN
     ]
     assert listening and all(a.ip.removeprefix("::ffff:") == "127.0.0.1" for a in listening)
-
-
-def test_compaction_and_expiry_on_a_rest_catalog_keep_the_audit_and_the_state(
-    spark: Any, topic: KafkaTopic, rest_lake: Lake
-) -> None:
-    sink = rest_lake.sink()
-    options = {"source": topic.source, "schema": SCHEMA}
-    specs = []
-    for n in range(3):
-        topic.send([reading(10 * n + i) for i in range(10)] + ([b"not json"] if n == 1 else []))
-        specs.append(topic.plan())
-        ingest(spark, specs[-1], sink, **options)
-    stream = StreamKey.of(specs[0])
-    before = open_sink(sink).state(stream)
-    files = data_files(rest_lake)
-    assert len(files) >= 3
-
-    result = compact(sink, "1MB", min_files=2)
-
-    assert result.tables[f"{rest_lake.namespace}.readings"]["after"] == 1, result.lines()
-    assert len(data_files(rest_lake)) == 1
-    assert open_sink(sink).state(stream).to_json() == before.to_json()
-    assert_exactly_once(audit(sink, topic.source), 31)
-
-    expired = expire(sink, 0)
-
-    assert expired.snapshots_expired >= 3 and expired.files_deleted >= len(files)
-    assert not any(exists(rest_lake, f) for f in files), "the replaced files are deleted"
-    assert len(rest_lake.table().snapshots()) == 1
-    assert open_sink(sink).state(stream).to_json() == before.to_json()
-    rerun = ingest(spark, specs[-1], sink, **options)  # its snapshot is expired
-    assert (rerun.written, rerun.skipped) == (0, specs[-1].message_count)
-    temperatures = sorted(r["temperature"] for r in table_rows(rest_lake))
-    assert temperatures == [i / 10 for i in range(30)]
-    assert_exactly_once(audit(sink, topic.source), 31)
 
 
 def guide_rest_blocks() -> tuple[str, str]:
