@@ -13,6 +13,7 @@ import base64
 import contextlib
 import importlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -32,6 +33,7 @@ __all__ = [
     "BrokerError",
     "BrokerProcess",
     "KafkaCluster",
+    "KafkaSecurity",
     "ServerCertificates",
     "create_kafka_topic",
     "free_port",
@@ -146,7 +148,11 @@ class BrokerProcess(BrokerAddress):
     workdir: Path
     log_path: Path
     host: str = HOST
-    users: dict[str, str] = field(default_factory=dict)
+    users: dict[str, str] = field(default_factory=dict, repr=False)
+    #: every listener's ``host:port`` by its name (Apache Kafka: "PLAINTEXT", and those of
+    #: :class:`KafkaSecurity`); empty for other brokers
+    listeners: dict[str, str] = field(default_factory=dict)
+    security: KafkaSecurity | None = field(default=None, repr=False)
     #: a line the broker logs once it serves clients (else: once its port accepts connections)
     ready_text: str | None = None
     #: what identifies the process in its command line (default: the executable)
@@ -461,6 +467,102 @@ logger.request.level = WARN
 """
 
 
+#: SASL mechanisms of :class:`KafkaSecurity`'s SASL listeners, and the SCRAM ones among them.
+KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_SCRAM_MECHANISMS = KAFKA_SASL_MECHANISMS[1:]
+#: What user names and passwords may hold: they are written into a JAAS configuration and
+#: StorageTool's SCRAM arguments, which each quote and split by their own rules.
+_SAFE_CREDENTIAL = re.compile(r"[A-Za-z0-9_.~+-]+")
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """The secured listeners :func:`start_kafka` opens beside its PLAINTEXT one (which it keeps
+    for itself: inter-broker traffic and the readiness check), each on a free loopback port:
+
+    - with ``users`` (name -> password, for PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 alike):
+      ``SASL_PLAINTEXT``;
+    - with ``certificates`` (:class:`ServerCertificates`: the server's certificate and key,
+      and the CA that signed it): ``SSL``, and ``CLIENT_CERT`` (SSL that admits only clients
+      with a certificate the same CA signed: ``ssl.client.auth=required``);
+    - with both: ``SASL_SSL`` too.
+
+    The passwords go into files of the broker's private working directory (mode 0600), never
+    into a command line or a log."""
+
+    users: Mapping[str, str] = field(default_factory=dict, repr=False)
+    certificates: ServerCertificates | None = None
+
+    def __post_init__(self) -> None:
+        for name, password in self.users.items():
+            for what, value in (("user name", name), ("password", password)):
+                if not _SAFE_CREDENTIAL.fullmatch(value):
+                    shown = repr(name) if what == "user name" else f"of user {name!r}"
+                    raise ValueError(
+                        f"KafkaSecurity: the {what} {shown} may hold only letters, digits and "
+                        "_.~+- (it is written into Kafka's JAAS and SCRAM settings unquoted)."
+                    )
+        if not self.users and self.certificates is None:
+            raise ValueError("KafkaSecurity needs users, certificates or both.")
+
+    @property
+    def listeners(self) -> dict[str, str]:
+        """The listeners' names and their security protocols."""
+        found = {}
+        if self.users:
+            found["SASL_PLAINTEXT"] = "SASL_PLAINTEXT"
+        if self.certificates is not None:
+            found["SSL"] = "SSL"
+            found["CLIENT_CERT"] = "SSL"
+            if self.users:
+                found["SASL_SSL"] = "SASL_SSL"
+        return found
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable by its owner only (it holds secrets)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # an older file keeps its mode through O_CREAT
+    with os.fdopen(descriptor, "w") as out:
+        out.write(text)
+
+
+def _security_properties(security: KafkaSecurity, path: Path) -> dict[str, str]:
+    """Broker settings of ``security``'s listeners; a PEM key store in ``path`` for TLS."""
+    properties: dict[str, str] = {}
+    sasl = [name for name, protocol in security.listeners.items() if protocol.startswith("SASL")]
+    if sasl:
+        properties["sasl.enabled.mechanisms"] = ",".join(KAFKA_SASL_MECHANISMS)
+        plain_users = " ".join(f'user_{n}="{p}"' for n, p in security.users.items())
+        modules = {
+            "plain": f"org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f"{plain_users};",
+            **{
+                m.lower(): "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                for m in _SCRAM_MECHANISMS
+            },
+        }
+        for listener in sasl:
+            for mechanism, module in modules.items():
+                properties[f"listener.name.{listener.lower()}.{mechanism}.sasl.jaas.config"] = (
+                    module
+                )
+    tls = security.certificates
+    if tls is not None:
+        keystore = path / "tls-keystore.pem"
+        _write_private(keystore, tls.key.read_text() + tls.cert.read_text())
+        properties.update(
+            {
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(keystore),
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(tls.ca),
+                "listener.name.client_cert.ssl.client.auth": "required",
+            }
+        )
+    return properties
+
+
 def kafka_classpath(progress: Callable[[str], None] | None = None) -> str:
     """Apache Kafka's jars from the cache, resolved (downloaded) the first time."""
     from . import jars
@@ -504,8 +606,13 @@ def _kafka_properties(
     nodes: int,
     data: Path,
     extra: Mapping[str, str] | None = None,
+    listeners: Mapping[str, tuple[str, int]] | None = None,
 ) -> str:
+    """``listeners``: name -> (security protocol, port) of listeners beside PLAINTEXT."""
     min_isr = 2 if nodes >= 3 else 1
+    served = {"PLAINTEXT": ("PLAINTEXT", port), **(listeners or {})}
+    advertised = ",".join(f"{name}://{HOST}:{p}" for name, (_, p) in served.items())
+    protocols = ",".join(f"{name}:{protocol}" for name, (protocol, _) in served.items())
     quorum = (
         f"controller.quorum.voters={voters}"
         if voters
@@ -514,11 +621,11 @@ def _kafka_properties(
     lines = [
         "process.roles=broker,controller",
         f"node.id={node}",
-        f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
+        f"listeners={advertised},CONTROLLER://{HOST}:{controller_port}",
+        f"advertised.listeners={advertised}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"listener.security.protocol.map={protocols},CONTROLLER:PLAINTEXT",
         quorum,
         f"log.dirs={data}",
         "num.partitions=1",
@@ -558,11 +665,21 @@ def _kafka_node(
     classpath: str,
     owns: bool,
     extra: Mapping[str, str] | None = None,
+    security: KafkaSecurity | None = None,
 ) -> BrokerProcess:
     path.mkdir(parents=True, exist_ok=True)
+    taken = {port, controller_port}
+    listeners: dict[str, tuple[str, int]] = {}
+    for listener, protocol in (security.listeners if security else {}).items():
+        listeners[listener] = (protocol, _free_port_but(taken))
+        taken.add(listeners[listener][1])
+    settings = {**(_security_properties(security, path) if security else {}), **(extra or {})}
     config = path / "server.properties"
-    config.write_text(
-        _kafka_properties(node, port, controller_port, voters, nodes, path / "data", extra)
+    _write_private(  # with security, the JAAS settings hold the passwords
+        config,
+        _kafka_properties(
+            node, port, controller_port, voters, nodes, path / "data", settings, listeners
+        ),
     )
     (path / "log4j2.properties").write_text(_LOG4J2)
     argv = [
@@ -578,26 +695,52 @@ def _kafka_node(
     broker = _make(name, "kafka", port, argv, path, owns)
     broker.ready_text = _KAFKA_READY
     broker.identity = str(config)
+    broker.listeners = {"PLAINTEXT": broker.bootstrap}
+    broker.listeners.update({n: f"{HOST}:{p}" for n, (_, p) in listeners.items()})
+    if security is not None:
+        broker.security = security
+        broker.users = dict(security.users)
     return broker
+
+
+def _free_port_but(taken: set[int]) -> int:
+    """A free port that is none of ``taken`` (ports chosen but not yet listened on)."""
+    while (port := free_port()) in taken:
+        pass
+    return port
+
+
+def _java_argument_file(path: Path, arguments: Sequence[str]) -> str:
+    """Write ``arguments`` to a Java launcher argument file (mode 0600) and return the one
+    argument that stands for them, ``@path``: what it holds stays out of the command line."""
+    quoted = ('"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"' for a in arguments)
+    _write_private(path, "\n".join(quoted) + "\n")
+    return f"@{path}"
 
 
 def _format_storage(
     brokers: Sequence[BrokerProcess], java: str, classpath: str, standalone: bool
 ) -> None:
     """Kafka's StorageTool formats each node's log directory with one cluster id (once: a
-    formatted directory keeps its data across restarts)."""
+    formatted directory keeps its data across restarts), with the SCRAM credentials of the
+    node's :class:`KafkaSecurity` users. Its arguments go in a Java argument file that is
+    removed afterwards: they hold the passwords."""
     cluster_id = _kafka_cluster_id()
     running: list[tuple[BrokerProcess, subprocess.Popen[bytes]]] = []
     for broker in brokers:
         if (broker.workdir / "data" / "meta.properties").exists():
             continue
-        argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
-        argv += [f"-Dlog4j2.configurationFile={broker.workdir / 'log4j2.properties'}"]
-        argv += ["-cp", classpath, "kafka.tools.StorageTool", "format"]
-        argv += [f"--cluster-id={cluster_id}"]  # one argument, whatever the id starts with
-        argv += ["-c", str(broker.workdir / "server.properties")]
+        args = [f"-Dlog4j2.configurationFile={broker.workdir / 'log4j2.properties'}"]
+        args += ["-cp", classpath, "kafka.tools.StorageTool", "format"]
+        args += [f"--cluster-id={cluster_id}"]  # one argument, whatever the id starts with
+        args += ["-c", str(broker.workdir / "server.properties")]
         if standalone:
-            argv.append("--standalone")
+            args.append("--standalone")
+        for user, password in (broker.security.users if broker.security else {}).items():
+            for mechanism in _SCRAM_MECHANISMS:
+                args += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
+        argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+        argv.append(_java_argument_file(broker.workdir / "format.args", args))
         log = open(broker.workdir / "format.log", "wb")  # noqa: SIM115 - closed below
         running.append(
             (
@@ -609,7 +752,9 @@ def _format_storage(
         )
         log.close()
     for broker, proc in running:
-        if proc.wait(120) != 0:
+        code = proc.wait(120)
+        (broker.workdir / "format.args").unlink(missing_ok=True)
+        if code != 0:
             tail = (broker.workdir / "format.log").read_text(errors="replace")[-2000:]
             raise BrokerError(
                 f"{broker.name}: Kafka's StorageTool could not format storage:\n{tail}"
@@ -623,18 +768,32 @@ def start_kafka(
     progress: Callable[[str], None] | None = None,
     timeout: float = 90.0,
     properties: Mapping[str, str] | None = None,
+    security: KafkaSecurity | None = None,
 ) -> BrokerProcess:
     """One Apache Kafka node in KRaft mode (broker and controller in one JVM) on loopback.
     Its data survives a restart in ``workdir``. The first call downloads Kafka's jars
     (:mod:`sluice.jars`; ``progress`` gets a line per step). ``properties``: broker settings
-    that replace or add to the defaults (tests shorten failover timeouts with them)."""
+    that replace or add to the defaults (tests shorten failover timeouts with them).
+    ``security``: SASL and TLS listeners beside the PLAINTEXT one (:class:`KafkaSecurity`);
+    ``listeners`` of the result names each one's ``host:port``."""
     java = _java()
     classpath = kafka_classpath(progress)
     port = port or free_port()
     path, owns = _workdir("kafka", workdir)
     controller_port = _saved_controller_port(path) or free_port()
     broker = _kafka_node(
-        "kafka", 1, path, port, controller_port, None, 1, java, classpath, owns, properties
+        "kafka",
+        1,
+        path,
+        port,
+        controller_port,
+        None,
+        1,
+        java,
+        classpath,
+        owns,
+        properties,
+        security,
     )
     try:
         _format_storage([broker], java, classpath, standalone=True)
@@ -651,7 +810,9 @@ def _saved_controller_port(path: Path) -> int | None:
         return None
     for line in config.read_text().splitlines():
         if line.startswith("listeners="):
-            return int(line.rsplit(":", 1)[1])
+            urls = line.split("=", 1)[1].split(",")
+            controller = [u for u in urls if u.startswith("CONTROLLER:")]
+            return int(controller[0].rsplit(":", 1)[1]) if controller else None
     return None
 
 

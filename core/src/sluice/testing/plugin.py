@@ -6,6 +6,10 @@ adds no fixtures to other projects.
 - ``kafka_cluster``: three Apache Kafka nodes (replication factor 3, ``min.insync.replicas`` 2),
   started only for a session with a test that asks for it; nodes can be killed, paused,
   resumed and restarted (:class:`sluice.brokers.KafkaCluster`).
+- ``secure_kafka_broker``: Apache Kafka with SASL and TLS listeners beside its PLAINTEXT one
+  (:class:`sluice.brokers.KafkaSecurity`), one per session: ``listeners`` names each one's
+  address, ``users`` holds user ``sluice`` and its password (PLAIN, SCRAM-SHA-256 and -512),
+  ``security.certificates`` the CA, the server certificate and its key.
 - ``noida_broker``, ``tansu_broker``: Kafka-protocol emulators, one per test session.
 - ``kafka_broker``: parametrized over Apache Kafka, noida-db and Tansu, in that order (or the
   broker ``SLUICE_TEST_KAFKA_BOOTSTRAP`` names).
@@ -47,6 +51,7 @@ from ..brokers import (
     BrokerAddress,
     BrokerProcess,
     KafkaCluster,
+    KafkaSecurity,
     start_kafka,
     start_kafka_cluster,
     start_mosquitto,
@@ -130,6 +135,18 @@ def kafka_cluster() -> Iterator[KafkaCluster]:
     finally:
         stop_watches()
         cluster.close()
+
+
+@pytest.fixture(scope="session")
+def secure_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """Apache Kafka with the listeners SASL_PLAINTEXT, SSL, SASL_SSL and CLIENT_CERT (TLS that
+    requires a client certificate signed by the test CA) beside PLAINTEXT, for user ``sluice``
+    with a fresh password; one JVM for the session."""
+    from .certificates import make_certificates
+
+    certificates = make_certificates(tmp_path_factory.mktemp("kafka-tls"))
+    security = KafkaSecurity({"sluice": secrets.token_urlsafe(12)}, certificates)
+    yield from _kafka_broker(lambda: start_kafka(security=security))
 
 
 @pytest.fixture(scope="session")
