@@ -27,6 +27,7 @@ from pip_services3_commons.run import IOpenable
 from ..queues.config import read_config, to_config_params
 from ..queues.envelope import normalize_headers, to_bytes
 from ..queues.references import resolve_references
+from ..secrets import redact_text
 from .config import (
     CONNECTION_KEYS,
     bootstrap_servers,
@@ -37,6 +38,7 @@ from .config import (
 )
 from .logs import hide_secret, kafka_log_level
 from .offsets import ENDS_CONSUMER, EndProbe, track, waiting_out_coordinator
+from .session_errors import recorded_failures, session_advice
 from .subscription import KafkaMessageListener, Subscription
 
 __all__ = ["KafkaConnection"]
@@ -112,20 +114,30 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
 
     def _connect(self, build: Callable[[], T]) -> T:
         attempts = max(1, int(self._config["options.max_retries"]))
-        for attempt in range(1, attempts + 1):
-            try:
-                return build()
-            except KafkaTimeoutError as exc:
-                last = exc
-                log.warning(
-                    "Kafka at %s not reachable (attempt %d of %d)", self.servers, attempt, attempts
-                )
-                if attempt < attempts:
-                    time.sleep(self._config["options.retry_timeout"] / 1000)
+        with recorded_failures() as failures:
+            for attempt in range(1, attempts + 1):
+                try:
+                    return build()
+                except KafkaTimeoutError as exc:
+                    last = exc
+                    log.warning(
+                        "Kafka at %s not reachable (attempt %d of %d)",
+                        self.servers,
+                        attempt,
+                        attempts,
+                    )
+                    if attempt < attempts:
+                        time.sleep(self._config["options.retry_timeout"] / 1000)
+        advice = session_advice(self.client_config(), failures) or (
+            "Check connection.host and connection.port (or connection.uri) and that the broker "
+            "is running."
+        )
         raise ConnectionError(
-            f"Cannot connect to Kafka at {','.join(self.servers)} after {attempts} attempt(s): "
-            f"{last}. Check connection.host and connection.port (or connection.uri) and that the "
-            "broker is running."
+            redact_text(
+                f"Cannot connect to Kafka at {','.join(self.servers)} after {attempts} "
+                f"attempt(s): {last}. {advice}",
+                self._config,
+            )
         ) from None
 
     def close(self, correlation_id: str | None = None) -> None:
