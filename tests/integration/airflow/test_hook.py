@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sluice.brokers import BrokerProcess
 from sluice.testing import free_port
 from sluice_airflow.hooks.queue import QueueHook
@@ -15,6 +17,34 @@ def test_kafka_connection_lists_topics(
     ok, message = QueueHook(conn_id).test_connection()
     assert ok, message
     assert f"Connected to Kafka at {noida_broker.bootstrap}" in message
+
+
+@pytest.mark.parametrize("right", [True, False], ids=["right password", "wrong password"])
+def test_kafka_connection_over_sasl_ssl_logs_in_or_says_who_was_refused(
+    secure_kafka_broker: BrokerProcess, set_connection: SetConnection, right: bool
+) -> None:
+    broker = secure_kafka_broker
+    assert broker.security is not None and broker.security.certificates is not None
+    ((user, password),) = broker.users.items()
+    given = password if right else f"{password}-wrong"
+    host, port = broker.listeners["SASL_SSL"].rsplit(":", 1)
+    extra = {
+        "connection.protocol": "sasl_ssl",
+        "credential.mechanism": "scram-sha-512",
+        "options.ssl_cafile": str(broker.security.certificates.ca),
+        "options.connect_timeout": 2000,
+    }
+    conn_id = set_connection(
+        "k", "sluice_kafka", host, int(port), login=user, password=given, extra=extra
+    )
+    ok, message = QueueHook(conn_id).test_connection()
+    assert password not in message and given not in message
+    if right:
+        assert ok, message
+        assert f"Connected to Kafka at {host}:{port}" in message
+    else:
+        assert not ok
+        assert f"The broker refused the SASL SCRAM-SHA-512 login of user '{user}'" in message
 
 
 def test_unreachable_kafka_says_so(set_connection: SetConnection) -> None:
