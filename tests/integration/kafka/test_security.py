@@ -239,6 +239,7 @@ def test_both_batch_readers_read_a_range_over_sasl_ssl(
         "options.ssl_cafile": str(certificates_of(broker).ca),
         "options.reader": reader,
         "topic": unique_name,
+        "from_beginning": True,  # open() need not find where the new topic ends
     }
     queue = queue_from_config("kafka", config)
     queue.open(None)
