@@ -91,7 +91,7 @@ def test_tansu_tls_flags_bug_is_still_there(tansu_broker: BrokerProcess, tmp_pat
 
 def test_noida_sasl_plain_accepts_any_password(noida_broker: BrokerProcess) -> None:
     """noida-db 0.2.3 completes SASL/PLAIN for any user and password (no credential check), so
-    a refused login can only be shown on Tansu (test_security.py)."""
+    refused logins are shown on Apache Kafka (test_security.py)."""
     connection = KafkaConnection()
     connection.configure(
         {

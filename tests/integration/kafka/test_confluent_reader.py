@@ -209,13 +209,15 @@ def test_an_ingest_reader_pickles_with_its_choice(kafka_broker: Broker, filled_t
     assert [b.to_pydict()["offset"] for b in batches] == [[4, 5]]
 
 
+@pytest.mark.parametrize("broker_fixture", ["secure_kafka_broker", "tansu_with_authentication"])
 def test_a_refused_login_names_the_topic_and_never_the_password(
-    tansu_with_authentication: BrokerProcess, caplog: pytest.LogCaptureFixture
+    request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture, broker_fixture: str
 ) -> None:
-    """Tansu refuses every SCRAM login (see test_security.py): the reader fails at once,
-    not after the stall timeout."""
+    """Apache Kafka refuses an unknown SCRAM user, Tansu every SCRAM login (see
+    test_broker_bugs.py): the reader fails at once, not after the stall timeout."""
+    broker: BrokerProcess = request.getfixturevalue(broker_fixture)
     kwargs = kwargs_for(
-        tansu_with_authentication.bootstrap,
+        broker.listeners.get("SASL_PLAINTEXT", broker.bootstrap),
         credential_username="someone",
         credential_password=PASSWORD,
         credential_mechanism="scram-sha-512",

@@ -1,7 +1,7 @@
 """The one rule of TLS and credentials (sluice.queues.tls), the same for Kafka and MQTT: TLS
 settings switch TLS on or fail; a password over plaintext needs
 ``options.allow_plaintext_credentials``. (Against the brokers: tests/integration/kafka/
-test_security.py on noida-db, tests/integration/mqtt/test_mqtt_connection.py on mosquitto.)"""
+test_security.py on Apache Kafka, tests/integration/mqtt/test_mqtt_connection.py on mosquitto.)"""
 
 from __future__ import annotations
 
