@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from sluice.brokers import KafkaSecurity
 from sluice.testing import BrokerError, BrokerProcess, start_mosquitto, start_noida, start_tansu
 
 
@@ -64,3 +65,14 @@ def test_a_broker_that_cannot_listen_reports_its_log() -> None:
             start_mosquitto(port=holder.getsockname()[1])
     finally:
         holder.close()
+
+
+@pytest.mark.parametrize(
+    "users", [{"al ice": "pw"}, {"alice": 'p"w'}, {"alice": "p,w]"}], ids=["name", "quote", "comma"]
+)
+def test_kafka_security_refuses_credentials_its_settings_cannot_quote(
+    users: dict[str, str],
+) -> None:
+    with pytest.raises(ValueError, match="may hold only letters, digits") as refused:
+        KafkaSecurity(users)
+    assert 'p"w' not in str(refused.value) and "p,w]" not in str(refused.value)
