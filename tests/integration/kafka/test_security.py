@@ -12,7 +12,8 @@ CLIENT_CERT (TLS that requires a client certificate) beside PLAINTEXT. The tests
 - TLS verifies the broker's certificate against ``options.ssl_cafile`` (another CA fails
   clearly), and a broker that requires a client certificate admits one and refuses a client
   without one, saying which keys to set;
-- both batch readers (kafka-python and confluent-kafka) read a range over SASL_SSL;
+- both batch readers (kafka-python and confluent-kafka) read a range over SASL_SSL, and a
+  refused login of the kafka-python reader is explained as a queue's is;
 - TLS settings on a ``kafka://`` URI never connect in plaintext, and SASL/PLAIN over plaintext
   needs ``options.allow_plaintext_credentials`` or ``connection.protocol`` sasl_plaintext.
 
@@ -258,6 +259,23 @@ def test_both_batch_readers_read_a_range_over_sasl_ssl(
     rows = [row for batch in batches for row in batch.to_pylist()]
     assert [(r["offset"], r["value"]) for r in rows] == [(1, b"m1"), (2, b"m2"), (3, b"m3")]
     assert password not in caplog.text and password not in repr(kwargs)
+
+
+def test_the_kafka_python_reader_says_whose_login_was_refused(
+    secure_kafka_broker: BrokerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As a queue's open() does (the confluent reader: test_confluent_reader.py)."""
+    broker, wrong = secure_kafka_broker, f"{password_of(secure_kafka_broker)}-wrong"
+    config = {**sasl(broker, "scram-sha-256", wrong), **QUICK, "options.reader": "kafka-python"}
+    kwargs = reader_kwargs(queue_from_config("kafka", {**config, "topic": "orders"}).config)
+    with (
+        caplog.at_level(logging.DEBUG),
+        pytest.raises(ConnectionError, match=r"^Reading topic 'orders': cannot connect") as failed,
+    ):
+        list(read_ranges(kwargs, "orders", [OffsetRange(0, 0, 1)], 100, 20))
+    message = str(failed.value)
+    assert f"The broker refused the SASL SCRAM-SHA-256 login of user '{USER}'" in message
+    assert wrong not in message and wrong not in caplog.text
 
 
 def test_sasl_plain_over_plaintext_with_the_opt_in_key_of_every_transport(

@@ -24,6 +24,7 @@ from kafka.errors import OffsetOutOfRangeError
 
 from ..batch import OffsetRange
 from ..errors import DataLossError
+from .session_errors import explained_bootstrap
 
 __all__ = ["LostRange", "log_bounds", "out_of_range", "read_range_records", "stalled_message"]
 
@@ -53,15 +54,16 @@ def read_range_records(
     ends = {TopicPartition(topic, r.partition): r.end for r in ranges if r.count > 0}
     if not ends:
         return
-    consumer = KafkaConsumer(
-        **{
-            "max_poll_records": MAX_POLL_RECORDS,
-            **kwargs,
-            "enable_auto_commit": False,
-            "auto_offset_reset": "none",  # out of range: raise, never reset
-        },
-        group_id=None,
-    )
+    with explained_bootstrap(kwargs, f"Reading topic '{topic}'"):
+        consumer = KafkaConsumer(
+            **{
+                "max_poll_records": MAX_POLL_RECORDS,
+                **kwargs,
+                "enable_auto_commit": False,
+                "auto_offset_reset": "none",  # out of range: raise, never reset
+            },
+            group_id=None,
+        )
     retries: dict[int, int] = {}
     try:
         consumer.assign(list(ends))
@@ -117,7 +119,8 @@ def log_bounds(
     """(log start, log end) of ``partitions``, asked now, through a consumer that never
     fetches (kafka-python 3.0 loses ListOffsets answers that arrive during a fetch)."""
     tps = [TopicPartition(topic, p) for p in partitions]
-    consumer = KafkaConsumer(**{**kwargs, "enable_auto_commit": False}, group_id=None)
+    with explained_bootstrap(kwargs, f"Asking for the bounds of topic '{topic}'"):
+        consumer = KafkaConsumer(**{**kwargs, "enable_auto_commit": False}, group_id=None)
     try:
         starts, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
         return {tp.partition: (starts[tp], ends[tp]) for tp in tps}

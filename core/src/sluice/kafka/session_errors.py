@@ -21,10 +21,10 @@ import ssl
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from kafka.errors import SaslAuthenticationFailedError
+from kafka.errors import KafkaTimeoutError, SaslAuthenticationFailedError
 from kafka.net import transport
 
-__all__ = ["recorded_failures", "session_advice"]
+__all__ = ["explained_bootstrap", "recorded_failures", "session_advice"]
 
 #: OpenSSL's reasons for a TLS alert about the client's certificate (none sent, or refused).
 _CLIENT_CERTIFICATE_ALERTS = ("ALERT_BAD_CERTIFICATE", "ALERT_CERTIFICATE_REQUIRED")
@@ -123,3 +123,18 @@ def session_advice(kwargs: Mapping[str, Any], errors: list[BaseException]) -> st
                 "certificate signed by a CA the broker trusts."
             )
     return None
+
+
+@contextlib.contextmanager
+def explained_bootstrap(kwargs: Mapping[str, Any], what: str) -> Iterator[None]:
+    """Build a kafka-python client of ``kwargs`` in the block (one bootstrap, no retry loop of
+    its own): a bootstrap timeout whose failures :func:`session_advice` explains becomes a
+    ``ConnectionError`` that says why, ``what`` naming the client ("Reading topic 'orders'")."""
+    with recorded_failures() as failures:
+        try:
+            yield
+        except KafkaTimeoutError as exc:
+            advice = session_advice(kwargs, failures)
+            if advice is None:
+                raise
+            raise ConnectionError(f"{what}: cannot connect to Kafka ({exc}). {advice}") from None
