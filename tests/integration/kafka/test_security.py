@@ -12,8 +12,9 @@ CLIENT_CERT (TLS that requires a client certificate) beside PLAINTEXT. The tests
 - TLS verifies the broker's certificate against ``options.ssl_cafile`` (another CA fails
   clearly), and a broker that requires a client certificate admits one and refuses a client
   without one, saying which keys to set;
-- both batch readers (kafka-python and confluent-kafka) read a range over SASL_SSL, and a
-  refused login of the kafka-python reader is explained as a queue's is;
+- both batch readers (kafka-python and confluent-kafka) read a range over SASL_SSL, a Spark
+  ingest reads on the executors and commits over SASL_SSL, and a refused login of the
+  kafka-python reader is explained as a queue's is;
 - TLS settings on a ``kafka://`` URI never connect in plaintext, and SASL/PLAIN over plaintext
   needs ``options.allow_plaintext_credentials`` or ``connection.protocol`` sasl_plaintext.
 
@@ -32,13 +33,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
-from sluice.batch import OffsetRange
+from sluice.batch import BatchSpec, OffsetRange
 from sluice.brokers import ServerCertificates
 from sluice.kafka import KafkaConnection, KafkaMessageQueue
 from sluice.kafka.config import client_config
 from sluice.queues import ConfigError, MessageEnvelope, queue_from_config, queue_from_uri
+from sluice.spark import ingest
 from sluice.spark.kafka_source import read_ranges, reader_kwargs
 from sluice.testing import BrokerProcess, make_certificates
 from sluice.testing.topics import create_kafka_topic
@@ -259,6 +262,46 @@ def test_both_batch_readers_read_a_range_over_sasl_ssl(
     rows = [row for batch in batches for row in batch.to_pylist()]
     assert [(r["offset"], r["value"]) for r in rows] == [(1, b"m1"), (2, b"m2"), (3, b"m3")]
     assert password not in caplog.text and password not in repr(kwargs)
+
+
+def test_a_spark_ingest_reads_and_commits_over_sasl_ssl_on_the_executors(
+    spark: Any, secure_kafka_broker: BrokerProcess, unique_name: str, tmp_path: Path
+) -> None:
+    """The whole ingest on the secure listener: Spark tasks read with the confluent reader
+    (the password travels pickled in the task, as the reader's arguments), and the offsets
+    are committed over SASL_SSL afterwards."""
+    broker = secure_kafka_broker
+    source = {
+        **sasl(broker, "scram-sha-512"),
+        "connection.uri": broker.listeners["SASL_SSL"],
+        "connection.protocol": "sasl_ssl",
+        "options.ssl_cafile": str(certificates_of(broker).ca),
+        "options.reader": "confluent",
+    }
+    queue = queue_from_config("kafka", {**source, "topic": unique_name, "from_beginning": True})
+    create_kafka_topic(broker.bootstrap, unique_name, 1)
+    queue.open(None)
+    try:
+        for i in range(20):
+            queue.send(None, MessageEnvelope(None, "t", f'{{"n": {i}}}'))
+    finally:
+        queue.close(None)
+    group = f"{unique_name}-ingest"
+    spec = BatchSpec("kafka", unique_name, group_id=group, ranges=[OffsetRange(0, 0, 20)])
+
+    result = ingest(spark, spec, tmp_path / "sink", source=source, mode="executors")
+
+    assert result.mode == "executors"
+    table = pq.read_table(tmp_path / "sink")
+    assert sorted(table.column("offset").to_pylist()) == list(range(20)), table.schema
+    connection = KafkaConnection()
+    connection.configure({k: v for k, v in source.items() if k != "options.reader"})
+    connection.open(None)
+    try:
+        committed, _, _ = connection.group_offsets(unique_name, group)
+    finally:
+        connection.close(None)
+    assert committed == {0: 20}
 
 
 def test_the_kafka_python_reader_says_whose_login_was_refused(
