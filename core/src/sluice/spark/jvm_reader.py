@@ -159,7 +159,9 @@ def read_with_spark(
     frames = []
     for group in rounds(todo):
         options = kafka_options(kwargs, topic, group)
-        options["minPartitions"] = str(max(len(group), parallelism))
+        # whole rounds of tasks: 3 equal ranges on 2 cores as 4 tasks, not 3 (the third alone)
+        rounds_of_tasks = -(-max(len(group), parallelism) // parallelism)
+        options["minPartitions"] = str(rounds_of_tasks * parallelism)
         frames.append(_load(spark, options))
     if not frames:
         return spark.createDataFrame([], RAW_SCHEMA_DDL)
