@@ -10,9 +10,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kafka import KafkaProducer
 
+from sluice.batch import plan_batch
+from sluice.errors import DataLossError
 from sluice.spark import ingest
+from sluice.spark.failpoints import armed
 from sluice.spark.kafka_source import READERS, SPARK_READER
 from sluice.testing.plugin import Broker
 from sluice.testing.topics import create_kafka_topic
@@ -116,3 +120,31 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
     assert first[4]["device"] == "big", "a value at the size bound is a row"
     for reader in ALL_READERS[1:]:
         assert found[reader] == found[READERS[0]], f"{reader} differs from {READERS[0]}"
+
+
+def test_a_topic_recreated_shorter_while_spark_reads_is_a_data_loss(
+    spark: Any, apache_kafka_broker: Broker, unique_name: str, tmp_path: Path
+) -> None:
+    """Spark's source runs with failOnDataLoss off and steps over what it cannot fetch: a
+    partition that ends below the range after the read (the topic deleted and created again
+    with fewer messages) fails the ingest, nothing written or committed."""
+    topic = open_topic(apache_kafka_broker, unique_name, partitions=1)
+    try:
+        topic.send([reading(i) for i in range(20)])
+        spec = topic.plan()
+
+        def recreate() -> None:
+            topic.recreate(1)
+            topic.send([reading(100 + i) for i in range(5)])
+
+        with (
+            armed("read.after_first_chunk", recreate),
+            pytest.raises(DataLossError, match=r"partition 0 .* now ends at offset 5"),
+        ):
+            source = f"{topic.source}?reader=spark&request_timeout=5000"  # the stall limit
+            ingest(spark, spec, tmp_path, source=source, schema=SCHEMA)
+        assert not dataset_rows(tmp_path) and not quarantine_rows(tmp_path)
+        assert plan_batch(topic.queue) is not None, "nothing was committed"
+    finally:
+        topic.queue.close(None)
+        topic.producer.close()

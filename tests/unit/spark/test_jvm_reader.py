@@ -34,6 +34,7 @@ def test_the_ranges_become_per_partition_offsets_read_committed() -> None:
     assert options["kafka.isolation.level"] == "read_committed"
     assert options["failOnDataLoss"] == "false", "Sluice checks loss itself"
     assert options["includeHeaders"] == "true"
+    assert options["kafkaConsumer.pollTimeoutMs"] == options["kafka.request.timeout.ms"]
 
 
 def test_sasl_over_tls_becomes_a_jaas_line_and_a_pem_truststore(tmp_path: Path) -> None:

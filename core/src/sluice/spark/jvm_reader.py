@@ -133,6 +133,10 @@ def kafka_options(
         options["kafka.ssl.truststore.type"] = "PEM"
     options.update(_jaas(kwargs))
     options.setdefault("kafka.isolation.level", "read_committed")
+    if kwargs.get("request_timeout_ms"):
+        # the stall limit of every reader (options.request_timeout), not Spark's 120 s: a task
+        # polling past a partition's end (recreated shorter) waits this long, then steps over
+        options["kafkaConsumer.pollTimeoutMs"] = str(kwargs["request_timeout_ms"])
     starts = {str(r.partition): r.start for r in ranges}
     ends = {str(r.partition): r.end for r in ranges}
     return {
