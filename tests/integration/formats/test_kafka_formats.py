@@ -5,6 +5,7 @@ stand-in of sluice.testing, through the client a user runs) or from schema files
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -368,3 +369,31 @@ def test_a_new_schema_version_evolves_the_iceberg_table_and_a_changed_type_is_qu
     assert rows["r6"]["humidity"] == 6.0 and rows["r1"]["humidity"] is None
     (bad,) = sqlite_lake.table("readings__quarantine").scan().to_arrow().to_pylist()
     assert "field 'temperature' is string, the table has double" in bad["reason"]
+
+
+def test_the_spark_reader_leaves_payloads_decoded_in_python_to_the_python_reader(
+    spark: Any, topic: KafkaTopic, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """options.reader 'spark' with Avro from a schema file: the Python workers decode anyway,
+    so the batch is read by the 'auto' reader, and the log says which and why."""
+    values = Encoder("avro", topic.name, READING_AVRO)
+    sent = [topic.producer.send(topic.name, value=values.encode(reading(i))) for i in range(6)]
+    topic.producer.flush(10)
+    for future in sent:
+        future.get(10)
+
+    with caplog.at_level(logging.INFO, logger="sluice.spark"):
+        result = ingest(
+            spark,
+            topic.plan(),
+            tmp_path / "sink",
+            source=f"{topic.source}?reader=spark",
+            value_format="avro",
+            value_schema=READING_AVRO,
+        )
+
+    assert (result.written, result.mode) == (6, "driver"), "a Python reader, not Spark's source"
+    assert (
+        "options.reader 'spark': the avro payloads decode in Python, so the batch is read by "
+        "options.reader 'auto' instead"
+    ) in caplog.text

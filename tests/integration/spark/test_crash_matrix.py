@@ -23,7 +23,7 @@ from sluice.mqtt import MqttMessageQueue
 from sluice.queues import MessageEnvelope
 from sluice.spark import ingest
 from sluice.spark.failpoints import FAILPOINTS
-from sluice.spark.kafka_source import READERS
+from sluice.spark.kafka_source import READERS, SPARK_READER
 from sluice.testing.plugin import Broker
 
 from .conftest import SCHEMA, KafkaTopic, dataset_rows, quarantine_rows, reading, sink_in
@@ -39,11 +39,12 @@ KAFKA_POINTS = [p for p in FAILPOINTS if p != "commit.midway"]
 BAD = [b"not json", b'{"temperature": "warm"}']
 
 
-#: (reader, store, maintained): each reader on local disk, and the default one on S3
-#: (``s3://``); the default one on local disk with ``sluice compact`` and ``sluice expire``
-#: days later between the crash and the rerun (the others rerun at once)
+#: (reader, store, maintained): each reader (Spark's Kafka source too) on local disk, and the
+#: default one on S3 (``s3://``); the default one on local disk with ``sluice compact`` and
+#: ``sluice expire`` days later between the crash and the rerun (the others rerun at once)
 READER_STORES = [(reader, "local", reader == READERS[0]) for reader in READERS] + [
-    (READERS[0], "s3", False)
+    (SPARK_READER, "local", False),
+    (READERS[0], "s3", False),
 ]
 
 

@@ -29,7 +29,13 @@ from sluice.mqtt import MqttMessageQueue
 from sluice.spark import ingest
 from sluice.spark.failpoints import armed
 from sluice.spark.ingest import source_config
-from sluice.spark.kafka_source import READERS, committed_offsets, read_ranges, reader_kwargs
+from sluice.spark.kafka_source import (
+    READERS,
+    SPARK_READER,
+    committed_offsets,
+    read_ranges,
+    reader_kwargs,
+)
 from sluice.spark.sinks import ConcurrentIngestError
 from sluice.testing import wait_until
 from sluice.testing.plugin import Broker
@@ -75,8 +81,10 @@ def group_offset(topic: KafkaTopic) -> int | None:
     return committed_offsets(kwargs, topic.name, f"{topic.name}-group", [0])[0]
 
 
-@pytest.mark.parametrize("mode", ["driver", "executors"])
-@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize(
+    ("reader", "mode"),
+    [(r, m) for r in READERS for m in ("driver", "executors")] + [(SPARK_READER, "auto")],
+)
 def test_retention_moving_during_the_read_is_a_data_loss_never_a_silent_reset(
     spark: Any, one_partition: KafkaTopic, reader: str, mode: str, tmp_path: Path
 ) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from sluice.spark.connector import kafka_source_jars
 from sluice.testing.spark_cluster import (
     ConnectServer,
     StandaloneCluster,
@@ -58,9 +59,12 @@ def connect_server(
     tmp_path_factory: pytest.TempPathFactory, bare_venv: Path
 ) -> Iterator[ConnectServer]:
     """pyspark's Connect server, whose Python workers run the bare virtualenv: clients ship
-    Sluice to it."""
+    Sluice to it. Spark's Kafka source is on its class path (options.reader 'spark')."""
     server = start_connect_server(
-        "local[2]", python=str(bare_venv), workdir=tmp_path_factory.mktemp("spark-connect")
+        "local[2]",
+        python=str(bare_venv),
+        workdir=tmp_path_factory.mktemp("spark-connect"),
+        jars=kafka_source_jars(),
     )
     try:
         yield server

@@ -20,7 +20,11 @@ def run_python(job: dict[str, Any]) -> list[dict[str, Any]]:
     from sluice.spark import ingest, spark_session
 
     spark = spark_session(
-        job["master"], "sluice-system-test", job.get("conf"), ship_sluice=job.get("ship", False)
+        job["master"],
+        "sluice-system-test",
+        job.get("conf"),
+        ship_sluice=job.get("ship", False),
+        kafka_source=job.get("kafka_source", False),
     )
     results = [
         ingest(

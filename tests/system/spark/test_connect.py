@@ -84,3 +84,16 @@ def test_dagster_spark_resource_ingests_over_spark_connect(
     }
     results = run_driver("dagster", job)
     check(results, two_topics, tmp_path)
+
+
+def test_spark_reader_over_spark_connect(
+    connect_server: ConnectServer, two_topics: list[KafkaTopic], tmp_path: Path
+) -> None:
+    """options.reader 'spark' on a Connect server started with the Kafka source's jars."""
+    job = both_modes(two_topics, tmp_path, connect_server.url) | {
+        "ship": True,
+        "source": f"{two_topics[0].source}?reader=spark",
+    }
+    results = run_driver("python", job)
+    assert [r["mode"] for r in results] == ["spark", "spark"]
+    check(results, two_topics, tmp_path)

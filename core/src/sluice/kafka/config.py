@@ -17,8 +17,11 @@ DEFAULT_BOOTSTRAP_ENV = "SLUICE_KAFKA_BOOTSTRAP"
 #: confluent-kafka where the reading process has it (a dependency of ``sluice-core[kafka]``)
 #: and it can take the connection's settings, else kafka-python; each process (the driver, or
 #: an executor's task) chooses for itself, so executors without confluent-kafka still read.
+#: ``spark``: Spark's own Kafka source reads the ranges in the JVM (:mod:`sluice.spark.jvm_reader`);
+#: ``auto`` never picks it (not measured faster yet).
 READERS = ("kafka-python", "confluent")
-READER_CHOICES = ("auto", *READERS)
+SPARK_READER = "spark"
+READER_CHOICES = ("auto", *READERS, SPARK_READER)
 DEFAULT_READER = "auto"
 
 #: Keys of KafkaConnection (as pip-services' KafkaConnection); a queue that owns its connection
@@ -161,7 +164,9 @@ QUEUE_KEYS: tuple[ConfigKey, ...] = (
         DEFAULT_READER,
         "Client library that reads a batch's offset ranges in an ingest: auto (confluent-kafka "
         "where installed and able to take the settings, else kafka-python), kafka-python, or "
-        "confluent (confluent-kafka, faster; a dependency of sluice-core[kafka]).",
+        "confluent (confluent-kafka, faster; a dependency of sluice-core[kafka]), or spark "
+        "(Spark's own Kafka source, in the JVM; its jars come from Maven Central once, see "
+        "sluice.spark.connector).",
         choices=READER_CHOICES,
     ),
 )

@@ -26,7 +26,14 @@ from ..batch import OffsetRange
 from ..errors import DataLossError
 from .session_errors import explained_bootstrap
 
-__all__ = ["LostRange", "log_bounds", "out_of_range", "read_range_records", "stalled_message"]
+__all__ = [
+    "LostRange",
+    "check_range_ends",
+    "log_bounds",
+    "out_of_range",
+    "read_range_records",
+    "stalled_message",
+]
 
 MAX_POLL_RECORDS = 10_000
 #: How often a range reader tries an out-of-range position that is inside the log (a leader
@@ -161,6 +168,22 @@ def out_of_range(
             "the batch again to see what is left."
         )
     return offset
+
+
+def check_range_ends(kwargs: Mapping[str, Any], topic: str, ranges: Sequence[OffsetRange]) -> None:
+    """For a reader that cannot report an out-of-range position itself (Spark's Kafka source
+    with ``failOnDataLoss`` off), after it read ``ranges``: a partition that now ends below a
+    range's end was recreated or truncated while it was read, :func:`out_of_range`'s
+    :class:`DataLossError`. (Offsets deleted by retention while it read are holes below the
+    log start, which the ingest's reconciliation finds for every reader.)"""
+    todo = [r for r in ranges if r.count > 0]
+    if not todo:
+        return
+    bounds = log_bounds(kwargs, topic, sorted({r.partition for r in todo}))
+    for r in todo:
+        log_end = bounds[r.partition][1]
+        if log_end < r.end:
+            out_of_range(kwargs, topic, r.partition, r.end - 1, r.end, None)
 
 
 def stalled_message(topic: str, positions: Mapping[int, tuple[int, int]], timeout_s: float) -> str:

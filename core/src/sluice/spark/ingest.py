@@ -49,6 +49,8 @@ from .failpoints import failpoint
 from .formats import SPARKPLUG_STATE, Formats, format_task_errors, plan_formats
 from .kafka_source import (
     DEFAULT_CHUNK_BYTES,
+    DEFAULT_READER,
+    SPARK_READER,
     Positions,
     ReaderKwargs,
     fingerprints_at,
@@ -410,8 +412,22 @@ class _Job:
     def run_kafka(self, mode: Mode) -> IngestResult:
         spec = self.spec
         kwargs = reader_kwargs(self.config, accept_loss=not self.fail_on_data_loss)
-        chosen = mode
-        if mode == "auto":
+        if kwargs.reader == SPARK_READER and self.formats.decodes:
+            # Python workers run anyway, so the JVM-only read gains nothing; the Python
+            # readers are the ones proven with these formats
+            log.info(
+                "options.reader 'spark': the %s payloads decode in Python, so the batch is "
+                "read by options.reader %r instead",
+                self.formats.value_format
+                if self.formats.value
+                else f"key {self.formats.key_format}",
+                DEFAULT_READER,
+            )
+            kwargs = ReaderKwargs(kwargs, DEFAULT_READER, kwargs.accept_loss)
+        chosen: str = mode
+        if kwargs.reader == SPARK_READER:
+            chosen = "spark"
+        elif mode == "auto":
             chosen = "executors" if spec.message_count >= AUTO_EXECUTOR_MESSAGES else "driver"
         result = self._result(chosen, spec.batch_id)
         with self.sink.exclusive(StreamKey.of(spec)):
@@ -460,7 +476,10 @@ class _Job:
                 counts = WriteCounts(0, 0, 0)
                 if work.todo:
                     total = sum(r.count for r in work.todo)
-                    read = self._read_on_driver if mode == "driver" else self._read_on_executors
+                    read = {
+                        "driver": self._read_on_driver,
+                        "spark": self._read_with_spark,
+                    }.get(mode, self._read_on_executors)
                     counts = read(kwargs, work.todo, staging, total)
                 failpoint("stage.after_write")
                 kept = [p for p in partitions if p not in work.reset_partitions]
@@ -644,6 +663,24 @@ class _Job:
         failpoint("read.after_first_chunk")
         with task_errors():
             counts = self._write(raw, staging)
+        self.report(IngestEvent("reading", total, total))
+        return counts
+
+    def _read_with_spark(
+        self, kwargs: ReaderKwargs, todo: list[OffsetRange], staging: Staging, total: int
+    ) -> WriteCounts:
+        """Read ``todo`` with Spark's Kafka source (:mod:`.jvm_reader`) in the job that
+        writes them; then check that no partition ended below its range meanwhile."""
+        from ..kafka.ranges import check_range_ends
+        from .jvm_reader import read_with_spark
+        from .reading import task_errors
+
+        self._event("reading", 0, total)
+        raw = read_with_spark(self.spark, kwargs, self.spec.topic, todo)
+        failpoint("read.after_first_chunk")
+        with task_errors():
+            counts = self._write(raw, staging)
+        check_range_ends(kwargs, self.spec.topic, todo)
         self.report(IngestEvent("reading", total, total))
         return counts
 

@@ -29,6 +29,7 @@ from ..kafka.config import (
     DEFAULT_READER,
     READER_CHOICES,
     READERS,
+    SPARK_READER,
     credentials,
     unretried_consumer_config,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "DEFAULT_READER",
     "READERS",
     "READER_CHOICES",
+    "SPARK_READER",
     "Positions",
     "ReaderKwargs",
     "chosen_reader",
@@ -98,7 +100,8 @@ def reader_kwargs(config: Mapping[str, Any], accept_loss: bool = False) -> Reade
     they never go to a log. ``accept_loss``: see :class:`ReaderKwargs`."""
     hide_secret(credentials(dict(config))[1])
     reader = str(config.get("options.reader") or DEFAULT_READER)
-    _range_reader(reader)  # a reader that cannot run fails before anything is read
+    if reader != SPARK_READER:  # Spark's source is checked when the ranges are read
+        _range_reader(reader)  # a reader that cannot run fails before anything is read
     kwargs = {**unretried_consumer_config(dict(config)), "enable_auto_commit": False}
     return ReaderKwargs(kwargs, reader, accept_loss)
 

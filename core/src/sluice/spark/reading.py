@@ -29,6 +29,7 @@ __all__ = [
     "TASK_BATCH_ROWS",
     "chunks_on_driver",
     "read_on_executors",
+    "rounds",
     "split_ranges",
     "task_errors",
 ]
@@ -49,18 +50,18 @@ def split_ranges(ranges: list[OffsetRange], size: int) -> list[OffsetRange]:
     ]
 
 
-def _rounds(ranges: list[OffsetRange]) -> list[list[OffsetRange]]:
+def rounds(ranges: list[OffsetRange]) -> list[list[OffsetRange]]:
     """``ranges`` grouped so that no group has two ranges of one partition (a range reader
     reads one range per partition at a time)."""
-    rounds: list[list[OffsetRange]] = []
+    groups: list[list[OffsetRange]] = []
     for r in sorted(ranges):
-        for group in rounds:
+        for group in groups:
             if all(g.partition != r.partition for g in group):
                 group.append(r)
                 break
         else:
-            rounds.append([r])
-    return rounds
+            groups.append([r])
+    return groups
 
 
 def chunks_on_driver(
@@ -75,7 +76,7 @@ def chunks_on_driver(
     ``chunk_bytes`` bytes (:func:`~sluice.spark.kafka_source.read_ranges`)."""
     from .kafka_source import read_ranges
 
-    for group in _rounds(todo):
+    for group in rounds(todo):
         yield from read_ranges(kwargs, topic, group, chunk_size, stall_s, chunk_bytes)
 
 

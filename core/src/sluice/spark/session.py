@@ -72,6 +72,7 @@ def spark_session(
     conf: Mapping[str, str] | None = None,
     *,
     ship_sluice: bool | None = None,
+    kafka_source: bool = False,
 ) -> Any:
     """Get or create a SparkSession.
 
@@ -81,6 +82,9 @@ def spark_session(
     is reused (a SparkSession is one per process); asking for another master while one is
     active is an error. ``ship_sluice`` sends Sluice to the executors (see :func:`ship_sluice`)
     for clusters whose Python does not have it; by default when ``SLUICE_SPARK_SHIP=1``.
+    ``kafka_source`` puts Spark's own Kafka source on the session's class path (its jars are
+    resolved once, :mod:`.connector`), for ``options.reader`` ``spark``; a Spark Connect
+    server needs them at its own start instead.
     """
     from pyspark.sql import SparkSession
 
@@ -100,6 +104,10 @@ def spark_session(
             )
         builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
     settings = {**_DEFAULT_CONF, **(conf or {})}
+    if kafka_source and not (master or "").startswith("sc://"):
+        from .connector import kafka_source_conf
+
+        settings = kafka_source_conf(settings)
     archive = None
     if _starts_a_jvm(master):
         archive = class_archive.prepare(settings)

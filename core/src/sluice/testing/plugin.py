@@ -343,7 +343,8 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One local SparkSession (two cores) shared by every test of the session."""
+    """One local SparkSession (two cores) shared by every test of the session, with
+    Spark's Kafka source on its class path."""
     pytest.importorskip("pyspark")
     from sluice.spark import spark_session
 
@@ -351,6 +352,7 @@ def spark() -> Iterator[Any]:
         "local[2]",
         "sluice-tests",
         {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+        kafka_source=True,  # options.reader "spark"
     )
     yield session
     session.stop()

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -264,9 +265,11 @@ def start_connect_server(
     python: str | None = None,
     workdir: str | Path | None = None,
     timeout: float = 120.0,
+    jars: Sequence[str | Path] = (),
 ) -> ConnectServer:
     """Start pyspark's Spark Connect server on a free port; ``python`` is the interpreter of
-    its Python workers (default: this one)."""
+    its Python workers (default: this one); ``jars`` go on its class path (e.g.
+    :func:`sluice.spark.connector.kafka_source_jars` for ``options.reader`` ``spark``)."""
     owns = workdir is None
     root = Path(workdir or tempfile.mkdtemp(prefix="sluice-spark-connect-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -286,6 +289,7 @@ def start_connect_server(
         *("--class", "org.apache.spark.sql.connect.service.SparkConnectServer"),
         *("--master", master, "--name", "sluice-connect-server", "--driver-memory", "1g"),
         *[arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")],
+        *(["--jars", ",".join(map(str, jars))] if jars else []),
     ]
     python = python or sys.executable
     log = root / "connect.log"

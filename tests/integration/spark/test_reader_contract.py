@@ -1,0 +1,150 @@
+"""The readers' contract (issue 39): one BatchSpec given to every reader (``options.reader``:
+kafka-python, confluent, spark) gives the same rows and the same quarantine. On Apache Kafka:
+committed, aborted and open transactions, tombstones, headers, keys and no key, messages at
+the size bound and above it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaProducer
+
+from sluice.batch import plan_batch
+from sluice.errors import DataLossError
+from sluice.spark import ingest
+from sluice.spark.failpoints import armed
+from sluice.spark.kafka_source import READERS, SPARK_READER
+from sluice.testing.plugin import Broker
+from sluice.testing.topics import create_kafka_topic
+
+from .conftest import SCHEMA, dataset_rows, open_topic, quarantine_rows, reading
+from .crashes import with_reader
+
+ALL_READERS = (*READERS, SPARK_READER)
+LIMIT = 1_000_000  # ingest's max_value_bytes
+
+
+def at_size(size: int) -> bytes:
+    """A JSON reading of exactly ``size`` bytes."""
+    head = b'{"device": "big", "temperature": 1.5, "pad": "'
+    return head + b"p" * (size - len(head) - 2) + b'"}'
+
+
+def fill(broker: Broker, name: str) -> None:
+    """Partition 0: keyed and unkeyed messages with headers, a tombstone, bad JSON, messages
+    at the size bound and one byte above it, then transactions: committed, aborted, committed,
+    and one left open (the plan stops at it). Partitions 1 and 2: a few plain readings (so
+    that Spark's source, making a task per core at least, splits partition 0's range)."""
+    create_kafka_topic(broker.bootstrap, name, 3)
+    plain = KafkaProducer(bootstrap_servers=broker.bootstrap, max_request_size=4 * 2**20)
+    sent = [
+        plain.send(name, reading(0), key=b"k0", partition=0, headers=[("message_id", b"m-0")]),
+        plain.send(name, reading(1), partition=0, headers=[("h", b"\x00\xff"), ("e", b"")]),
+        plain.send(name, None, key=b"gone", partition=0),  # tombstone
+        plain.send(name, b"{not json", key=b"k3", partition=0),
+        plain.send(name, at_size(LIMIT), key=b"big", partition=0),
+        plain.send(name, at_size(LIMIT + 1), key=b"bigger", partition=0),
+        *(
+            plain.send(name, reading(i), key=f"p{i}".encode(), partition=i % 2 + 1)
+            for i in range(10)
+        ),
+    ]
+    plain.flush(30)
+    for future in sent:
+        future.get(30)
+    plain.close()
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=name)
+    producer.init_transactions()
+    for kind, count in (("committed", 5), ("aborted", 5), ("committed", 5), ("open", 3)):
+        producer.begin_transaction()
+        for i in range(count):
+            value = json.dumps({"device": kind, "temperature": i}).encode()
+            producer.send(name, value, key=f"{kind}{i}".encode(), partition=0)
+        producer.flush(10)
+        if kind == "committed":
+            producer.commit_transaction()
+        elif kind == "aborted":
+            producer.abort_transaction()
+    return producer  # type: ignore[return-value]  # closed by the caller: the open transaction
+
+
+def rows_of(sink: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(dataset rows, quarantined rows) in offset order, without the batch id."""
+
+    def order(row: dict[str, Any]) -> tuple[int, int]:
+        return row["partition"], row["offset"]
+
+    bad = [{k: v for k, v in r.items() if k != "batch_id"} for r in quarantine_rows(sink)]
+    return sorted(dataset_rows(sink), key=order), sorted(bad, key=order)
+
+
+def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
+    spark: Any, apache_kafka_broker: Broker, unique_name: str, tmp_path: Path
+) -> None:
+    producer: Any = fill(apache_kafka_broker, unique_name)
+    planner = open_topic(apache_kafka_broker, unique_name, partitions=3)
+    try:
+        spec = planner.plan()
+        found = {}
+        for reader in ALL_READERS:  # the same ranges, each reader with a group of its own
+            own = dataclasses.replace(spec, group_id=f"{unique_name}-{reader}")
+            source = with_reader(f"kafka://{apache_kafka_broker.bootstrap}", reader)
+            result = ingest(spark, own, tmp_path / reader, source=source, schema=SCHEMA)
+            assert result.committed
+            found[reader] = (rows_of(tmp_path / reader), result.written, result.quarantined)
+    finally:
+        planner.queue.close(None)
+        planner.producer.close()
+        producer.close(1)
+
+    (rows, bad), written, quarantined = found[READERS[0]]
+    devices = sorted(r["device"] for r in rows)
+    assert devices.count("committed") == 10 and "aborted" not in devices, "read committed"
+    assert "open" not in devices, "planned up to the open transaction"
+    assert (written, quarantined) == (len(rows), len(bad)) == (23, 3)
+    assert sorted(r["reason"] for r in bad) == [
+        "invalid JSON",
+        "tombstone: the record has no value",
+        f"value is {LIMIT + 1} bytes, over the limit of {LIMIT} (max_value_bytes)",
+    ]
+    first = {r["offset"]: r for r in rows if r["partition"] == 0}
+    assert first[0]["message_id"] == "m-0" and first[0]["key"] == b"k0"
+    assert first[1]["key"] is None and first[1]["headers"] == [
+        {"key": "h", "value": b"\x00\xff"},
+        {"key": "e", "value": b""},
+    ]
+    assert first[4]["device"] == "big", "a value at the size bound is a row"
+    for reader in ALL_READERS[1:]:
+        assert found[reader] == found[READERS[0]], f"{reader} differs from {READERS[0]}"
+
+
+def test_a_topic_recreated_shorter_while_spark_reads_is_a_data_loss(
+    spark: Any, apache_kafka_broker: Broker, unique_name: str, tmp_path: Path
+) -> None:
+    """Spark's source runs with failOnDataLoss off and steps over what it cannot fetch: a
+    partition that ends below the range after the read (the topic deleted and created again
+    with fewer messages) fails the ingest, nothing written or committed."""
+    topic = open_topic(apache_kafka_broker, unique_name, partitions=1)
+    try:
+        topic.send([reading(i) for i in range(20)])
+        spec = topic.plan()
+
+        def recreate() -> None:
+            topic.recreate(1)
+            topic.send([reading(100 + i) for i in range(5)])
+
+        with (
+            armed("read.after_first_chunk", recreate),
+            pytest.raises(DataLossError, match=r"partition 0 .* now ends at offset 5"),
+        ):
+            source = f"{topic.source}?reader=spark&request_timeout=5000"  # the stall limit
+            ingest(spark, spec, tmp_path, source=source, schema=SCHEMA)
+        assert not dataset_rows(tmp_path) and not quarantine_rows(tmp_path)
+        assert plan_batch(topic.queue) is not None, "nothing was committed"
+    finally:
+        topic.queue.close(None)
+        topic.producer.close()
