@@ -11,9 +11,7 @@ partition's log start and end:
   offset a batch record claims without a row (an ingest reconciled it as having no message: a
   transaction marker, an aborted or compacted record) is asked of the broker: a message found
   there is missing too;
-- ``lost``: ranges recorded as lost by an ingest that accepted data loss: deleted by
-  retention, or past the end of a log that was truncated (those offsets get new messages,
-  which the group must still ingest: they do not excuse a hole).
+- ``lost``: ranges recorded as lost by an ingest that accepted data loss.
 
 MQTT streams have no offsets: it counts message ids, and ids found more than once.
 The audit passes (:attr:`AuditReport.ok`) when nothing is missing or doubled. Unlike an
@@ -228,13 +226,11 @@ def _audit_kafka(
                 offsets.update(found)
                 into.update(found)
         log_start, log_end = bounds.get(p, (0, 0))
-        lost, truncated = Coverage(), Coverage()
+        lost = Coverage()
         for record in current:
             for loss in record.lost:
-                if loss["partition"] != p or loss.get("reason") not in ("retention", "truncated"):
-                    continue
-                recorded = lost if loss["reason"] == "retention" else truncated
-                recorded.add(p, int(loss["start"]), int(loss["end"]))
+                if loss["partition"] == p and loss.get("reason") == "retention":
+                    lost.add(p, int(loss["start"]), int(loss["end"]))
         starts = [r.group_start[p] for r in current if p in r.group_start]
         base = min(starts) if starts else min([log_start, *offsets]) if offsets else log_start
         held = Coverage.of_offsets(p, offsets).union(lost)
@@ -251,7 +247,7 @@ def _audit_kafka(
                 quarantined=len(quarantined),
                 doubled=sum(1 for n in offsets.values() if n > 1),
                 missing=_missing(kwargs, stream.topic, holes, claimed, log_start),
-                lost=[OffsetRange(p, s, e) for s, e in lost.union(truncated).intervals.get(p, [])],
+                lost=[OffsetRange(p, s, e) for s, e in lost.intervals.get(p, [])],
             )
         )
 

@@ -8,7 +8,7 @@ import pytest
 
 from sluice.batch import BatchSpec, OffsetRange
 from sluice.spark.remaining import DataLossError, commit_targets, remaining
-from sluice.spark.sinks import BatchRecord, Coverage, StreamState
+from sluice.spark.sinks import Coverage, StreamState
 
 
 def spec(*ranges: tuple[int, int, int]) -> BatchSpec:
@@ -78,17 +78,13 @@ def test_a_batch_past_the_end_of_its_partition_is_refused(now: str | None) -> No
         remaining(planned, {0: 0}, BOUNDS, StreamState(), topic_id=now)
 
 
-def test_a_batch_past_the_end_of_a_truncated_log_is_a_loss_committed_only_to_the_end() -> None:
-    """Planned on this topic (same id), whose log then ended at 50 (an unclean election)."""
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_batch_past_the_end_of_a_truncated_log_always_fails(fail_on_data_loss: bool) -> None:
+    """Planned on this topic (same id), whose log then ended at 50 (an unclean election):
+    refused, never recorded (a plan from a stale end looks the same)."""
     planned = replace(spec((0, 0, 100)), topic_id="T")
     with pytest.raises(DataLossError, match=r"offsets 50-99 of partition 0 .* truncated"):
-        remaining(planned, {0: None}, {0: (0, 50)}, StreamState(), topic_id="T")
-    work = remaining(planned, {0: None}, {0: (0, 50)}, StreamState(), False, topic_id="T")
-    assert work.todo == [OffsetRange(0, 0, 50)]
-    assert work.lost == [{"partition": 0, "start": 50, "end": 100, "reason": "truncated"}]
-    published = StreamState()
-    published.fold(BatchRecord("b", planned.to_dict(), ranges=work.todo, lost=work.lost))
-    assert commit_targets([0], {0: None}, published.held) == {0: 50}, "not over 50-99"
+        remaining(planned, {0: None}, {0: (0, 50)}, StreamState(), fail_on_data_loss, topic_id="T")
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])

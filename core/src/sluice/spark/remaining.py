@@ -22,12 +22,11 @@ plan starts. Per partition of a batch ``[start, end)``:
   which catches a new log that has grown past the old position too;
 - a partition whose log ends below the batch's end although the topic is the one the batch
   was planned on (the same topic id: ``topic_id``) was **truncated** (an unclean leader
-  election made a replica that lacked the end of the log its leader): the offsets past the
-  new end fail the ingest, or, accepted, are recorded as lost (reason ``truncated``) and the
-  batch is read to the new end. Such a loss does not count as held: the group commits only
-  to the new end, so the messages the broker writes at those offsets later are read. A log
-  truncated below what the group committed or the sink holds always fails: the sink's rows
-  at those offsets are the old messages, and new ones there could not be told from them.
+  election made a replica that lacked the end of the log its leader): the ingest fails
+  naming the offsets past the new end, whether the loss is accepted or not (a plan from a
+  stale end looks the same; a new plan reads what the log holds). A log truncated below what
+  the group committed or the sink holds fails the same way: the sink's rows at those
+  offsets are the old messages, and new ones there could not be told from them.
 
 :func:`commit_targets` is the only place that decides what to commit: per partition, as far
 as the sink holds (written or recorded lost) without a gap from the base, never over an offset
@@ -116,17 +115,19 @@ def remaining(
                     f"'{spec.topic}', past its end ({log_end}): it was planned on another topic "
                     "or cluster, or the topic was recreated. Plan the batch again."
                 )
-            gone = OffsetRange(p, max(r.start, log_end), r.end)
-            _lose(
-                work,
-                fail_on_data_loss,
-                f"offsets {gone.start}-{gone.end - 1} of partition {p} of topic "
-                f"'{spec.topic}' are past its log end ({log_end}), which moved back since the "
-                "batch was planned on this same topic: its log was truncated (an unclean "
-                "leader election)",
-                {**gone.__dict__, "reason": "truncated"},
+            # Refused, not recorded even when the loss is accepted: a plan from a stale end
+            # looks the same (nemesis seed 11 on three nodes, right after a recreation, and
+            # the same batch was then emitted again forever), and its rerun, or a new plan
+            # from the committed offset, reads what the log holds now
+            raise DataLossError(
+                f"Data loss: offsets {max(r.start, log_end)}-{r.end - 1} of partition {p} of "
+                f"topic '{spec.topic}' are past its log end ({log_end}), which moved back "
+                "since the batch was planned on this same topic: its log was truncated (an "
+                "unclean leader election). Nothing was written or committed. Plan the batch "
+                "again (accepting the loss does not change this): the next plan starts at the "
+                "group's committed offset and takes what the log holds now, including the "
+                "messages written at these offsets since."
             )
-            r = OffsetRange(p, min(r.start, log_end), log_end)
         if evidence is not None:
             _lose(
                 work,
@@ -171,8 +172,8 @@ def remaining(
 def truncated_below(topic: str, partition: int, topic_id: str, evidence: str) -> DataLossError:
     """The error of a log truncated below what the group committed or the sink holds."""
     return DataLossError(
-        f"Data loss: partition {partition} of topic '{topic}' (topic id {topic_id}, the one "
-        f"the sink's rows came from) was truncated (an unclean leader election): {evidence}. "
+        f"Data loss: partition {partition} of topic '{topic}' (the same topic: its id is "
+        f"still {topic_id}) was truncated (an unclean leader election): {evidence}. "
         "The sink holds the messages the broker had at those offsets before; the messages it "
         "writes there now are other messages, which this stream cannot tell from them. "
         "Nothing was written or committed, and accepting the loss does not change that: "

@@ -7,7 +7,8 @@ A :class:`Scenario` is a transport (Kafka or MQTT), a sink (Parquet, Iceberg or 
 seed; for Kafka, a broker (``Scenario.broker``): noida-db, one Apache Kafka node, or three
 Apache Kafka nodes (replication 3, min ISR 2), whose own faults kill a partition's leader, pause
 a node past its session timeout and move the group's coordinator, while an ``acks=all``
-producer publishes.
+producer publishes; on Apache Kafka (one node or three) the broker's own retention also
+deletes the topic's segments.
 :func:`run_scenario` starts brokers of its own (so it may restart, truncate and recreate
 them), then plays rounds. Each round publishes messages with unique ids (some malformed, for
 the quarantine), lets the sensing model decide what to emit (:func:`sluice.sensing.next_emission`

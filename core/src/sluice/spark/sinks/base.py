@@ -211,9 +211,7 @@ class StreamState:
         if record.topic_id is not None:
             self.topic_id = record.topic_id
         for loss in record.lost:
-            # a recreated partition's old end is no offset, and a truncated log's lost
-            # offsets get new messages, which the group must not commit over unread
-            if loss.get("reason") == "retention":
+            if loss.get("reason") == "retention":  # a recreated partition's old end is no offset
                 self.lost.add(int(loss["partition"]), int(loss["start"]), int(loss["end"]))
         for message_id in record.message_ids:
             self.recent_ids[message_id] = record.quarantined_ids.get(message_id)
