@@ -11,8 +11,9 @@
 Each seed plays one scenario (sluice.testing.nemesis) on every transport and sink named (all
 six combinations by default, taking turns; --store s3 puts the sink on a SeaweedFS server of
 the scenario's own behind the fault proxy, adding the faults s3-restart and s3-error, for
-Parquet and Iceberg; --broker picks Kafka's broker: noida-db, one Apache Kafka node, or three
-Apache Kafka nodes, which adds the faults leader-kill, broker-pause and coordinator-move):
+Parquet and Iceberg; --broker picks Kafka's broker: noida-db, one Apache Kafka node, which
+adds the fault segment-retention, or three Apache Kafka nodes, which adds it and the faults
+leader-kill, broker-pause and coordinator-move):
 every fault of that transport, sink and store once, in
 the order the seed chooses, then --extra faults chosen by the seed; then the oracle
 (``sluice audit`` and the exact multiset of payload ids). It prints a line per scenario and,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sluice.batch import BatchSpec, OffsetRange
@@ -68,9 +70,29 @@ def test_a_recreated_partition_fails_or_starts_afresh() -> None:
     assert work.todo == [OffsetRange(0, 0, 10)] and work.reset_partitions == [0]
 
 
-def test_a_batch_past_the_end_of_its_partition_is_refused() -> None:
+@pytest.mark.parametrize("now", [None, "other-id"])
+def test_a_batch_past_the_end_of_its_partition_is_refused(now: str | None) -> None:
+    """Planned on another topic (no id to tell, or another id): plan again."""
+    planned = replace(spec((0, 0, 2000)), topic_id="T")
     with pytest.raises(ValueError, match="past its end"):
-        remaining(spec((0, 0, 2000)), {0: 0}, BOUNDS, StreamState())
+        remaining(planned, {0: 0}, BOUNDS, StreamState(), topic_id=now)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_batch_past_the_end_of_a_truncated_log_always_fails(fail_on_data_loss: bool) -> None:
+    """Planned on this topic (same id), whose log then ended at 50 (an unclean election):
+    refused, never recorded (a plan from a stale end looks the same)."""
+    planned = replace(spec((0, 0, 100)), topic_id="T")
+    with pytest.raises(DataLossError, match=r"offsets 50-99 of partition 0 .* truncated"):
+        remaining(planned, {0: None}, {0: (0, 50)}, StreamState(), fail_on_data_loss, topic_id="T")
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_log_truncated_below_what_the_sink_holds_always_fails(fail_on_data_loss: bool) -> None:
+    held = state(p0=[(0, 100)])
+    held.topic_id = "T"
+    with pytest.raises(DataLossError, match=r"truncated .* ends at offset 80, below offset 100"):
+        remaining(spec((0, 0, 80)), {0: 100}, {0: (0, 80)}, held, fail_on_data_loss, topic_id="T")
 
 
 def test_commits_never_pass_an_offset_the_sink_does_not_hold() -> None:

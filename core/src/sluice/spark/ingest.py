@@ -60,7 +60,7 @@ from .kafka_source import (
 from .progress import job_progress
 from .reconcile import reconcile_kafka, reconcile_mqtt
 from .records import RAW_SCHEMA_DDL, largest_message_bytes
-from .remaining import commit_targets, live_commits, remaining
+from .remaining import commit_targets, live_commits, remaining, truncated_below
 from .result import IngestResult
 from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
 from .workers import check_python_workers
@@ -468,6 +468,7 @@ class _Job:
                 # nemesis seed 57: the new log of partition 3 had grown to the old committed
                 # offset, so the plan left it out, and its offsets 0-9 were never read
                 also=[p for p in recreated if p not in partitions and p in positions.bounds],
+                topic_id=positions.topic_id,
             )
             result.skipped, result.gaps = work.skipped, work.gaps
             failpoint("read.before")
@@ -606,6 +607,10 @@ class _Job:
             for p, fingerprint in found.items()
             if fingerprint is not None and fingerprint != state.fingerprints[p][1]
         }
+        if recreated and state.topic_id and current == state.topic_id:
+            # the same topic with other messages: its log was truncated and written again
+            (first, why), *_ = sorted(recreated.items())
+            raise truncated_below(topic, first, state.topic_id, why)
         if recreated:
             # A topic is recreated as a whole: a partition of it that the sink never wrote
             # (so no fingerprint: say every message there went to retention) belongs to the

@@ -19,7 +19,14 @@ plan starts. Per partition of a batch ``[start, end)``:
   same way, or, accepted, is read again from its log start, its old coverage forgotten. It
   is recognised by its end being below the group's or the sink's position, or by the caller
   (``recreated``: a topic id or a fingerprint that does not match, :mod:`.fingerprints`),
-  which catches a new log that has grown past the old position too.
+  which catches a new log that has grown past the old position too;
+- a partition whose log ends below the batch's end although the topic is the one the batch
+  was planned on (the same topic id: ``topic_id``) was **truncated** (an unclean leader
+  election made a replica that lacked the end of the log its leader): the ingest fails
+  naming the offsets past the new end, whether the loss is accepted or not (a plan from a
+  stale end looks the same; a new plan reads what the log holds). A log truncated below what
+  the group committed or the sink holds fails the same way: the sink's rows at those
+  offsets are the old messages, and new ones there could not be told from them.
 
 :func:`commit_targets` is the only place that decides what to commit: per partition, as far
 as the sink holds (written or recorded lost) without a gap from the base, never over an offset
@@ -37,7 +44,14 @@ from ..errors import DataLossError
 from .sinks.base import StreamState
 from .sinks.coverage import Coverage
 
-__all__ = ["DataLossError", "Work", "commit_targets", "live_commits", "remaining"]
+__all__ = [
+    "DataLossError",
+    "Work",
+    "commit_targets",
+    "live_commits",
+    "remaining",
+    "truncated_below",
+]
 
 
 @dataclass
@@ -61,13 +75,16 @@ def remaining(
     fail_on_data_loss: bool = True,
     recreated: Mapping[int, str] | None = None,
     also: Sequence[int] = (),
+    topic_id: str | None = None,
 ) -> Work:
     """The work left of ``spec`` (see the module docstring). ``bounds`` gives each partition's
     (log start, log end); ``state`` is the stream's state in the sink; ``recreated`` names
     partitions known to be recreated, with the evidence; ``also`` names recreated partitions
     outside the batch, read from their log start with it (their old committed offsets
-    belong to the old topic)."""
+    belong to the old topic); ``topic_id`` is the topic's id now, where the broker has ids."""
     work = Work()
+    planned_here = spec.topic_id is not None and spec.topic_id == topic_id
+    written_here = state.topic_id is not None and state.topic_id == topic_id
     held = state.held
     outside = [OffsetRange(p, bounds[p][1], bounds[p][1]) for p in also if p in bounds]
     for r in [*spec.ranges, *outside]:
@@ -78,17 +95,39 @@ def remaining(
                 "on another topic or cluster, or the topic was recreated with fewer partitions."
             )
         log_start, log_end = bounds[p]
-        if r.end > log_end:
-            raise ValueError(
-                f"The batch ends at offset {r.end} of partition {p} of topic '{spec.topic}', "
-                f"past its end ({log_end}): it was planned on another topic or cluster, or the "
-                "topic was recreated. Plan the batch again."
-            )
         base = committed.get(p)
         ahead = max(base or 0, held.last(p) or 0)
         evidence = (recreated or {}).get(p)
         if evidence is None and ahead > log_end:
+            if written_here or planned_here:
+                raise truncated_below(
+                    spec.topic,
+                    p,
+                    str(topic_id),
+                    f"it ends at offset {log_end}, below offset {ahead} that the group "
+                    "committed or the sink holds",
+                )
             evidence = f"it ends at offset {log_end}, but the group or the sink is at {ahead}"
+        if r.end > log_end:
+            if not planned_here:
+                raise ValueError(
+                    f"The batch ends at offset {r.end} of partition {p} of topic "
+                    f"'{spec.topic}', past its end ({log_end}): it was planned on another topic "
+                    "or cluster, or the topic was recreated. Plan the batch again."
+                )
+            # Refused, not recorded even when the loss is accepted: a plan from a stale end
+            # looks the same (nemesis seed 11 on three nodes, right after a recreation, and
+            # the same batch was then emitted again forever), and its rerun, or a new plan
+            # from the committed offset, reads what the log holds now
+            raise DataLossError(
+                f"Data loss: offsets {max(r.start, log_end)}-{r.end - 1} of partition {p} of "
+                f"topic '{spec.topic}' are past its log end ({log_end}), which moved back "
+                "since the batch was planned on this same topic: its log was truncated (an "
+                "unclean leader election). Nothing was written or committed. Plan the batch "
+                "again (accepting the loss does not change this): the next plan starts at the "
+                "group's committed offset and takes what the log holds now, including the "
+                "messages written at these offsets since."
+            )
         if evidence is not None:
             _lose(
                 work,
@@ -128,6 +167,18 @@ def remaining(
     reading = Coverage.of(spec.ranges).overlaps(work.todo)
     work.skipped = spec.message_count - sum(r.count for r in reading)
     return work
+
+
+def truncated_below(topic: str, partition: int, topic_id: str, evidence: str) -> DataLossError:
+    """The error of a log truncated below what the group committed or the sink holds."""
+    return DataLossError(
+        f"Data loss: partition {partition} of topic '{topic}' (the same topic: its id is "
+        f"still {topic_id}) was truncated (an unclean leader election): {evidence}. "
+        "The sink holds the messages the broker had at those offsets before; the messages it "
+        "writes there now are other messages, which this stream cannot tell from them. "
+        "Nothing was written or committed, and accepting the loss does not change that: "
+        "ingest the partition's new messages with another consumer group into another sink."
+    )
 
 
 def _lose(work: Work, fail: bool, what: str, loss: dict[str, Any]) -> None:

@@ -7,7 +7,8 @@ A :class:`Scenario` is a transport (Kafka or MQTT), a sink (Parquet, Iceberg or 
 seed; for Kafka, a broker (``Scenario.broker``): noida-db, one Apache Kafka node, or three
 Apache Kafka nodes (replication 3, min ISR 2), whose own faults kill a partition's leader, pause
 a node past its session timeout and move the group's coordinator, while an ``acks=all``
-producer publishes.
+producer publishes; on Apache Kafka (one node or three) the broker's own retention also
+deletes the topic's segments.
 :func:`run_scenario` starts brokers of its own (so it may restart, truncate and recreate
 them), then plays rounds. Each round publishes messages with unique ids (some malformed, for
 the quarantine), lets the sensing model decide what to emit (:func:`sluice.sensing.next_emission`
@@ -134,6 +135,14 @@ FAULTS: dict[str, Fault] = {
             ("read.before", "read.after_first_chunk", "stage.after_write", "commit.before"),
             transports=("kafka",),
             description="retention deletes the start of a partition at a step",
+        ),
+        Fault(
+            "segment-retention",
+            ("read.before", "stage.after_write", "commit.before"),
+            transports=("kafka",),
+            brokers=("kafka", "cluster"),
+            description="the broker's own retention deletes every segment of the topic "
+            "(retention.ms 1 ms for a moment), not DeleteRecords",
         ),
         Fault(
             "recreate",
@@ -940,6 +949,8 @@ class _KafkaWorld(_World):
             return lambda: self._overlapping_run()
         if fault.name == "retention":
             return lambda: self._delete_records(chooser)
+        if fault.name == "segment-retention":
+            return self._delete_segments
         if fault.name == "recreate":
             return lambda: self._recreate(chooser)
         if fault.name == "partitions-added":
@@ -1135,6 +1146,38 @@ class _KafkaWorld(_World):
             admin.delete_records({tp: below})
         key = (self.generation, tp.partition)
         self.deleted[key] = max(self.deleted.get(key, 0), below)
+
+    def _delete_segments(self) -> None:
+        """Apache Kafka's own retention deletes the topic's logs: with ``retention.ms`` 1 ms
+        every segment is past it (the active one is rolled first), and the next retention
+        check (every second) deletes them all; then the topic keeps its messages again. The
+        log starts the broker reports afterwards are what it deleted below."""
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        from ..kafka.ranges import log_bounds
+
+        kwargs = {"bootstrap_servers": self.bootstrap}
+        partitions = list(range(self.partitions))
+        ends = {p: end for p, (_, end) in log_bounds(kwargs, self.topic, partitions).items()}
+
+        def retention(ms: str) -> None:
+            # AlterConfigs replaces the topic's settings: the scenario's topic has no others
+            topic = ConfigResource(ConfigResourceType.TOPIC, self.topic, {"retention.ms": ms})
+            with self._admin() as admin:
+                admin.alter_configs([topic])
+
+        def deleted() -> bool:
+            found = log_bounds(kwargs, self.topic, partitions)
+            return all(start >= ends[p] for p, (start, _) in found.items())
+
+        retention("1")
+        try:
+            wait_until(deleted, 30, 0.2, "the broker's retention to delete the topic's segments")
+        finally:
+            retention("-1")
+        for p, (start, _) in log_bounds(kwargs, self.topic, partitions).items():
+            key = (self.generation, p)
+            self.deleted[key] = max(self.deleted.get(key, 0), start)
 
     def _recreate(self, chooser: random.Random) -> None:
         from ..brokers import create_kafka_topic
