@@ -209,7 +209,7 @@ def refresh_ends(
     answered now.
 
     Leaves the consumer positioned near the ends. A partition whose fetch does not come back
-    within ``timeout_s`` is answered from what is known. A consumer reading uncommitted
+    within ``timeout_s`` is answered from ListOffsets alone. A consumer reading uncommitted
     records skips the fetch where ListOffsets calls the partition empty (it is empty on those
     brokers too); one reading committed records always fetches (Tansu answers its ListOffsets
     with 0).
@@ -222,7 +222,8 @@ def refresh_ends(
             "sluice.kafka.offsets.ENDS_CONSUMER among its settings"
         )
     tracker = _tracker(consumer)
-    known = end_offsets(consumer, tps)
+    listed = _listed_ends(consumer, tps)
+    known = {tp: listed.get(tp) or 0 for tp in tps}
     committed = reads_committed(consumer)
     asked = tracker.sequence
     sought = {tp: max(0, known[tp] - 1) for tp in tps if committed or known[tp] > 0}
@@ -243,7 +244,10 @@ def refresh_ends(
         # short polls: a fetch that returns no record (a transaction marker) ends no poll
         consumer.poll(timeout_ms=_POLL_SLICE_MS)
         waiting = [tp for tp in waiting if not answered(tp)]
-    fresh = {tp: _fetched_end(consumer, tracker.latest.get(tp)) for tp in sought}
+    # Only ListOffsets and the fetches answered after the question count: an older watermark
+    # may be a deleted topic's, whose end lies past the recreated log's (the cluster soak
+    # planned a recreated topic with its old ends).
+    fresh = {tp: _fetched_end(consumer, tracker.latest[tp]) for tp in sought if answered(tp)}
     return {tp: max(known[tp], fresh.get(tp) or 0) for tp in tps}
 
 
