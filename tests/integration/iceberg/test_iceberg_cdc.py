@@ -165,12 +165,15 @@ def test_key_columns_named_by_the_user_and_the_tables_kind_kept(
 
     assert result.changes["upserted"] == 1
     assert current(sqlite_lake, "by_name") == {2: {"id": 2, "name": "b"}}
-    # refused before anything is read: the table's kind and key stay what they are
+    # refused before anything is written: the table's kind and key stay what they are
+    send(topic, source.upsert(3, name="c"))
+    later = topic.plan()
     with pytest.raises(ConfigError, match="is a current-state table"):
-        ingest(spark, spec, sink, source=topic.source)
+        ingest(spark, later, sink, source=topic.source, value_format="bytes")
     with pytest.raises(ConfigError, match="keyed by id, not name"):
-        ingest(spark, spec, sink, source=topic.source, write_mode="upsert", key_columns=["name"])
+        ingest(spark, later, sink, source=topic.source, write_mode="upsert", key_columns=["name"])
     appended = sqlite_lake.sink("appended")
-    ingest(spark, spec, appended, source=topic.source, value_format="bytes")
+    ingest(spark, later, appended, source=topic.source, value_format="bytes")
+    send(topic, source.upsert(4, name="d"))
     with pytest.raises(ConfigError, match="holds appended messages"):
-        ingest(spark, spec, appended, source=topic.source, write_mode="upsert")
+        ingest(spark, topic.plan(), appended, source=topic.source, write_mode="upsert")

@@ -404,7 +404,8 @@ class IcebergSink:
             table = self._load(self.target.table)
             if table is not None:
                 self._table_spec(table)
-                self._check_kind(table)
+                if self.upserting:  # (maintenance opens a current-state table too)
+                    self._check_kind(table)
         except ConfigError:
             raise
         except Exception as exc:
@@ -717,6 +718,9 @@ class IcebergSink:
     def targets(self, staging: Staging, good: pa.Schema, bad: pa.Schema) -> WriteTargets:
         run = _run(staging)
         if run.data is None or run.quarantine is None:
+            existing = self._load(self.target.table)
+            if existing is not None:
+                self._check_kind(existing)
             name = f"{staging.batch_id}/{run.name}"
             batch = pa.field(BATCH_COLUMN, pa.string())
             # upsert: the messages are staged beside the table's data, never added to it
