@@ -28,11 +28,13 @@ if TYPE_CHECKING:
 __all__ = [
     "CDC_PROPERTY",
     "UPSERT_SINKS",
-    "IcebergPlan",
+    "Plan",
     "UpsertSink",
     "apply_iceberg",
     "conform",
+    "plan",
     "plan_iceberg",
+    "positions_of",
     "quarantine_rows",
     "reduce_rows",
     "upsert_sink",
@@ -128,6 +130,11 @@ def _current_positions(
     found = table.scan(
         row_filter=_match(keys, key_columns), selected_fields=(*key_columns, POSITION_COLUMN)
     ).to_arrow()
+    return positions_of(found, key_columns)
+
+
+def positions_of(found: pa.Table, key_columns: list[str]) -> dict[tuple[Any, ...], int | None]:
+    """key -> source position of the rows ``found`` (key columns and the position)."""
     columns = [found.column(c).to_pylist() for c in key_columns]
     positions = found.column(POSITION_COLUMN).to_pylist()
     return {tuple(k): p for *k, p in zip(*columns, positions, strict=True)}
@@ -140,8 +147,8 @@ def stale(change: Change, current: dict[tuple[Any, ...], int | None]) -> bool:
 
 
 @dataclass
-class IcebergPlan:
-    """What a batch's changes do to an Iceberg table, read before its commit."""
+class Plan:
+    """What a batch's changes do to a table, read before its commit."""
 
     reduced: Reduced
     applied: list[Change]  # not stale
@@ -149,11 +156,17 @@ class IcebergPlan:
     counts: dict[str, int]
 
 
-def plan_iceberg(table: Table, reduced: Reduced) -> IcebergPlan:
-    """Which of ``reduced``'s changes apply to ``table`` as it is (a change older than the
-    row of its key is stale), and the counts: upserted, deleted, stale."""
+def plan_iceberg(table: Table, reduced: Reduced) -> Plan:
+    """:func:`plan` against an Iceberg table."""
     changes = list(reduced.changes.values())
-    current = _current_positions(table, reduced.keys(changes), reduced.key_columns)
+    return plan(reduced, _current_positions(table, reduced.keys(changes), reduced.key_columns))
+
+
+def plan(reduced: Reduced, current: dict[tuple[Any, ...], int | None]) -> Plan:
+    """Which of ``reduced``'s changes apply to a table whose rows' positions by key are
+    ``current`` (a change older than the row of its key is stale), and the counts: upserted,
+    deleted, stale."""
+    changes = list(reduced.changes.values())
     applied = [c for c in changes if not stale(c, current)]
     held = [c for c in applied if c.key in current]
     counts = {
@@ -161,10 +174,10 @@ def plan_iceberg(table: Table, reduced: Reduced) -> IcebergPlan:
         "deleted": sum(1 for c in held if c.deleted),
         "stale": len(changes) - len(applied),
     }
-    return IcebergPlan(reduced, applied, held, counts)
+    return Plan(reduced, applied, held, counts)
 
 
-def apply_iceberg(transaction: Transaction, plan: IcebergPlan, summary: dict[str, str]) -> None:
+def apply_iceberg(transaction: Transaction, plan: Plan, summary: dict[str, str]) -> None:
     """Apply ``plan`` in ``transaction`` by copy-on-write: the rows of every changed key that
     the table holds deleted (their files rewritten without them), then the new rows appended
     in a snapshot whose summary is ``summary`` (one commit: the transaction's)."""

@@ -1,10 +1,12 @@
-"""Change data capture into a current-state Iceberg table (write_mode="upsert"), on Apache
-Kafka: Debezium envelopes applied by key, one snapshot per batch with its offsets."""
+"""Change data capture into current-state tables (write_mode="upsert"), Iceberg (SQL catalog
+on SQLite) and Delta (delta-rs), on Apache Kafka: Debezium envelopes applied by key, in one
+commit per batch that carries its offsets."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +18,66 @@ from sluice.spark import ingest
 from sluice.testing.debezium import Message, SourceTable
 from sluice.testing.plugin import Broker
 
-from ..spark.conftest import KafkaTopic, open_topic
-from .conftest import Lake, sluice_summaries, table_rows
+from ..iceberg.conftest import Lake, sluice_summaries, sqlite_lake, table_rows
+from .conftest import KafkaTopic, open_topic
+
+__all__ = ["sqlite_lake"]  # a fixture of the Iceberg tests, used here
+
+
+@dataclass
+class Target:
+    """A current-state table of the test's own: its sink URI, and its rows read back."""
+
+    kind: str
+    sink: str
+    rows: Callable[[], list[dict[str, Any]]]
+    quarantine: Callable[[], list[dict[str, Any]]]
+    batches: Callable[[], list[str]]  # the batch ids of its commits, oldest first
+    tamper: Callable[[int], None]  # delete the row of an id behind Sluice's back
+    other: str  # the sink URI of another table of the same kind
+
+
+def iceberg_target(lake: Lake, name: str) -> Target:
+    from pyiceberg.expressions import EqualTo
+
+    return Target(
+        "iceberg",
+        lake.sink(name),
+        lambda: table_rows(lake, name),
+        lambda: table_rows(lake, f"{name}__quarantine"),
+        lambda: [s["sluice.batch-id"] for s in sluice_summaries(lake, name)],
+        lambda key: lake.table(name).delete(EqualTo("id", key)),
+        lake.sink(f"{name}_other"),
+    )
+
+
+def delta_target(path: Path) -> Target:
+    from deltalake import DeltaTable
+
+    def rows(where: Path) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = DeltaTable(str(where)).to_pyarrow_table().to_pylist()
+        return found
+
+    def batches() -> list[str]:
+        history = reversed(DeltaTable(str(path)).history())
+        return [h["sluice.batch-id"] for h in history if "sluice.batch-id" in h]
+
+    return Target(
+        "delta",
+        f"delta://{path}",
+        lambda: rows(path),
+        lambda: rows(path / "_quarantine"),
+        batches,
+        lambda key: DeltaTable(str(path)).delete(f"id = {key}"),
+        f"delta://{path}_other",
+    )
+
+
+@pytest.fixture(params=["iceberg", "delta"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
+    if request.param == "iceberg":
+        return iceberg_target(request.getfixturevalue("sqlite_lake"), "customers")
+    return delta_target(tmp_path / "customers")
 
 
 @pytest.fixture
@@ -37,9 +97,9 @@ def send(topic: KafkaTopic, messages: list[Message]) -> None:
         future.get(10)
 
 
-def current(lake: Lake, name: str = "customers") -> dict[int, dict[str, Any]]:
+def current(target: Target) -> dict[int, dict[str, Any]]:
     """The table's rows by id, without Sluice's position column."""
-    rows = table_rows(lake, name)
+    rows = target.rows()
     found = {r["id"]: {k: v for k, v in r.items() if k != POSITION_COLUMN} for r in rows}
     assert len(found) == len(rows), "a key has two rows"
     return found
@@ -51,10 +111,10 @@ def expected(source: SourceTable, columns: list[str]) -> dict[int, dict[str, Any
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["bare", "schema-payload"])
 def test_batches_of_changes_leave_the_source_tables_current_state(
-    spark: Any, topic: KafkaTopic, sqlite_lake: Lake, wrapped: bool
+    spark: Any, topic: KafkaTopic, target: Target, wrapped: bool
 ) -> None:
     source = SourceTable(wrapped=wrapped)
-    sink = sqlite_lake.sink("customers")
+    sink = target.sink
     messages: list[Message] = []
     for key in range(8):
         messages += source.upsert(key, name=f"c{key}")
@@ -73,7 +133,7 @@ def test_batches_of_changes_leave_the_source_tables_current_state(
         "deleted": 0,  # 6 was created and deleted in the batch: no row to delete
         "stale": 0,
     }
-    assert current(sqlite_lake) == expected(source, ["id", "name"])
+    assert current(target) == expected(source, ["id", "name"])
 
     # a later batch: updates, deletes of rows the table holds, a new column, bad envelopes
     later = source.upsert(1, name="c1", tier="gold")  # a new column
@@ -85,27 +145,21 @@ def test_batches_of_changes_leave_the_source_tables_current_state(
 
     assert (second.written, second.quarantined) == (len(later), 2)
     assert second.changes["deleted"] == 2 and second.changes["upserted"] == 2
-    assert current(sqlite_lake) == expected(source, ["id", "name", "tier"])
-    reasons = sorted(r["reason"] for r in table_rows(sqlite_lake, "customers__quarantine"))
+    assert current(target) == expected(source, ["id", "name", "tier"])
+    reasons = sorted(r["reason"] for r in target.quarantine())
     assert reasons == [
         "cdc: op 'c' has no 'after' object (the row after the change)",
         "cdc: the message value is not JSON (Expecting value: line 1 column 1 (char 0))",
     ]
-    # one snapshot per batch names it and its offsets (a delete's rewrite commits with it)
-    summaries = sluice_summaries(sqlite_lake, "customers")
-    assert [s["sluice.batch-id"] for s in summaries] == [first.batch_id, second.batch_id]
-    record = json.loads(summaries[1]["sluice.record"])
-    assert record["counts"]["deleted"] == 2
-    assert sqlite_lake.table("customers").properties["sluice.cdc.key-columns"] == '["id"]'
+    # one commit per batch names it (Iceberg: a delete's rewrite commits with it)
+    assert target.batches() == [first.batch_id, second.batch_id]
     report = audit(sink, topic.source)
     assert report.ok, report.lines()
     assert report.current_state is not None and report.current_state.keys == len(source.rows)
     assert sum(p.written for p in report.streams[0].partitions) == len(messages + later)
 
     # the audit is the oracle: a row lost, or one a change does not give, fails it
-    from pyiceberg.expressions import EqualTo
-
-    sqlite_lake.table("customers").delete(EqualTo("id", 4))
+    target.tamper(4)
     broken = audit(sink, topic.source)
     assert not broken.ok and broken.current_state is not None
     assert broken.current_state.absent == 1
@@ -113,10 +167,10 @@ def test_batches_of_changes_leave_the_source_tables_current_state(
 
 
 def test_a_change_older_than_the_tables_row_is_ignored_and_counted(
-    spark: Any, topic: KafkaTopic, sqlite_lake: Lake
+    spark: Any, topic: KafkaTopic, target: Target
 ) -> None:
     source = SourceTable()
-    sink = sqlite_lake.sink("customers")
+    sink = target.sink
     old = source.upsert(1, name="old")  # lsn 1008
     send(topic, source.upsert(2, name="two") + source.upsert(1, name="new"))  # lsn 1016, 1024
     ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
@@ -124,47 +178,47 @@ def test_a_change_older_than_the_tables_row_is_ignored_and_counted(
     late = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
 
     assert late.changes["stale"] == 1 and late.changes["upserted"] == 0
-    assert current(sqlite_lake) == {1: {"id": 1, "name": "new"}, 2: {"id": 2, "name": "two"}}
-    assert {r["id"]: r[POSITION_COLUMN] for r in table_rows(sqlite_lake, "customers")} == {
+    assert current(target) == {1: {"id": 1, "name": "new"}, 2: {"id": 2, "name": "two"}}
+    assert {r["id"]: r[POSITION_COLUMN] for r in target.rows()} == {
         1: 1024,
         2: 1016,
     }
 
 
 def test_a_replay_of_the_same_changes_leaves_the_same_table(
-    spark: Any, topic: KafkaTopic, sqlite_lake: Lake
+    spark: Any, topic: KafkaTopic, target: Target
 ) -> None:
     """A second consumer group reads the whole topic again into the table: every change is
     applied twice, the table is as it was."""
     source = SourceTable()
-    sink = sqlite_lake.sink("customers")
+    sink = target.sink
     messages: list[Message] = []
     for key in range(6):
         messages += source.upsert(key, name=f"c{key}")
     messages += source.delete(0) + source.upsert(1, name="c1-renamed")
     send(topic, messages)
     ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
-    before = table_rows(sqlite_lake, "customers")
+    before = target.rows()
 
     topic.queue.configure({"group_id": f"{topic.name}-replay"})
     replayed = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
 
     assert replayed.written == len(messages) and replayed.changes["stale"] == 0
     key = lambda r: r["id"]  # noqa: E731
-    assert sorted(table_rows(sqlite_lake, "customers"), key=key) == sorted(before, key=key)
+    assert sorted(target.rows(), key=key) == sorted(before, key=key)
 
 
 def test_key_columns_named_by_the_user_and_the_tables_kind_kept(
-    spark: Any, topic: KafkaTopic, sqlite_lake: Lake
+    spark: Any, topic: KafkaTopic, target: Target
 ) -> None:
     source = SourceTable()
     send(topic, source.upsert(1, name="a") + source.upsert(2, name="b") + source.delete(1))
-    sink = sqlite_lake.sink("by_name")
+    sink = target.sink
     spec = topic.plan()
     result = ingest(spark, spec, sink, source=topic.source, write_mode="upsert", key_columns=["id"])
 
     assert result.changes["upserted"] == 1
-    assert current(sqlite_lake, "by_name") == {2: {"id": 2, "name": "b"}}
+    assert current(target) == {2: {"id": 2, "name": "b"}}
     # refused before anything is written: the table's kind and key stay what they are
     send(topic, source.upsert(3, name="c"))
     later = topic.plan()
@@ -172,7 +226,7 @@ def test_key_columns_named_by_the_user_and_the_tables_kind_kept(
         ingest(spark, later, sink, source=topic.source, value_format="bytes")
     with pytest.raises(ConfigError, match="keyed by id, not name"):
         ingest(spark, later, sink, source=topic.source, write_mode="upsert", key_columns=["name"])
-    appended = sqlite_lake.sink("appended")
+    appended = target.other
     ingest(spark, later, appended, source=topic.source, value_format="bytes")
     send(topic, source.upsert(4, name="d"))
     with pytest.raises(ConfigError, match="holds appended messages"):
