@@ -180,3 +180,15 @@ def test_rows_take_the_tables_types_and_leave_out_columns_of_unknown_type() -> N
     rows = reduce_messages(batch).rows(table_schema)
     assert rows.schema.field("score").type == pa.float64()
     assert "note" not in rows.column_names
+
+
+def test_rows_have_every_column_any_row_has() -> None:
+    batch = messages(
+        ({"id": 1}, envelope("c", after={"id": 1})),
+        ({"id": 2}, envelope("c", after={"id": 2, "tier": "gold"})),
+    )
+    rows = reduce_messages(batch).rows()
+    assert rows.to_pylist() == [
+        {"id": 1, POSITION_COLUMN: None, "tier": None},
+        {"id": 2, POSITION_COLUMN: None, "tier": "gold"},
+    ]

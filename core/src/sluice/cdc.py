@@ -200,7 +200,9 @@ class Reduced:
         if not records:
             fields = list(schema) if schema is not None else []
             return pa.Table.from_pylist([], pa.schema(fields))
-        rows = pa.Table.from_pylist(records)
+        # every column any row has (from_pylist would take the first row's only)
+        names = list(dict.fromkeys(name for record in records for name in record))
+        rows = pa.table({name: [record.get(name) for record in records] for name in names})
         return _typed(rows, schema)
 
     def keys(self, changes: Sequence[Change]) -> pa.Table:

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from sluice.audit import audit
+from sluice.batch import plan_batch
 from sluice.cdc import POSITION_COLUMN
+from sluice.kafka import KafkaMessageQueue
 from sluice.queues import ConfigError
 from sluice.spark import ingest
 from sluice.testing.debezium import Message, SourceTable
@@ -20,6 +22,8 @@ from sluice.testing.plugin import Broker
 
 from ..iceberg.conftest import Lake, sluice_summaries, sqlite_lake, table_rows
 from .conftest import KafkaTopic, open_topic
+from .crashes import assert_exactly_once, dead_letter_origins, maintain_days_later, run_child
+from .test_crash_matrix import KAFKA_POINTS
 
 __all__ = ["sqlite_lake"]  # a fixture of the Iceberg tests, used here
 
@@ -35,6 +39,7 @@ class Target:
     batches: Callable[[], list[str]]  # the batch ids of its commits, oldest first
     tamper: Callable[[int], None]  # delete the row of an id behind Sluice's back
     other: str  # the sink URI of another table of the same kind
+    other_rows: Callable[[], list[dict[str, Any]]]
 
 
 def iceberg_target(lake: Lake, name: str) -> Target:
@@ -48,6 +53,7 @@ def iceberg_target(lake: Lake, name: str) -> Target:
         lambda: [s["sluice.batch-id"] for s in sluice_summaries(lake, name)],
         lambda key: lake.table(name).delete(EqualTo("id", key)),
         lake.sink(f"{name}_other"),
+        lambda: table_rows(lake, f"{name}_other"),
     )
 
 
@@ -70,6 +76,7 @@ def delta_target(path: Path) -> Target:
         batches,
         lambda key: DeltaTable(str(path)).delete(f"id = {key}"),
         f"delta://{path}_other",
+        lambda: rows(Path(f"{path}_other")),
     )
 
 
@@ -231,3 +238,72 @@ def test_key_columns_named_by_the_user_and_the_tables_kind_kept(
     send(topic, source.upsert(4, name="d"))
     with pytest.raises(ConfigError, match="holds appended messages"):
         ingest(spark, topic.plan(), appended, source=topic.source, write_mode="upsert")
+
+
+def ingest_again(spark: Any, topic: KafkaTopic, sink: str) -> None:
+    """Another group ingests the whole topic into ``sink``, in one batch, with no crash."""
+    queue = KafkaMessageQueue(topic.name)
+    queue.configure(
+        {
+            "connection.uri": topic.broker.bootstrap,
+            "topic": topic.name,
+            "group_id": f"{topic.name}-reference",
+            "from_beginning": True,
+        }
+    )
+    queue.open(None)
+    try:
+        spec = plan_batch(queue)
+        assert spec is not None
+        ingest(spark, spec, sink, source=topic.source, write_mode="upsert")
+    finally:
+        queue.close(None)
+
+
+#: (failpoint, whether ``sluice compact`` and ``sluice expire`` run days later, between the
+#: crash and the rerun)
+CRASH_CASES = [(p, False) for p in KAFKA_POINTS] + [("commit.before", True)]
+
+
+@pytest.mark.parametrize(("point", "maintained"), CRASH_CASES)
+def test_a_cdc_ingest_killed_at_each_failpoint_then_rerun_gives_the_state_of_no_crash(
+    spark: Any, topic: KafkaTopic, target: Target, point: str, maintained: bool
+) -> None:
+    """The second batch of a current-state table (updates, deletes of rows it holds, a new
+    column, a malformed envelope) is SIGKILLed at ``point``, then run again: the table is the
+    one another group's ingest of the same topic gives with no crash, the audit passes with
+    every offset once, lag 0, the malformed envelope dead-lettered once."""
+    source = SourceTable()
+    first: list[Message] = []
+    for key in range(10):
+        first += source.upsert(key, name=f"c{key}")
+    send(topic, first)
+    earlier = ingest(spark, topic.plan(), target.sink, source=topic.source, write_mode="upsert")
+    second = source.upsert(1, name="c1", tier="gold") + source.delete(2) + source.delete(3)
+    second += source.upsert(4, name="c4-renamed") + source.upsert(12, name="c12")
+    send(topic, [*second, (b'{"id": 9}', b'{"op": "u"}')])
+    spec = topic.plan()
+    options = {"source": topic.source, "write_mode": "upsert", "dead_letter": True}
+
+    code, stderr = run_child(spark, {"spec": spec.to_dict(), "sink": target.sink, **options}, point)
+    assert code == -9, f"the ingest did not die at {point}: {stderr[-2000:]}"
+    if maintained:
+        maintain_days_later(target.sink, point)
+    ingest(spark, spec, target.sink, **options)
+
+    assert current(target) == expected(source, ["id", "name", "tier"])
+    assert_exactly_once(audit(target.sink, topic.source), len(first) + len(second) + 1)
+    assert plan_batch(topic.queue) is None, "lag 0: everything is committed"
+    bad = target.quarantine()
+    assert [(r["reason"], r["offset"]) for r in bad] == [
+        ("cdc: op 'u' has no 'after' object (the row after the change)", bad[0]["offset"])
+    ], "the quarantine is committed once"
+    origins = [(r["partition"], r["offset"]) for r in bad]
+    assert dead_letter_origins(topic.broker.bootstrap, f"{topic.name}.dlq") == origins
+    # one commit per batch (the first one's Iceberg snapshot expired by the maintenance)
+    expired = maintained and target.kind == "iceberg"
+    assert target.batches() == [earlier.batch_id, spec.batch_id][1 if expired else 0 :]
+    # the same changes ingested with no crash, by another group, into another table
+    ingest_again(spark, topic, target.other)
+    key = lambda r: r["id"]  # noqa: E731
+    assert sorted(target.rows(), key=key) == sorted(target.other_rows(), key=key)
