@@ -3,15 +3,16 @@ in one run, batch by batch.
 
     uv run python bench/cdc.py [--changes 1000000] [--keys 100000] [--batches 10] [--json PATH]
 
-Produces --changes Debezium-shaped changes (PostgreSQL envelopes, bare JSON; about 20% of them
-deletes, each followed by its tombstone) over --keys keys to noida-db (started here), 3
-partitions, keyed by the row's id. Then, batch by batch (--batches batches of the same size,
-planned by each side's own consumer group), ingests them with sluice.spark.ingest into (u) an
-Iceberg table with write_mode="upsert" and (a) another Iceberg table, appended (value_format
-bytes: the same messages as rows), both in a SQL catalog on SQLite with a file:// warehouse.
-Prints per batch the seconds of each side, their ratio, and the upsert table's rows and data
-files; then the ratio of the last batches' time to the first ones': how the upsert's time grows
-with the table. With --compact, ``sluice compact`` runs on the upsert table after every batch
+Produces --changes Debezium-shaped changes (PostgreSQL envelopes, bare JSON; about 20% of
+them deletes, each followed by its tombstone) over --keys keys to Apache Kafka (one KRaft
+node, started here), 3 partitions, keyed by the row's id. Then, batch by batch (--batches
+batches of the same size, planned by each side's own consumer group), ingests them with
+sluice.spark.ingest into (u) an Iceberg table with write_mode="upsert" and (a) another
+Iceberg table, appended (value_format bytes: the same messages as rows), both in a SQL
+catalog on SQLite with a file:// warehouse. Prints per batch the seconds of each side, their
+ratio, and the upsert table's rows and data files; then the ratio of the last batches' time
+to the first ones': how the upsert's time grows with the table. With --compact, ``sluice
+compact`` runs on the upsert table after every batch
 (not timed). The SparkSession is started and warmed up on a small batch first.
 """
 
@@ -83,7 +84,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
 
-    from sluice.brokers import create_kafka_topic, start_noida
+    from sluice.brokers import create_kafka_topic, start_kafka
     from sluice.maintenance import compact
     from sluice.spark import spark_session
 
@@ -92,8 +93,8 @@ def main() -> None:
     os.environ[f"{prefix}TYPE"] = "sql"
     os.environ[f"{prefix}URI"] = f"sqlite:///{work / 'catalog.db'}"
     os.environ[f"{prefix}WAREHOUSE"] = (work / "warehouse").as_uri()
-    say("starting noida-db")
-    broker = start_noida()
+    say("starting Apache Kafka")
+    broker = start_kafka()
     try:
         topic, source = "bench-changes", f"kafka://{broker.bootstrap}"
         create_kafka_topic(broker.bootstrap, topic, PARTITIONS)

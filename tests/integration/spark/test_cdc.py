@@ -215,6 +215,21 @@ def test_a_replay_of_the_same_changes_leaves_the_same_table(
     assert sorted(target.rows(), key=key) == sorted(before, key=key)
 
 
+def test_a_first_batch_without_a_change_leaves_the_table_to_the_next(
+    spark: Any, topic: KafkaTopic, target: Target
+) -> None:
+    """Tombstones and a malformed envelope only: no key columns are known yet; the next
+    batch's keys are the table's."""
+    send(topic, [(b'{"id": 1}', None), (b'{"id": 2}', b"{}")])
+    empty = ingest(spark, topic.plan(), target.sink, source=topic.source, write_mode="upsert")
+    assert (empty.written, empty.quarantined, empty.changes["tombstones"]) == (1, 1, 1)
+    source = SourceTable()
+    send(topic, source.upsert(1, name="a") + source.upsert(2, name="b"))
+    ingest(spark, topic.plan(), target.sink, source=topic.source, write_mode="upsert")
+    assert current(target) == expected(source, ["id", "name"])
+    assert audit(target.sink, topic.source).ok
+
+
 def test_key_columns_named_by_the_user_and_the_tables_kind_kept(
     spark: Any, topic: KafkaTopic, target: Target
 ) -> None:

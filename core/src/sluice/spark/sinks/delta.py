@@ -361,7 +361,7 @@ class DeltaSink:
     def current_key_columns(self) -> list[str] | None:
         """A current-state table's key columns (None: the table appends messages)."""
         stored = _read_json(self._meta / CDC_FILE)
-        return list(stored["key_columns"]) if stored else None
+        return list(stored["key_columns"]) if stored is not None else None
 
     def current_rows(self) -> pa.Table:
         """Every row of a current-state table (for the audit)."""
@@ -385,7 +385,7 @@ class DeltaSink:
                 f"key columns {', '.join(stored)}): ingest into it with write_mode='upsert', "
                 "or append the messages to another table."
             )
-        if stored is not None and self.key_columns and stored != self.key_columns:
+        if stored and self.key_columns and stored != self.key_columns:
             raise ConfigError(
                 f"The Delta table {self.root} is keyed by {', '.join(stored)}, not "
                 f"{', '.join(self.key_columns)}: give key_columns={stored} (or none), or "
@@ -833,7 +833,9 @@ class DeltaSink:
             table = self._load(self.root)
             schema = table.to_pyarrow_dataset().schema if table is not None else None
             self._ensure(self.root, changes.rows(schema).schema)
-            if changes.key_columns and self.current_key_columns() is None:
+            stored = self.current_key_columns()
+            if stored is None or (not stored and changes.key_columns):
+                # (none yet: a first batch of tombstones or malformed envelopes only)
                 _write_json(self._meta / CDC_FILE, {"key_columns": changes.key_columns})
         applying: Plan | None = None
         for number in range(COMMIT_ATTEMPTS):

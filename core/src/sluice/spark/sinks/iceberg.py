@@ -432,7 +432,7 @@ class IcebergSink:
                 f"columns {', '.join(json.loads(stored))}): ingest into it with "
                 "write_mode='upsert', or append the messages to another table."
             )
-        if stored is not None and self.key_columns and json.loads(stored) != self.key_columns:
+        if stored and self.key_columns and json.loads(stored) not in ([], self.key_columns):
             raise ConfigError(
                 f"The Iceberg table {name} is keyed by {', '.join(json.loads(stored))}, not "
                 f"{', '.join(self.key_columns)}: give key_columns={json.loads(stored)} (or "
@@ -884,7 +884,8 @@ class IcebergSink:
         pending = {k: v for k, v in _pending(table).items() if k not in self._finished}
         pending[record.batch_id] = {"quarantine": quarantine}
         properties = {f"{PREFIX}pending": json.dumps(pending, sort_keys=True)}
-        if plan is not None:
+        if plan is not None and (plan.reduced.key_columns or CDC_PROPERTY not in table.properties):
+            # (no key columns yet: a first batch of tombstones or malformed envelopes only)
             properties[CDC_PROPERTY] = json.dumps(plan.reduced.key_columns)
         removed: list[str] = []
         written = None
