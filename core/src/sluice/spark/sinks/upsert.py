@@ -44,8 +44,8 @@ __all__ = [
 UPSERT_SINKS = (
     "an Iceberg table (iceberg://CATALOG/NAMESPACE.TABLE) or a Delta table (delta://PATH)"
 )
-#: The table property (Delta: configuration) that marks a current-state table, holding its
-#: key columns as JSON.
+#: The Iceberg table property that marks a current-state table, holding its key columns as
+#: JSON (a Delta table keeps them in ``_sluice/cdc.json``).
 CDC_PROPERTY = "sluice.cdc.key-columns"
 _REASON = "reason"
 
