@@ -14,8 +14,17 @@ partition's log start and end:
 - ``lost``: ranges recorded as lost by an ingest that accepted data loss.
 
 MQTT streams have no offsets: it counts message ids, and ids found more than once.
-The audit passes (:attr:`AuditReport.ok`) when nothing is missing or doubled. Unlike an
-ingest, it reads the sink's whole history.
+
+A current-state table (``write_mode="upsert"``) holds no row per message: the offsets its
+batches claim, less the quarantined ones, count as written, and :class:`CurrentStateAudit`
+checks the rows. It reads every batch's messages again from the broker, applies them batch by
+batch as an ingest does (:mod:`sluice.cdc`: the last change per key, a change older than the
+row it would replace ignored) and compares: every key's row equals its last change, and no
+deleted key has a row.
+
+The audit passes (:attr:`AuditReport.ok`) when nothing is missing or doubled, and a
+current-state table's rows are the ones its committed changes give. Unlike an ingest, it
+reads the sink's whole history.
 """
 
 from __future__ import annotations
@@ -28,7 +37,14 @@ from typing import Any
 
 from .batch import BatchSpec, OffsetRange
 
-__all__ = ["SCHEMA_VERSION", "AuditReport", "PartitionAudit", "StreamAudit", "audit"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "AuditReport",
+    "CurrentStateAudit",
+    "PartitionAudit",
+    "StreamAudit",
+    "audit",
+]
 
 #: Version of :meth:`AuditReport.to_dict`'s layout (``sluice audit --json``, documented in
 #: docs/guides/observability.md); a field is only ever added within a version.
@@ -73,13 +89,34 @@ class StreamAudit:
 
 
 @dataclass
-class AuditReport:
-    sink: str
-    streams: list[StreamAudit] = field(default_factory=list)
+class CurrentStateAudit:
+    """A current-state table's rows against its committed changes: ``keys`` the table should
+    hold; ``wrong`` of its rows differ from their key's last change, ``absent`` keys have no
+    row, ``deleted`` keys (or keys no change names) have one; a few of each in ``examples``."""
+
+    key_columns: list[str]
+    keys: int = 0
+    rows: int = 0
+    wrong: int = 0
+    absent: int = 0
+    deleted: int = 0
+    examples: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(s.ok for s in self.streams)
+        return not (self.wrong or self.absent or self.deleted) and self.rows == self.keys
+
+
+@dataclass
+class AuditReport:
+    sink: str
+    streams: list[StreamAudit] = field(default_factory=list)
+    current_state: CurrentStateAudit | None = None
+
+    @property
+    def ok(self) -> bool:
+        state = self.current_state is None or self.current_state.ok
+        return state and all(s.ok for s in self.streams)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of ``sluice audit --json`` (layout :data:`SCHEMA_VERSION`)."""
@@ -88,6 +125,11 @@ class AuditReport:
             "sink": self.sink,
             "ok": self.ok,
             "streams": [{**asdict(s), "ok": s.ok} for s in self.streams],
+            **(
+                {"current_state": {**asdict(self.current_state), "ok": self.current_state.ok}}
+                if self.current_state is not None
+                else {}
+            ),
         }
 
     def stream(self, kind: str, topic: str, group: str | None) -> StreamAudit | None:
@@ -99,6 +141,13 @@ class AuditReport:
         """What is wrong, one line per stream or partition (empty when the audit passes):
         the reason a check built on the audit fails with."""
         found: list[str] = []
+        state = self.current_state
+        if stream is None and state is not None and not state.ok:
+            found.append(
+                f"the current-state table's rows differ from its committed changes: "
+                f"{state.wrong} wrong, {state.absent} absent, {state.deleted} deleted but "
+                f"present, {state.rows} row(s) for {state.keys} key(s)"
+            )
         for s in [stream] if stream is not None else self.streams:
             where = f"{s.kind} topic '{s.topic}' ({'group' if s.kind == 'kafka' else 'session'} "
             where += f"'{s.group}')"
@@ -139,6 +188,14 @@ class AuditReport:
                     f"lost {p.lost_count}"
                 )
                 out += [f"    missing offsets {r.start}-{r.end - 1}" for r in p.missing[:10]]
+        state = self.current_state
+        if state is not None:
+            out.append(
+                f"current-state table keyed by {', '.join(state.key_columns)}: {state.rows} "
+                f"row(s) for {state.keys} key(s), wrong {state.wrong}, absent {state.absent}, "
+                f"deleted but present {state.deleted}"
+            )
+            out += [f"  {example}" for example in state.examples]
         out.append(
             "OK: every message is in the sink once."
             if self.ok
@@ -164,6 +221,7 @@ def audit(
         key = record.stream
         streams.setdefault((key.kind, key.topic, key.group), []).append(record)
     report = AuditReport(opened.location)
+    key_columns = getattr(opened, "current_key_columns", lambda: None)()
     done = 0
     for (kind, topic, group), batch_records in streams.items():
         stream = StreamAudit(kind, topic, group, batches=len(batch_records))
@@ -174,14 +232,83 @@ def audit(
                     "(--source kafka://HOST:PORT) so that the audit can read the group's "
                     "committed offsets."
                 )
-            _audit_kafka(opened, stream, batch_records, source)
+            _audit_kafka(opened, stream, batch_records, source, key_columns is not None)
         else:
             _audit_mqtt(opened, stream, batch_records)
         report.streams.append(stream)
         done += len(batch_records)
         if progress is not None:
             progress(done, len(records))
+    if key_columns is not None:
+        report.current_state = _audit_current_state(opened, key_columns, records, source)
     return report
+
+
+def _audit_current_state(
+    sink: Any, key_columns: list[str], records: list[Any], source: Any
+) -> CurrentStateAudit:
+    """The table's rows against its batches' changes, read again from the broker and applied
+    batch by batch in publish order (see the module docstring)."""
+    import pyarrow as pa
+
+    from .cdc import POSITION_COLUMN, Change, reduce_messages
+    from .kafka.ranges import read_range_records
+    from .spark.ingest import source_config
+    from .spark.kafka_source import reader_kwargs
+    from .spark.sinks.upsert import stale
+
+    expected: dict[tuple[Any, ...], Change] = {}
+    for record in records:
+        if record.stream.kind != "kafka" or not record.ranges:
+            continue
+        if source is None:
+            raise ValueError("give the source (--source kafka://HOST:PORT) to audit the table")
+        spec = BatchSpec("kafka", record.stream.topic, group_id=record.stream.group)
+        kwargs = reader_kwargs(source_config(spec, source))
+        quarantined = _offsets_by_partition(sink, record.batch_id, (True,))[True]
+        columns: dict[str, list[Any]] = {"key": [], "value": [], "partition": [], "offset": []}
+        for partition, found in read_range_records(kwargs, spec.topic, record.ranges, 30):
+            for message in found:
+                if message.offset in quarantined.get(partition, ()):
+                    continue
+                columns["key"].append(message.key)
+                columns["value"].append(message.value)
+                columns["partition"].append(partition)
+                columns["offset"].append(message.offset)
+        reduced = reduce_messages(pa.table(columns), key_columns)
+        positions = {k: c.position for k, c in expected.items()}
+        for change in reduced.changes.values():
+            if stale(change, positions):
+                continue
+            if change.deleted:
+                expected.pop(change.key, None)
+            else:
+                expected[change.key] = change
+    table = sink.current_rows()
+    audit = CurrentStateAudit(key_columns, keys=len(expected), rows=table.num_rows)
+    seen = set()
+    for row in table.to_pylist():
+        key = tuple(row[c] for c in key_columns)
+        seen.add(key)
+        last = expected.get(key)
+        if last is None:
+            audit.deleted += 1
+            what = f"key {key} has a row, but its last change deletes it (or none names it)"
+        else:
+            want = {**dict.fromkeys(row), **(last.row or {}), POSITION_COLUMN: last.position}
+            if all(row[c] == want[c] for c in row):
+                continue
+            audit.wrong += 1
+            what = f"key {key}: the row is {row}, its last change gives {want}"
+        if len(audit.examples) < 5:
+            audit.examples.append(what)
+    for key in expected.keys() - seen:
+        audit.absent += 1
+        if len(audit.examples) < 5:
+            audit.examples.append(
+                f"key {key} has no row; its last change gives {expected[key].row}"
+            )
+    return audit
 
 
 def _audit_mqtt(sink: Any, stream: StreamAudit, records: list[Any]) -> None:
@@ -201,8 +328,14 @@ def _audit_mqtt(sink: Any, stream: StreamAudit, records: list[Any]) -> None:
 
 
 def _audit_kafka(
-    sink: Any, stream: StreamAudit, records: list[Any], source: str | Mapping[str, Any]
+    sink: Any,
+    stream: StreamAudit,
+    records: list[Any],
+    source: str | Mapping[str, Any],
+    current_state: bool = False,
 ) -> None:
+    """``current_state``: the sink is a current-state table, whose good messages have no
+    rows: the offsets a batch claims and did not quarantine count as its rows."""
     from .spark.ingest import source_config
     from .spark.kafka_source import partition_positions, reader_kwargs
     from .spark.sinks.coverage import Coverage
@@ -212,7 +345,18 @@ def _audit_kafka(
     partitions = sorted({r.partition for record in records for r in record.ranges})
     positions = partition_positions(kwargs, stream.topic, str(stream.group), partitions)
     committed, bounds = positions.committed, positions.bounds
-    rows = {record.batch_id: _offsets_by_partition(sink, record.batch_id) for record in records}
+    which = (True,) if current_state else (False, True)
+    rows = {r.batch_id: _offsets_by_partition(sink, r.batch_id, which) for r in records}
+    if current_state:
+        for record in records:
+            bad = rows[record.batch_id][True]
+            applied: dict[int, list[int]] = {}
+            for r in record.ranges:
+                skip = set(bad.get(r.partition, ()))
+                applied.setdefault(r.partition, []).extend(
+                    o for o in range(r.start, r.end) if o not in skip
+                )
+            rows[record.batch_id][False] = applied
     for p in partitions:
         epoch = [r for r in records if p in r.reset_partitions]
         since = epoch[-1].published_at if epoch else 0.0
@@ -277,10 +421,12 @@ def _missing(
     return [OffsetRange(partition, s, e) for s, e in missing.intervals.get(partition, [])]
 
 
-def _offsets_by_partition(sink: Any, batch_id: str) -> dict[bool, dict[int, list[int]]]:
-    """{quarantined?: {partition: offsets}} of a published batch's rows."""
+def _offsets_by_partition(
+    sink: Any, batch_id: str, which: tuple[bool, ...] = (False, True)
+) -> dict[bool, dict[int, list[int]]]:
+    """{quarantined?: {partition: offsets}} of a published batch's rows (``which``)."""
     found: dict[bool, dict[int, list[int]]] = {}
-    for quarantined in (False, True):
+    for quarantined in which:
         table = sink.row_coordinates(batch_id, quarantined)
         by_partition: dict[int, list[int]] = {}
         for part, offset in zip(

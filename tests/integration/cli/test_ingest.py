@@ -80,3 +80,19 @@ def test_mqtt_session_batch(spark: Any, mqtt: str, unique_name: str, tmp_path: P
     result = _result(assert_ok(run("ingest", session, "--sink", str(tmp_path), "--schema", SCHEMA)))
     assert (result["read"], result["written"], result["committed"]) == ("6", "6", "yes")
     assert pq.read_table(result["output"]).num_rows == 6
+
+
+def test_upsert_into_a_parquet_dataset_is_refused_before_reading(
+    kafka: str, unique_name: str, tmp_path: Path
+) -> None:
+    topic = f"{kafka}/{unique_name}"
+    assert_ok(run("publish", topic, "--sample", "iot", "--count", "3"))
+    uri = f"{topic}?group_id={unique_name}"
+    refused = run("ingest", uri, "--sink", str(tmp_path), "--write-mode", "upsert", "--key", "id")
+    assert_error(
+        refused,
+        2,
+        "write_mode='upsert' (change data capture into a current-state table) needs an Iceberg "
+        "table (iceberg://CATALOG/NAMESPACE.TABLE) or a Delta table (delta://PATH)",
+    )
+    assert "Total lag: 3" in assert_ok(run("lag", uri))  # nothing was read or committed

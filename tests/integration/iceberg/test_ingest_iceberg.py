@@ -191,12 +191,12 @@ def test_two_ingests_into_one_table_at_once_both_land_after_a_commit_conflict(
     attempts: list[str] = []
     original = iceberg.IcebergSink._commit_batch
 
-    def commit_together(self: Any, record: Any, files: list[str], quarantine: list[str]) -> Any:
+    def commit_together(self: Any, record: Any, *more: Any) -> Any:
         attempts.append(record.batch_id)
         if attempts.count(record.batch_id) == 1:
             self._load(self.target.table)  # both read the same table version...
             barrier.wait()  # ...then commit at once
-        return original(self, record, files, quarantine)
+        return original(self, record, *more)
 
     monkeypatch.setattr(iceberg.IcebergSink, "_commit_batch", commit_together)
     results: dict[str, Any] = {}

@@ -177,6 +177,29 @@ def test_partition_by_reaches_the_ingest_in_process_and_through_spark_submit() -
     assert "--partition-by" not in submit_arguments(SPEC, "/d", plain)
 
 
+def test_upsert_and_its_key_columns_reach_the_ingest_in_process_and_through_spark_submit() -> None:
+    task = SparkIngestOperator(
+        task_id="cdc",
+        sink="iceberg://lake/ns.customers",
+        write_mode="upsert",
+        key_columns=["t", "id"],
+    )
+    options = task._options()
+    assert (options["write_mode"], options["key_columns"]) == ("upsert", ["t", "id"])
+    from sluice.spark import submit
+
+    parsed = submit.parser().parse_args([*submit_arguments(SPEC, "/d", options), "--source", "x"])
+    assert (parsed.write_mode, parsed.key_columns) == ("upsert", "t,id")
+    plain = submit.parser().parse_args(
+        [
+            *submit_arguments(SPEC, "/d", SparkIngestOperator(task_id="p", sink="/d")._options()),
+            "--source",
+            "x",
+        ]
+    )
+    assert (plain.write_mode, plain.key_columns) == ("append", None)
+
+
 # ---- the sensor returns the trigger's batch ---------------------------------------------------
 
 

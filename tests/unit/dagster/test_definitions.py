@@ -119,6 +119,16 @@ def test_partition_by_is_a_setting_a_run_may_override() -> None:
     assert IngestConfig(spec={}, partition_by="hour(timestamp)").partition_by == "hour(timestamp)"
 
 
+def test_upsert_and_its_key_columns_are_settings() -> None:
+    settings = IngestSettings.of(
+        "queue", "iceberg://lake/ns.t", write_mode="upsert", key_columns=["tenant", "id"]
+    )
+    assert (settings.write_mode, settings.key_columns) == ("upsert", ["tenant", "id"])
+    assert IngestSettings.of("queue", "/lake").write_mode == "append"
+    with pytest.raises(ValueError, match="write_mode"):
+        IngestSettings.of("queue", "/lake", write_mode="merge")
+
+
 def test_run_request_config_has_no_nulls() -> None:
     from sluice_dagster import ingest_run_config
 

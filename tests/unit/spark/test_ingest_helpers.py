@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from sluice.batch import OffsetRange
+from sluice.batch import BatchSpec, OffsetRange
+from sluice.queues import ConfigError
+from sluice.spark import ingest
 from sluice.spark.reading import split_ranges
+
+CHANGES = BatchSpec("kafka", "changes", group_id="g", ranges=[OffsetRange(0, 0, 1)])
 
 
 def test_split_ranges_cuts_each_range_into_tasks_of_at_most_size() -> None:
@@ -57,3 +62,29 @@ def test_hand_over_files_keep_row_groups_under_the_batch_byte_bound(
     groups = [m.row_group(i) for m in metadata for i in range(m.num_row_groups)]
     assert sum(g.num_rows for g in groups) == 10
     assert max(g.total_byte_size for g in groups) <= 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("sink", "options", "message"),
+    [
+        ("{tmp}/dataset", {}, "needs an Iceberg table .* or a Delta table .*only appends"),
+        ("iceberg://lake/ns.t", {"value_format": "avro"}, "reads Debezium JSON envelopes"),
+        ("iceberg://lake/ns.t", {"schema": "id INT"}, "leave schema and payload_column out"),
+        ("iceberg://lake/ns.t", {"key_columns": "id"}, "key_columns must be a list"),
+        ("iceberg://lake/ns.t?partition_by=id", {}, "does not partition the table yet"),
+        ("{tmp}/dataset", {"write_mode": "merge"}, "write_mode must be one of 'append', "),
+    ],
+    ids=["parquet", "avro", "schema", "key-string", "partitioned", "unknown-mode"],
+)
+def test_upsert_is_refused_where_it_cannot_be_done(
+    tmp_path: Path, sink: str, options: dict[str, Any], message: str
+) -> None:
+    """Before Spark or the broker is touched (spark=None)."""
+    options = {"write_mode": "upsert", **options}
+    with pytest.raises(ConfigError, match=message):
+        ingest(None, CHANGES, sink.format(tmp=tmp_path), source="kafka://127.0.0.1:9", **options)
+
+
+def test_key_columns_without_upsert_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="key_columns is only for write_mode='upsert'"):
+        ingest(None, CHANGES, tmp_path, source="kafka://127.0.0.1:9", key_columns=["id"])

@@ -59,6 +59,11 @@ class Mode(StrEnum):
     executors = "executors"
 
 
+class WriteMode(StrEnum):
+    append = "append"
+    upsert = "upsert"
+
+
 def ingest(
     uri: Annotated[
         str,
@@ -164,6 +169,20 @@ def ingest(
             "table keeps its own spec."
         ),
     ] = None,
+    write_mode: Annotated[
+        WriteMode,
+        typer.Option(
+            help="append: every message a row. upsert: a change data capture topic (Debezium "
+            "JSON) kept as a current-state Iceberg or Delta table, by key (docs/guides/cdc.md)."
+        ),
+    ] = WriteMode.append,
+    key: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="With --write-mode upsert: a key column of the rows (repeat for several, or "
+            "id,tenant); default: the message keys' fields."
+        ),
+    ] = None,
 ) -> None:
     """Ingest the messages waiting now: plan one batch, write it to Parquet, then commit."""
     target = parse(uri, command="ingest")
@@ -174,7 +193,9 @@ def ingest(
     if spec is None:
         output.out().print(f"Nothing to ingest: no messages waiting on '{target.topic}'.")
         return
-    _check_sink(sink, partition_by)  # only now: nothing waiting creates nothing
+    key_columns = [c.strip() for k in key for c in k.split(",") if c.strip()] if key else None
+    # only now: nothing waiting creates nothing
+    _check_sink(sink, partition_by, write_mode.value, key_columns)
     from sluice.spark import ingest as run_ingest
 
     with _phases(spec) as (progress, say):
@@ -200,6 +221,8 @@ def ingest(
             progress=progress,
             max_quarantined=limit,
             partition_by=partition_by,
+            write_mode=write_mode.value,
+            key_columns=key_columns,
         )
     if result.kind == "mqtt" and not (result.read or result.skipped):
         output.out().print(f"Nothing to ingest: the session's drain of '{spec.topic}' was empty.")
@@ -298,10 +321,19 @@ def _check_before_spark(schema: str | None, payload_column: str | None) -> None:
     parse_schema(schema, payload_column)
 
 
-def _check_sink(sink: str, partition_by: str | None = None) -> None:
+def _check_sink(
+    sink: str,
+    partition_by: str | None = None,
+    write_mode: str = "append",
+    key_columns: list[str] | None = None,
+) -> None:
     from sluice.spark.sinks import open_sink
+    from sluice.spark.sinks.upsert import upsert_sink
 
-    open_sink(sink, partition_by).check()
+    opened = open_sink(sink, partition_by)
+    if write_mode == "upsert":
+        upsert_sink(opened, key_columns)
+    opened.check()
 
 
 def _spark(master: str | None) -> Any:
@@ -368,6 +400,7 @@ def _show(result: IngestResult) -> None:
         ("bytes", data["bytes"]),
         ("seconds", data["seconds"]),
         ("msg/s", round(result.messages_per_second)),
+        *((f"changes {name}", n) for name, n in data["changes"].items()),
         ("committed", "yes" if data["committed"] else "no"),
         ("output", data["output"]),
         ("quarantine", data["quarantine_output"]),

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -63,6 +63,7 @@ from .records import RAW_SCHEMA_DDL, largest_message_bytes
 from .remaining import commit_targets, live_commits, remaining, truncated_below
 from .result import IngestResult
 from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
+from .sinks.upsert import UpsertSink, upsert_sink
 from .workers import check_python_workers
 from .writing import BATCH_BYTES, WriteCounts, write_outcomes
 
@@ -71,6 +72,7 @@ __all__ = [
     "IngestEvent",
     "Mode",
     "ValueFormat",
+    "WriteMode",
     "ingest",
     "source_config",
 ]
@@ -81,6 +83,7 @@ Stage = Literal[
     "starting", "reading", "read", "writing", "publishing", "written", "committing", "committed"
 ]
 Mode = Literal["auto", "driver", "executors"]
+WriteMode = Literal["append", "upsert"]
 
 #: ``mode="auto"`` reads on the executors from this many messages on.
 AUTO_EXECUTOR_MESSAGES = 1_000_000
@@ -128,6 +131,8 @@ def ingest(
     progress: Callable[[IngestEvent], None] | None = None,
     max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED,
     partition_by: str | Sequence[str] | None = None,
+    write_mode: WriteMode = "append",
+    key_columns: Sequence[str] | None = None,
 ) -> IngestResult:
     """Read exactly the messages of ``spec``, write them to ``sink``, then commit or ack.
 
@@ -164,7 +169,12 @@ def ingest(
     table's spec on creation; a Parquet dataset's hive-style directories in each batch), e.g.
     ``"day(timestamp),bucket(16,device)"`` (:mod:`.partitioning`); the same as an Iceberg
     URI's ``?partition_by=``. An existing table's spec is used as it is: a different one is
-    refused. Returns counts and ranges, never payloads.
+    refused. ``write_mode="upsert"`` reads a change data capture topic (Debezium JSON
+    envelopes) into a current-state table, an Iceberg or Delta one, keyed by ``key_columns``
+    (default: the message keys' fields): each batch's last change per key is applied in the
+    batch's one commit, deletes remove rows, malformed envelopes are quarantined
+    (:mod:`sluice.cdc`, :mod:`.sinks.upsert`, docs/guides/cdc.md). Returns counts and ranges,
+    never payloads.
     """
     started = time.monotonic()
     if spec is None:
@@ -179,8 +189,16 @@ def ingest(
     if chunk_bytes < 1:
         raise ConfigError(f"chunk_bytes must be at least 1, not {chunk_bytes}")
     check_limit(max_quarantined)
+    _check_choice("write_mode", write_mode, WriteMode)
     config = source_config(spec, source)
     sink_opened = open_sink(sink, partition_by)
+    upsert = write_mode == "upsert"
+    if upsert:
+        _check_upsert(spec, value_format, key_format, schema, payload_column)
+        upsert_sink(sink_opened, key_columns)
+        value_format, key_format = "bytes", "bytes"  # the envelopes are read after staging
+    elif key_columns is not None:
+        raise ConfigError("key_columns is only for write_mode='upsert'; leave it out.")
     formats = plan_formats(
         spec,
         value_format=value_format,
@@ -213,6 +231,7 @@ def ingest(
         fail_on_broker_drops=fail_on_broker_drops,
         report=progress or (lambda event: None),
         max_quarantined=max_quarantined,
+        upsert=upsert,
     )
     _check_partition_columns(job)
     job.sink.check()
@@ -221,6 +240,28 @@ def ingest(
     result = job.run_kafka(mode) if spec.kind == "kafka" else job.run_mqtt()
     result.seconds = time.monotonic() - started
     return result
+
+
+def _check_upsert(
+    spec: BatchSpec, value_format: str, key_format: str, schema: Any, payload_column: str | None
+) -> None:
+    """write_mode="upsert" reads Debezium JSON envelopes from Kafka, and nothing else."""
+    if spec.kind != "kafka":
+        raise ConfigError(
+            "write_mode='upsert' reads change data capture topics on Kafka (Debezium); an "
+            "MQTT batch is appended: leave write_mode at 'append'."
+        )
+    if value_format != "json" or key_format != "bytes":
+        raise ConfigError(
+            f"write_mode='upsert' reads Debezium JSON envelopes (value_format='json', the "
+            f"default, and keys as they are), not value_format={value_format!r} and "
+            f"key_format={key_format!r}: leave both out."
+        )
+    if schema is not None or payload_column is not None:
+        raise ConfigError(
+            "write_mode='upsert' takes the table's columns from the envelopes' 'after' rows: "
+            "leave schema and payload_column out."
+        )
 
 
 def _check_partition_columns(job: _Job) -> None:
@@ -303,6 +344,7 @@ class _Job:
     report: Callable[[IngestEvent], None]
     targets: Any = None  # the WriteTargets of the last write
     max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED
+    upsert: bool = False  # write_mode="upsert": the sink applies the batch as changes
 
     def _event(self, stage: Stage, read: int, total: int | None, **more: Any) -> None:
         self.report(IngestEvent(stage, read, total, batch_id=self.spec.batch_id, **more))
@@ -503,6 +545,12 @@ class _Job:
                 result.bytes = counts.value_bytes
                 result.written, result.quarantined = done.written, done.quarantined
                 result.read = result.written + result.quarantined
+                if self.upsert:  # malformed envelopes join the quarantine
+                    reduced = cast(UpsertSink, self.sink).reduce_staged(staging)
+                    result.written -= len(reduced.malformed)
+                    result.quarantined += len(reduced.malformed)
+                    result.changes = {"changes": len(reduced.changes)}
+                    result.changes["tombstones"] = reduced.tombstones
                 result.lost = work.lost + done.lost
                 self._guard(staging, result.read, result.quarantined)
                 record = BatchRecord(
@@ -521,6 +569,9 @@ class _Job:
                 )
                 self._event("publishing", result.read + result.skipped, spec.message_count)
                 self.sink.publish(staging, record)
+                if self.upsert:
+                    for name in ("upserted", "deleted", "stale"):
+                        result.changes[name] = record.counts.get(name, 0)
             except BaseException:
                 self.sink.discard(staging)
                 raise

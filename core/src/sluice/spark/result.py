@@ -45,6 +45,9 @@ class IngestResult:
     dropped: int | None = None
     output: str | None = None
     quarantine_output: str | None = None
+    # write_mode="upsert": changes (the batch's last per key), tombstones, and of the changes
+    # upserted, deleted (rows the table held) and stale (older than the table's row)
+    changes: dict[str, int] = field(default_factory=dict)
 
     @property
     def messages_per_second(self) -> float:

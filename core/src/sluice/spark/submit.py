@@ -126,6 +126,13 @@ def parser() -> argparse.ArgumentParser:
         "--partition-by",
         help="partition spec of the table, e.g. 'day(timestamp),bucket(16,device)'",
     )
+    p.add_argument(
+        "--write-mode",
+        choices=("append", "upsert"),
+        default="append",
+        help="upsert: a Debezium topic kept as a current-state Iceberg or Delta table",
+    )
+    p.add_argument("--key-columns", help="upsert: the rows' key columns, e.g. 'id,tenant'")
     p.add_argument("--chunk-size", type=int, default=100_000)
     p.add_argument("--max-value-bytes", type=int, default=1_000_000)
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
@@ -182,6 +189,8 @@ def _ingest(args: argparse.Namespace, source: str | dict[str, Any]) -> Any:
                 progress=log,
                 max_quarantined=limit,
                 partition_by=args.partition_by,
+                write_mode=args.write_mode,
+                key_columns=args.key_columns.split(",") if args.key_columns else None,
             )
     except KeyboardInterrupt:
         _say(log.state())

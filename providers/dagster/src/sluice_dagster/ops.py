@@ -24,7 +24,7 @@ from sluice.batch import BatchSpec
 from sluice.formats import KeyFormat, ValueFormat
 from sluice.quarantine import DEFAULT_MAX_QUARANTINED, check_limit, parse_limit
 from sluice.spark import IngestResult, ingest
-from sluice.spark.ingest import Mode
+from sluice.spark.ingest import Mode, WriteMode
 from sluice.spark.progress import ProgressLog
 
 from .fields import StrictFields
@@ -150,6 +150,16 @@ class IngestSettings(StrictFields, Config):
         "(identity, year, month, day, hour, bucket(N,col), truncate(W,col)). An existing table "
         "keeps its spec; another one fails the run before anything is read.",
     )
+    write_mode: WriteMode = Field(
+        default="append",
+        description="'append' (every message a row) or 'upsert': a change data capture topic "
+        "(Debezium JSON) kept as a current-state Iceberg or Delta table (docs/guides/cdc.md).",
+    )
+    key_columns: list[str] | None = Field(
+        default=None,
+        description="With write_mode 'upsert': the rows' key columns (default: the message "
+        "keys' fields).",
+    )
 
     def resource_keys(self) -> set[str]:
         """The resources an ingest with these settings needs."""
@@ -231,6 +241,8 @@ def run_ingest(
             progress=log,
             max_quarantined=limit,
             partition_by=config.partition_by or settings.partition_by,
+            write_mode=settings.write_mode,
+            key_columns=settings.key_columns,
         )
     except UNREACHABLE as exc:
         raise resource.unavailable(exc) from None

@@ -70,7 +70,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +81,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ...cdc import POSITION_COLUMN, Reduced
 from ...errors import StreamStateError
 from ...queues.config import ConfigError
 from ..durable import sync_directory, sync_file
@@ -96,6 +97,7 @@ from .base import (
     rows_by_batch,
     stream_lock,
 )
+from .upsert import Plan, conform, plan, positions_of, reduce_rows
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -121,6 +123,9 @@ META_DIR = "_sluice"
 COMMIT_ATTEMPTS = 30
 PREFIX = "sluice."
 _COORDINATES = {"partition": pa.int32(), "offset": pa.int64(), "message_id": pa.string()}
+#: A current-state table's key columns (``{"key_columns": [...]}``), in the ``_sluice`` directory.
+CDC_FILE = "cdc.json"
+_DELETED = "_sluice_deleted"  # the merge source's column: the change deletes its key's row
 _BASE_SCHEMA = pa.schema(
     [
         ("key", pa.binary()),
@@ -208,6 +213,7 @@ class _Run:
     quarantine: Path | None = None
     committing: bool = False  # the commit was sent: its outcome may be unknown
     published: bool = False
+    changes: Reduced | None = None  # upsert: the staged messages as changes (reduce_staged)
 
 
 @dataclass(frozen=True)
@@ -343,6 +349,48 @@ class DeltaSink:
         self._meta = self.root / META_DIR
         self._finished: set[str] = set()  # pending batches this object finished
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
+        self.upserting = False  # write_mode="upsert": batches applied as changes by key
+        self.key_columns: list[str] | None = None
+
+    def upsert(self, key_columns: Sequence[str] | None) -> None:
+        """Apply every batch as changes to a current-state table (:mod:`.upsert`), merged
+        in the batch's one commit; the key columns are kept in ``_sluice/cdc.json``."""
+        self.upserting = True
+        self.key_columns = list(key_columns) if key_columns is not None else None
+
+    def current_key_columns(self) -> list[str] | None:
+        """A current-state table's key columns (None: the table appends messages)."""
+        stored = _read_json(self._meta / CDC_FILE)
+        return list(stored["key_columns"]) if stored is not None else None
+
+    def current_rows(self) -> pa.Table:
+        """Every row of a current-state table (for the audit)."""
+        table = self._load(self.root)
+        return table.to_pyarrow_table() if table is not None else pa.table({})
+
+    def _check_kind(self) -> None:
+        """A current-state table is never appended to, nor the other way round; its key
+        columns stay the ones it was made with."""
+        stored = self.current_key_columns()
+        published = any((self._meta / "batches").glob("*.json"))
+        if stored is None and self.upserting and published:
+            raise ConfigError(
+                f"The Delta table {self.root} holds appended messages; write_mode='upsert' "
+                "keeps a current-state table of its own: ingest the change stream into a new "
+                "table."
+            )
+        if stored is not None and not self.upserting:
+            raise ConfigError(
+                f"The Delta table {self.root} is a current-state table (write_mode='upsert', "
+                f"key columns {', '.join(stored)}): ingest into it with write_mode='upsert', "
+                "or append the messages to another table."
+            )
+        if stored and self.key_columns and stored != self.key_columns:
+            raise ConfigError(
+                f"The Delta table {self.root} is keyed by {', '.join(stored)}, not "
+                f"{', '.join(self.key_columns)}: give key_columns={stored} (or none), or "
+                "ingest into a new table."
+            )
 
     # ---- tables --------------------------------------------------------------------------
 
@@ -364,6 +412,8 @@ class DeltaSink:
                 self._load(path)
             except Exception as exc:
                 raise ConfigError(f"The Delta table at {path} cannot be opened: {exc}") from None
+        if self.upserting:  # (maintenance opens a current-state table too)
+            self._check_kind()
 
     def _load(self, path: Path) -> DeltaTable | None:
         from deltalake import DeltaTable
@@ -695,11 +745,15 @@ class DeltaSink:
     def targets(self, staging: Staging, good: pa.Schema, bad: pa.Schema) -> WriteTargets:
         run = _run(staging)
         if run.data is None or run.quarantine is None:
+            self._check_kind()
             batch = pa.field(BATCH_COLUMN, pa.string())
-            self._ensure(self.target.table, good.append(batch))
+            # upsert: the messages are staged in the table's directory, never added to it
+            columns = pa.schema([(POSITION_COLUMN, pa.int64())]) if self.upserting else None
+            self._ensure(self.target.table, columns or good.append(batch))
             self._ensure(self.target.quarantine, bad.append(batch))
             name = f"{_directory_name(staging.batch_id)}/{run.name}"
-            run.data = self.target.table / "sluice" / name
+            staged = "sluice-staged" if self.upserting else "sluice"
+            run.data = self.target.table / staged / name
             run.quarantine = self.target.quarantine / "sluice" / name
         constants = ((BATCH_COLUMN, staging.batch_id),)
         return WriteTargets(str(run.data), str(run.quarantine), constants)
@@ -710,6 +764,35 @@ class DeltaSink:
 
     def staged_quarantine_reasons(self, staging: Staging) -> dict[str, str]:
         return _reasons_in([f for f in _parquet_files(_run(staging).quarantine) if _rows([f])])
+
+    def reduce_staged(self, staging: Staging) -> Reduced:
+        run = _run(staging)
+        files = [f for f in _parquet_files(run.data) if _rows([f])]
+        if not files:
+            run.changes = Reduced(list(self.key_columns or []))
+            return run.changes
+        messages = pa.concat_tables([pq.read_table(f) for f in files])
+        run.changes, bad = reduce_rows(messages, self.key_columns)
+        if bad.num_rows and run.quarantine is not None:
+            run.quarantine.mkdir(parents=True, exist_ok=True)
+            path = run.quarantine / "cdc-malformed.parquet"
+            pq.write_table(bad, path)
+            sync_file(path)
+        return run.changes
+
+    def _plan(self, table: DeltaTable, changes: Reduced) -> Plan:
+        """:func:`.upsert.plan` against the table's rows of the changes' keys."""
+        keys = changes.key_columns
+        if not changes.changes or not keys:
+            return plan(changes, {})
+        first = [key[0] for key in changes.changes]
+        dataset = table.to_pyarrow_dataset()
+        if POSITION_COLUMN not in dataset.schema.names:
+            return plan(changes, {})
+        found = dataset.to_table(
+            columns=[*keys, POSITION_COLUMN], filter=pc.field(keys[0]).isin(first)
+        )
+        return plan(changes, positions_of(found, keys))
 
     def discard(self, staging: Staging) -> None:
         """Delete the run's files, but only if its commit is known not to have happened
@@ -744,6 +827,17 @@ class DeltaSink:
             _sync_parents(directory, 3)  # <run>, <batch> and sluice/ may be new directories
         stream = record.stream
         slug = stream.slug
+        changes = run.changes
+        if changes is not None:
+            good = []  # the staged messages are applied as changes, not added
+            table = self._load(self.root)
+            schema = table.to_pyarrow_dataset().schema if table is not None else None
+            self._ensure(self.root, changes.rows(schema).schema)
+            stored = self.current_key_columns()
+            if stored is None or (not stored and changes.key_columns):
+                # (none yet: a first batch of tombstones or malformed envelopes only)
+                _write_json(self._meta / CDC_FILE, {"key_columns": changes.key_columns})
+        applying: Plan | None = None
         for number in range(COMMIT_ATTEMPTS):
             table = self._load(self.root) or self._ensure(self.root, _BASE_SCHEMA)
             pending: dict[str, Any] | None
@@ -755,6 +849,9 @@ class DeltaSink:
             if pending and pending.get("run") == run.name:
                 break  # an earlier attempt's commit happened (its answer was lost)
             self._finish(slug, version, pending)
+            if changes is not None:
+                applying = self._plan(table, changes)
+                record.counts.update(applying.counts)
             state = StreamState.from_json(data["state"]) if data else StreamState()
             check_publishable(state, record)
             state.fold(record)
@@ -772,7 +869,7 @@ class DeltaSink:
             failpoint("publish.after_intent")  # a state file the log does not name yet
             run.committing = True
             try:
-                self._commit_batch(table, record, version, good)
+                self._commit_batch(table, record, version, good, applying)
             except CommitFailedError:  # another commit took this table version: reload
                 run.committing = False
                 _backoff(number)
@@ -786,6 +883,10 @@ class DeltaSink:
             )
         run.published = True
         _sync_log(self.root)
+        if changes is not None:
+            os.sync()  # the merge's data files, which delta-rs does not sync
+            if run.data is not None:
+                shutil.rmtree(run.data, ignore_errors=True)  # in no commit
         failpoint("publish.after_rename")
         self._finish(slug, version, pending)
         with contextlib.suppress(OSError):  # the state it replaces (recover() removes leftovers)
@@ -793,7 +894,12 @@ class DeltaSink:
         failpoint("publish.after_state")
 
     def _commit_batch(
-        self, table: DeltaTable, record: BatchRecord, version: int, files: list[Path]
+        self,
+        table: DeltaTable,
+        record: BatchRecord,
+        version: int,
+        files: list[Path],
+        applying: Plan | None = None,
     ) -> None:
         from deltalake import CommitProperties, Transaction
 
@@ -820,6 +926,9 @@ class DeltaSink:
             max_commit_retries=0,
             app_transactions=[Transaction(app_id(stream), version, _now_ms())],
         )
+        if applying is not None and applying.applied:
+            _merge(table, applying, properties)
+            return
         table.create_write_transaction(
             [self._add(self.root, f) for f in files],
             "append",
@@ -844,6 +953,29 @@ class DeltaSink:
 
     def save_dead_letter_progress(self, batch_id: str, progress: dict[str, Any]) -> None:
         _write_json(self._meta / "dead_letters" / f"{_hashed(batch_id)}.json", progress)
+
+
+def _merge(table: DeltaTable, applying: Plan, properties: Any) -> None:
+    """Apply ``applying`` in one merge commit (with ``properties``: the batch's metadata and
+    ``txn``): a changed key's row replaced, a deleted key's row removed, a new key's row
+    inserted."""
+    schema = table.to_pyarrow_dataset().schema
+    reduced = applying.reduced
+    upserts = [c for c in applying.applied if not c.deleted]
+    deletes = [c for c in applying.applied if c.deleted]
+    rows = conform(Reduced(reduced.key_columns, {c.key: c for c in upserts}).rows(schema), schema)
+    gone = conform(reduced.keys(deletes), schema)
+    source = pa.concat_tables([rows, gone]).append_column(
+        _DELETED, pa.array([False] * rows.num_rows + [True] * gone.num_rows)
+    )
+    match = " AND ".join(f"t.{c} = s.{c}" for c in reduced.key_columns)
+    (
+        table.merge(source, match, source_alias="s", target_alias="t", commit_properties=properties)
+        .when_matched_delete(predicate=f"s.{_DELETED}")
+        .when_matched_update_all(predicate=f"NOT s.{_DELETED}", except_cols=[_DELETED])
+        .when_not_matched_insert_all(predicate=f"NOT s.{_DELETED}", except_cols=[_DELETED])
+        .execute()
+    )
 
 
 def _type_name(kind: Any) -> str:

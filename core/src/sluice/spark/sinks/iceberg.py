@@ -72,6 +72,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import re
 import shutil
 import tempfile
@@ -88,6 +89,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ...cdc import POSITION_COLUMN, Reduced
 from ...queues.config import ConfigError
 from ..durable import local_target, sync_directory, sync_file
 from ..failpoints import failpoint
@@ -104,6 +106,7 @@ from .base import (
 )
 from .catalogs import catalog_error, load_iceberg_catalog
 from .s3 import is_s3
+from .upsert import CDC_PROPERTY, apply_iceberg, plan_iceberg, reduce_rows
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -207,6 +210,7 @@ class _Run:
     name: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     committing: bool = False  # the main commit was sent: its outcome may be unknown
     published: bool = False
+    changes: Reduced | None = None  # upsert: the staged messages as changes (reduce_staged)
 
 
 @dataclass(frozen=True)
@@ -325,6 +329,18 @@ class IcebergSink:
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
         self._s3: S3Settings | None = None
         self._s3_filesystem: Any = None
+        self.upserting = False  # write_mode="upsert": batches applied as changes by key
+        self.key_columns: list[str] | None = None
+
+    def upsert(self, key_columns: Sequence[str] | None) -> None:
+        """Apply every batch as changes to a current-state table (:mod:`.upsert`)."""
+        if self.target.partitioning:
+            raise ConfigError(
+                f"sink {self.location!r}: write_mode='upsert' does not partition the table "
+                "yet: leave partition_by out."
+            )
+        self.upserting = True
+        self.key_columns = list(key_columns) if key_columns is not None else None
 
     @property
     def partitioning(self) -> Partitioning:
@@ -388,6 +404,8 @@ class IcebergSink:
             table = self._load(self.target.table)
             if table is not None:
                 self._table_spec(table)
+                if self.upserting:  # (maintenance opens a current-state table too)
+                    self._check_kind(table)
         except ConfigError:
             raise
         except Exception as exc:
@@ -397,6 +415,29 @@ class IcebergSink:
                 exc,
                 "check its configuration and that you may create namespaces and tables in it.",
             ) from None
+
+    def _check_kind(self, table: Table) -> None:
+        """A current-state table (upsert) is never appended to, nor the other way round; its
+        key columns stay the ones it was made with."""
+        stored = table.properties.get(CDC_PROPERTY)
+        name = self._name(self.target.table)
+        if stored is None and self.upserting and table.current_snapshot() is not None:
+            raise ConfigError(
+                f"The Iceberg table {name} holds appended messages; write_mode='upsert' keeps "
+                "a current-state table of its own: ingest the change stream into a new table."
+            )
+        if stored is not None and not self.upserting:
+            raise ConfigError(
+                f"The Iceberg table {name} is a current-state table (write_mode='upsert', key "
+                f"columns {', '.join(json.loads(stored))}): ingest into it with "
+                "write_mode='upsert', or append the messages to another table."
+            )
+        if stored and self.key_columns and json.loads(stored) not in ([], self.key_columns):
+            raise ConfigError(
+                f"The Iceberg table {name} is keyed by {', '.join(json.loads(stored))}, not "
+                f"{', '.join(self.key_columns)}: give key_columns={json.loads(stored)} (or "
+                "none), or ingest into a new table."
+            )
 
     def _load(self, identifier: tuple[str, ...]) -> Table | None:
         from pyiceberg.exceptions import NoSuchTableError
@@ -585,6 +626,19 @@ class IcebergSink:
         rows = _of_batch(batch_id)
         return table.scan(row_filter=rows, selected_fields=tuple(columns)).to_arrow()
 
+    def current_key_columns(self) -> list[str] | None:
+        """A current-state table's key columns (None: the table appends messages)."""
+        table = self._load(self.target.table)
+        stored = table.properties.get(CDC_PROPERTY) if table is not None else None
+        return list(json.loads(stored)) if stored is not None else None
+
+    def current_rows(self) -> pa.Table:
+        """Every row of a current-state table (for the audit)."""
+        table = self._load(self.target.table)
+        if table is None or table.current_snapshot() is None:
+            return pa.table({})
+        return table.scan().to_arrow()
+
     def quarantine_table(self, batch_id: str) -> pa.Table:
         columns = ["key", "value", "topic", "partition", "offset", "headers", "reason"]
         return self._scan(self.target.quarantine, batch_id, columns)
@@ -664,14 +718,22 @@ class IcebergSink:
     def targets(self, staging: Staging, good: pa.Schema, bad: pa.Schema) -> WriteTargets:
         run = _run(staging)
         if run.data is None or run.quarantine is None:
+            existing = self._load(self.target.table)
+            if existing is not None:
+                self._check_kind(existing)
             name = f"{staging.batch_id}/{run.name}"
             batch = pa.field(BATCH_COLUMN, pa.string())
-            table = self._ensure(self.target.table, good.append(batch))
+            # upsert: the messages are staged beside the table's data, never added to it
+            columns = pa.schema([(POSITION_COLUMN, pa.int64())]) if self.upserting else None
+            table = self._ensure(self.target.table, columns or good.append(batch))
             quarantine = self._ensure(self.target.quarantine, bad.append(batch))
-            run.data = f"{table.location().rstrip('/')}/data/sluice/{name}"
+            staged = "sluice-staged" if self.upserting else "sluice"
+            run.data = f"{table.location().rstrip('/')}/data/{staged}/{name}"
             run.quarantine = f"{quarantine.location().rstrip('/')}/data/sluice/{name}"
         spec = self._spec or Partitioning()
         try:
+            if self.upserting:
+                spec = Partitioning()
             spec.check(good.append(pa.field(BATCH_COLUMN, pa.string())), "the batch's rows")
         except PartitionSpecError as exc:
             raise ConfigError(f"Iceberg table {self._name(self.target.table)}: {exc}") from None
@@ -694,6 +756,24 @@ class IcebergSink:
             return {}
         table = _read_parquet(files, ["message_id", "reason"], found)
         return dict(zip(*table.to_pydict().values(), strict=True))
+
+    def reduce_staged(self, staging: Staging) -> Reduced:
+        run = _run(staging)
+        found = self._filesystem(run.data)
+        files = [f for f in _parquet_files(run.data, found) if _rows([f], found)]
+        if not files:
+            run.changes = Reduced(list(self.key_columns or []))
+            return run.changes
+        messages = _read_parquet(files, None, found)
+        run.changes, bad = reduce_rows(messages, self.key_columns)
+        if bad.num_rows:
+            assert run.quarantine is not None  # set with run.data
+            uri = f"{run.quarantine}/cdc-malformed.parquet"
+            filesystem, path = resolve(uri, self._filesystem(run.quarantine))
+            filesystem.create_dir(path.rpartition("/")[0], recursive=True)
+            pq.write_table(bad, path, filesystem=filesystem)
+            sync_file(uri)
+        return run.changes
 
     def discard(self, staging: Staging) -> None:
         """Delete the run's files, but only if its commit is known not to have happened
@@ -730,15 +810,24 @@ class IcebergSink:
         bad = [f for f in _parquet_files(run.quarantine, found) if _rows([f], found)]
         for directory in (run.data, run.quarantine):
             _sync_parents(directory, 3)  # <run>, <batch> and data/sluice are new directories
+        if run.changes is not None:
+            self._evolve_for(run.changes)
+            good = []  # the staged messages are applied as changes, not added
         failpoint("publish.after_intent")
         run.committing = True
         try:
-            table = _with_retries("batch", lambda: self._commit_batch(record, good, bad))
+            table = _with_retries(
+                "batch", lambda: self._commit_batch(record, good, bad, run.changes)
+            )
         except (ConcurrentIngestError, CommitFailedException):
             run.committing = False  # refused: it did not happen
             raise
         run.published = True
-        _sync_snapshot(table)
+        _sync_snapshot(table, written=run.changes is not None)
+        if run.changes is not None and run.data is not None:
+            with contextlib.suppress(OSError):  # in no snapshot: orphans if left
+                filesystem, path = resolve(run.data, found)
+                filesystem.delete_dir(path)
         failpoint("publish.after_rename")
         self._finish(table, record.batch_id, bad)
         self._finished.add(record.batch_id)
@@ -760,10 +849,28 @@ class IcebergSink:
             )
         _sync_snapshot(table)
 
-    def _commit_batch(self, record: BatchRecord, files: list[str], quarantine: list[str]) -> Table:
+    def _evolve_for(self, changes: Reduced) -> None:
+        """Add the new columns of the changes' rows to the table (the rules of :meth:`_ensure`;
+        a column's type as the table has it, where it has it)."""
+        table = self._load(self.target.table)
+        schema = table.schema().as_arrow() if table is not None else None
+        self._ensure(self.target.table, changes.rows(schema).schema)
+
+    def _commit_batch(
+        self,
+        record: BatchRecord,
+        files: list[str],
+        quarantine: list[str],
+        changes: Reduced | None = None,
+    ) -> Table:
         from pyiceberg.exceptions import CommitFailedException
 
         table = self._load(self.target.table) or self._ensure(self.target.table, _BASE_SCHEMA)
+        plan = None
+        if changes is not None:
+            self._check_kind(table)
+            plan = plan_iceberg(table, changes)
+            record.counts.update(plan.counts)
         stream = record.stream
         try:
             state = self._state(table, stream)
@@ -777,6 +884,9 @@ class IcebergSink:
         pending = {k: v for k, v in _pending(table).items() if k not in self._finished}
         pending[record.batch_id] = {"quarantine": quarantine}
         properties = {f"{PREFIX}pending": json.dumps(pending, sort_keys=True)}
+        if plan is not None and (plan.reduced.key_columns or CDC_PROPERTY not in table.properties):
+            # (no key columns yet: a first batch of tombstones or malformed envelopes only)
+            properties[CDC_PROPERTY] = json.dumps(plan.reduced.key_columns)
         removed: list[str] = []
         written = None
         if len(text) <= INLINE_LIMIT:
@@ -798,7 +908,9 @@ class IcebergSink:
                 transaction.set_properties(properties)
                 if removed:
                     transaction.remove_properties(*removed)
-                if files and table.spec().is_unpartitioned():
+                if plan is not None:
+                    apply_iceberg(transaction, plan, summary)
+                elif files and table.spec().is_unpartitioned():
                     transaction.add_files(files, summary, check_duplicate_files=False)
                 elif files:
                     _add_partitioned_files(table, transaction, files, summary)
@@ -986,13 +1098,16 @@ def _sync_parents(directory: str | None, levels: int) -> None:
         directory = directory.rstrip("/").rpartition("/")[0]
 
 
-def _sync_snapshot(table: Table) -> None:
+def _sync_snapshot(table: Table, written: bool = False) -> None:
     """Sync what the table's current snapshot depends on (local warehouses only): its metadata
     file, manifest list and manifests, and their directories. The data files were synced by
-    the tasks that wrote them."""
+    the tasks that wrote them; ``written``: pyiceberg wrote some in the commit (an upsert's),
+    which a sync of the file system makes durable."""
     snapshot = table.current_snapshot()
     if local_target(table.metadata_location) is None or snapshot is None:
         return
+    if written:
+        os.sync()
     files = [table.metadata_location, snapshot.manifest_list]
     files += [m.manifest_path for m in snapshot.manifests(table.io)]
     for path in files:

@@ -143,6 +143,11 @@ class SparkIngestOperator(BaseOperator):
         (like the URI's ``?partition_by=``), a Parquet dataset's hive-style directories in each
         batch; e.g. ``"day(timestamp),bucket(16,device)"``. An existing table keeps its spec
         (another one fails the task before anything is read).
+    :param write_mode: "append" (default: every message a row) or "upsert": a change data
+        capture topic (Debezium JSON) kept as a current-state Iceberg or Delta table
+        (docs/guides/cdc.md).
+    :param key_columns: with ``write_mode="upsert"``, the rows' key columns (default: the
+        message keys' fields).
     :param metrics: after each batch, measure the stream's lag and the age of its oldest
         waiting message (Kafka: one look at the broker) and send them with the batch's counts
         as Airflow metrics (:mod:`sluice_airflow.metrics`); False sends nothing.
@@ -190,6 +195,8 @@ class SparkIngestOperator(BaseOperator):
         max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED,
         metrics: bool = True,
         partition_by: str | None = None,
+        write_mode: Literal["append", "upsert"] = "append",
+        key_columns: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -228,6 +235,8 @@ class SparkIngestOperator(BaseOperator):
         self.max_quarantined = max_quarantined
         self.metrics = metrics
         self.partition_by = partition_by
+        self.write_mode = write_mode
+        self.key_columns = list(key_columns) if key_columns is not None else None
         self._ingested: list[tuple[BatchSpec, dict[str, Any]]] = []  # for the lineage events
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
@@ -405,6 +414,8 @@ class SparkIngestOperator(BaseOperator):
             "fail_on_data_loss": self.fail_on_data_loss,
             "max_quarantined": self.max_quarantined,
             "partition_by": self.partition_by or None,
+            "write_mode": self.write_mode,
+            "key_columns": self.key_columns,
             **self.ingest_kwargs,
         }
 
@@ -559,6 +570,8 @@ def submit_arguments(spec: BatchSpec, sink: str, options: Mapping[str, Any]) -> 
             continue
         if value is True:
             args.append(flag)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            args += [flag, ",".join(value)]  # key_columns
         elif isinstance(value, (str, int, float)):
             args += [flag, str(value)]
         else:

@@ -1,0 +1,194 @@
+"""Change data capture into current-state tables (``ingest(..., write_mode="upsert")``):
+what the sinks that support it share (docs/guides/cdc.md).
+
+The batch's messages are staged as they came (the write job keeps the raw value); before the
+batch is published, :meth:`UpsertSink.reduce_staged` reads them back, reduces them to the last
+change per key (:mod:`sluice.cdc`) and adds the malformed ones to the staged quarantine with
+their reason. The publish then applies the changes in the batch's one commit: the Iceberg sink
+by copy-on-write (:func:`apply_iceberg`), the Delta sink by a merge. A change whose source
+position is older than the position of the row the table holds is ignored, and counted
+(``stale``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import pyarrow as pa
+
+from ...cdc import POSITION_COLUMN, Change, Reduced, reduce_messages
+from ...queues.config import ConfigError
+from .base import Staging
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table, Transaction
+
+__all__ = [
+    "CDC_PROPERTY",
+    "UPSERT_SINKS",
+    "Plan",
+    "UpsertSink",
+    "apply_iceberg",
+    "conform",
+    "plan",
+    "plan_iceberg",
+    "positions_of",
+    "quarantine_rows",
+    "reduce_rows",
+    "upsert_sink",
+]
+
+#: The sinks that apply changes, as an error message names them.
+UPSERT_SINKS = (
+    "an Iceberg table (iceberg://CATALOG/NAMESPACE.TABLE) or a Delta table (delta://PATH)"
+)
+#: The Iceberg table property that marks a current-state table, holding its key columns as
+#: JSON (a Delta table keeps them in ``_sluice/cdc.json``).
+CDC_PROPERTY = "sluice.cdc.key-columns"
+_REASON = "reason"
+
+
+@runtime_checkable
+class UpsertSink(Protocol):
+    """A sink that keeps a current-state table."""
+
+    def upsert(self, key_columns: Sequence[str] | None) -> None:
+        """Apply every batch as changes by key (None: the message keys' fields)."""
+
+    def reduce_staged(self, staging: Staging) -> Reduced:
+        """Reduce the staged messages to the last change per key and add the malformed ones
+        to the staged quarantine (kept for :meth:`publish`)."""
+
+
+def upsert_sink(sink: object, key_columns: Sequence[str] | None) -> UpsertSink:
+    """``sink`` set to apply changes, or a :class:`ConfigError` naming the sinks that can."""
+    if not isinstance(sink, UpsertSink):
+        where = getattr(sink, "location", sink)
+        raise ConfigError(
+            f"write_mode='upsert' (change data capture into a current-state table) needs "
+            f"{UPSERT_SINKS}; the sink {where} is a Parquet dataset, which only appends. "
+            "Ingest into one of those, or leave write_mode at 'append'."
+        )
+    if key_columns is not None and (
+        isinstance(key_columns, str) or not key_columns or not all(key_columns)
+    ):
+        raise ConfigError(
+            f"key_columns must be a list of column names, e.g. ['id'], not {key_columns!r} "
+            "(or None: the message keys' fields)"
+        )
+    sink.upsert(list(key_columns) if key_columns is not None else None)
+    return sink
+
+
+def reduce_rows(messages: pa.Table, key_columns: Sequence[str] | None) -> tuple[Reduced, pa.Table]:
+    """(the staged ``messages`` reduced, the quarantine rows of the malformed ones)."""
+    reduced = reduce_messages(messages, key_columns)
+    return reduced, quarantine_rows(messages, reduced.malformed)
+
+
+def quarantine_rows(messages: pa.Table, malformed: dict[tuple[int, int], str]) -> pa.Table:
+    """The staged rows of the ``malformed`` messages in the quarantine's layout: the message
+    columns, ``reason``, then the sink's constant columns (Iceberg's ``batch_id``)."""
+    coordinates = zip(
+        messages.column("partition").to_pylist(), messages.column("offset").to_pylist(), strict=True
+    )
+    reasons = [malformed.get(c) for c in coordinates]
+    keep = pa.array([r is not None for r in reasons])
+    rows = messages.filter(keep)
+    reason = pa.array([r for r in reasons if r is not None], pa.string())
+    index = rows.schema.get_field_index("message_id") + 1
+    return rows.add_column(index, _REASON, reason)
+
+
+def conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` with the columns of ``schema``, in its order and types (nulls where a row
+    has no value for a column)."""
+    arrays = [
+        rows.column(f.name).cast(f.type)
+        if f.name in rows.column_names
+        else pa.nulls(rows.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _match(keys: pa.Table, key_columns: list[str]) -> Any:
+    from pyiceberg.table.upsert_util import create_match_filter
+
+    return create_match_filter(keys, key_columns)
+
+
+def _current_positions(
+    table: Table, keys: pa.Table, key_columns: list[str]
+) -> dict[tuple[Any, ...], int | None]:
+    """The source position of the table's row of each key in ``keys`` (a scan pruned by the
+    key columns' statistics)."""
+    if table.current_snapshot() is None or keys.num_rows == 0:
+        return {}
+    found = table.scan(
+        row_filter=_match(keys, key_columns), selected_fields=(*key_columns, POSITION_COLUMN)
+    ).to_arrow()
+    return positions_of(found, key_columns)
+
+
+def positions_of(found: pa.Table, key_columns: list[str]) -> dict[tuple[Any, ...], int | None]:
+    """key -> source position of the rows ``found`` (key columns and the position)."""
+    columns = [found.column(c).to_pylist() for c in key_columns]
+    positions = found.column(POSITION_COLUMN).to_pylist()
+    return {tuple(k): p for *k, p in zip(*columns, positions, strict=True)}
+
+
+def stale(change: Change, current: dict[tuple[Any, ...], int | None]) -> bool:
+    """Whether ``change`` is older than the row the table holds for its key."""
+    held = current.get(change.key)
+    return change.position is not None and held is not None and change.position < held
+
+
+@dataclass
+class Plan:
+    """What a batch's changes do to a table, read before its commit."""
+
+    reduced: Reduced
+    applied: list[Change]  # not stale
+    held: list[Change]  # of those, the ones whose key has a row in the table
+    counts: dict[str, int]
+
+
+def plan_iceberg(table: Table, reduced: Reduced) -> Plan:
+    """:func:`plan` against an Iceberg table."""
+    changes = list(reduced.changes.values())
+    return plan(reduced, _current_positions(table, reduced.keys(changes), reduced.key_columns))
+
+
+def plan(reduced: Reduced, current: dict[tuple[Any, ...], int | None]) -> Plan:
+    """Which of ``reduced``'s changes apply to a table whose rows' positions by key are
+    ``current`` (a change older than the row of its key is stale), and the counts: upserted,
+    deleted, stale."""
+    changes = list(reduced.changes.values())
+    applied = [c for c in changes if not stale(c, current)]
+    held = [c for c in applied if c.key in current]
+    counts = {
+        "upserted": sum(1 for c in applied if not c.deleted),
+        "deleted": sum(1 for c in held if c.deleted),
+        "stale": len(changes) - len(applied),
+    }
+    return Plan(reduced, applied, held, counts)
+
+
+def apply_iceberg(transaction: Transaction, plan: Plan, summary: dict[str, str]) -> None:
+    """Apply ``plan`` in ``transaction`` by copy-on-write: the rows of every changed key that
+    the table holds deleted (their files rewritten without them), then the new rows appended
+    in a snapshot whose summary is ``summary`` (one commit: the transaction's)."""
+    import warnings
+
+    key_columns = plan.reduced.key_columns
+    if plan.held:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Delete operation did not match any records"
+            transaction.delete(_match(plan.reduced.keys(plan.held), key_columns))
+    upserts = {c.key: c for c in plan.applied if not c.deleted}
+    schema = transaction.table_metadata.schema().as_arrow()
+    rows = conform(Reduced(key_columns, upserts).rows(schema), schema)
+    transaction.append(rows, snapshot_properties=summary)

@@ -1,0 +1,324 @@
+"""Change data capture into current-state tables (write_mode="upsert"), Iceberg (SQL catalog
+on SQLite) and Delta (delta-rs), on Apache Kafka: Debezium envelopes applied by key, in one
+commit per batch that carries its offsets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.audit import audit
+from sluice.batch import plan_batch
+from sluice.cdc import POSITION_COLUMN
+from sluice.kafka import KafkaMessageQueue
+from sluice.queues import ConfigError
+from sluice.spark import ingest
+from sluice.testing.debezium import Message, SourceTable
+from sluice.testing.plugin import Broker
+
+from ..iceberg.conftest import Lake, sluice_summaries, sqlite_lake, table_rows
+from .conftest import KafkaTopic, open_topic
+from .crashes import assert_exactly_once, dead_letter_origins, maintain_days_later, run_child
+from .test_crash_matrix import KAFKA_POINTS
+
+__all__ = ["sqlite_lake"]  # a fixture of the Iceberg tests, used here
+
+
+@dataclass
+class Target:
+    """A current-state table of the test's own: its sink URI, and its rows read back."""
+
+    kind: str
+    sink: str
+    rows: Callable[[], list[dict[str, Any]]]
+    quarantine: Callable[[], list[dict[str, Any]]]
+    batches: Callable[[], list[str]]  # the batch ids of its commits, oldest first
+    tamper: Callable[[int], None]  # delete the row of an id behind Sluice's back
+    other: str  # the sink URI of another table of the same kind
+    other_rows: Callable[[], list[dict[str, Any]]]
+
+
+def iceberg_target(lake: Lake, name: str) -> Target:
+    from pyiceberg.expressions import EqualTo
+
+    return Target(
+        "iceberg",
+        lake.sink(name),
+        lambda: table_rows(lake, name),
+        lambda: table_rows(lake, f"{name}__quarantine"),
+        lambda: [s["sluice.batch-id"] for s in sluice_summaries(lake, name)],
+        lambda key: lake.table(name).delete(EqualTo("id", key)),
+        lake.sink(f"{name}_other"),
+        lambda: table_rows(lake, f"{name}_other"),
+    )
+
+
+def delta_target(path: Path) -> Target:
+    from deltalake import DeltaTable
+
+    def rows(where: Path) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = DeltaTable(str(where)).to_pyarrow_table().to_pylist()
+        return found
+
+    def batches() -> list[str]:
+        history = reversed(DeltaTable(str(path)).history())
+        return [h["sluice.batch-id"] for h in history if "sluice.batch-id" in h]
+
+    return Target(
+        "delta",
+        f"delta://{path}",
+        lambda: rows(path),
+        lambda: rows(path / "_quarantine"),
+        batches,
+        lambda key: DeltaTable(str(path)).delete(f"id = {key}"),
+        f"delta://{path}_other",
+        lambda: rows(Path(f"{path}_other")),
+    )
+
+
+@pytest.fixture(params=["iceberg", "delta"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
+    if request.param == "iceberg":
+        return iceberg_target(request.getfixturevalue("sqlite_lake"), "customers")
+    return delta_target(tmp_path / "customers")
+
+
+@pytest.fixture
+def topic(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
+    opened = open_topic(apache_kafka_broker, unique_name)
+    yield opened
+    opened.queue.close(None)
+    opened.producer.close()
+
+
+def send(topic: KafkaTopic, messages: list[Message]) -> None:
+    """Send in order, each key to the partition Kafka's default partitioner picks for it (as
+    Debezium does: all of a key's changes in one partition)."""
+    sent = [topic.producer.send(topic.name, key=key, value=value) for key, value in messages]
+    topic.producer.flush(10)
+    for future in sent:
+        future.get(10)
+
+
+def current(target: Target) -> dict[int, dict[str, Any]]:
+    """The table's rows by id, without Sluice's position column."""
+    rows = target.rows()
+    found = {r["id"]: {k: v for k, v in r.items() if k != POSITION_COLUMN} for r in rows}
+    assert len(found) == len(rows), "a key has two rows"
+    return found
+
+
+def expected(source: SourceTable, columns: list[str]) -> dict[int, dict[str, Any]]:
+    return {k: {c: row.get(c) for c in columns} for k, row in source.rows.items()}
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["bare", "schema-payload"])
+def test_batches_of_changes_leave_the_source_tables_current_state(
+    spark: Any, topic: KafkaTopic, target: Target, wrapped: bool
+) -> None:
+    source = SourceTable(wrapped=wrapped)
+    sink = target.sink
+    messages: list[Message] = []
+    for key in range(8):
+        messages += source.upsert(key, name=f"c{key}")
+    messages += source.upsert(3, name="c3-renamed")
+    messages += source.delete(5)
+    messages += source.upsert(5, name="c5-again")  # deleted, then created again
+    messages += source.delete(6)  # with its tombstone
+    send(topic, messages)
+    first = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+
+    assert first.written == len(messages) and first.quarantined == 0
+    assert first.changes == {
+        "changes": 8,
+        "tombstones": 2,
+        "upserted": 7,
+        "deleted": 0,  # 6 was created and deleted in the batch: no row to delete
+        "stale": 0,
+    }
+    assert current(target) == expected(source, ["id", "name"])
+
+    # a later batch: updates, deletes of rows the table holds, a new column, bad envelopes
+    later = source.upsert(1, name="c1", tier="gold")  # a new column
+    later += source.delete(2) + source.delete(3)
+    later += source.upsert(4, name="c4-renamed")
+    bad = [(b'{"id": 9}', b"not json"), (b'{"id": 9}', b'{"op": "c", "after": null}')]
+    send(topic, later + bad)
+    second = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+
+    assert (second.written, second.quarantined) == (len(later), 2)
+    assert second.changes["deleted"] == 2 and second.changes["upserted"] == 2
+    assert current(target) == expected(source, ["id", "name", "tier"])
+    reasons = sorted(r["reason"] for r in target.quarantine())
+    assert reasons == [
+        "cdc: op 'c' has no 'after' object (the row after the change)",
+        "cdc: the message value is not JSON (Expecting value: line 1 column 1 (char 0))",
+    ]
+    # one commit per batch names it (Iceberg: a delete's rewrite commits with it)
+    assert target.batches() == [first.batch_id, second.batch_id]
+    report = audit(sink, topic.source)
+    assert report.ok, report.lines()
+    assert report.current_state is not None and report.current_state.keys == len(source.rows)
+    assert sum(p.written for p in report.streams[0].partitions) == len(messages + later)
+
+    # the audit is the oracle: a row lost, or one a change does not give, fails it
+    target.tamper(4)
+    broken = audit(sink, topic.source)
+    assert not broken.ok and broken.current_state is not None
+    assert broken.current_state.absent == 1
+    assert "key (4,) has no row" in "\n".join(broken.lines())
+
+
+def test_a_change_older_than_the_tables_row_is_ignored_and_counted(
+    spark: Any, topic: KafkaTopic, target: Target
+) -> None:
+    source = SourceTable()
+    sink = target.sink
+    old = source.upsert(1, name="old")  # lsn 1008
+    send(topic, source.upsert(2, name="two") + source.upsert(1, name="new"))  # lsn 1016, 1024
+    ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    send(topic, old)  # arrives late: its position is older than the row's
+    late = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+
+    assert late.changes["stale"] == 1 and late.changes["upserted"] == 0
+    assert current(target) == {1: {"id": 1, "name": "new"}, 2: {"id": 2, "name": "two"}}
+    assert {r["id"]: r[POSITION_COLUMN] for r in target.rows()} == {
+        1: 1024,
+        2: 1016,
+    }
+
+
+def test_a_replay_of_the_same_changes_leaves_the_same_table(
+    spark: Any, topic: KafkaTopic, target: Target
+) -> None:
+    """A second consumer group reads the whole topic again into the table: every change is
+    applied twice, the table is as it was."""
+    source = SourceTable()
+    sink = target.sink
+    messages: list[Message] = []
+    for key in range(6):
+        messages += source.upsert(key, name=f"c{key}")
+    messages += source.delete(0) + source.upsert(1, name="c1-renamed")
+    send(topic, messages)
+    ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    before = target.rows()
+
+    topic.queue.configure({"group_id": f"{topic.name}-replay"})
+    replayed = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+
+    assert replayed.written == len(messages) and replayed.changes["stale"] == 0
+    key = lambda r: r["id"]  # noqa: E731
+    assert sorted(target.rows(), key=key) == sorted(before, key=key)
+
+
+def test_a_first_batch_without_a_change_leaves_the_table_to_the_next(
+    spark: Any, topic: KafkaTopic, target: Target
+) -> None:
+    """Tombstones and a malformed envelope only: no key columns are known yet; the next
+    batch's keys are the table's."""
+    send(topic, [(b'{"id": 1}', None), (b'{"id": 2}', b"{}")])
+    empty = ingest(spark, topic.plan(), target.sink, source=topic.source, write_mode="upsert")
+    assert (empty.written, empty.quarantined, empty.changes["tombstones"]) == (1, 1, 1)
+    source = SourceTable()
+    send(topic, source.upsert(1, name="a") + source.upsert(2, name="b"))
+    ingest(spark, topic.plan(), target.sink, source=topic.source, write_mode="upsert")
+    assert current(target) == expected(source, ["id", "name"])
+    assert audit(target.sink, topic.source).ok
+
+
+def test_key_columns_named_by_the_user_and_the_tables_kind_kept(
+    spark: Any, topic: KafkaTopic, target: Target
+) -> None:
+    source = SourceTable()
+    send(topic, source.upsert(1, name="a") + source.upsert(2, name="b") + source.delete(1))
+    sink = target.sink
+    spec = topic.plan()
+    result = ingest(spark, spec, sink, source=topic.source, write_mode="upsert", key_columns=["id"])
+
+    assert result.changes["upserted"] == 1
+    assert current(target) == {2: {"id": 2, "name": "b"}}
+    # refused before anything is written: the table's kind and key stay what they are
+    send(topic, source.upsert(3, name="c"))
+    later = topic.plan()
+    with pytest.raises(ConfigError, match="is a current-state table"):
+        ingest(spark, later, sink, source=topic.source, value_format="bytes")
+    with pytest.raises(ConfigError, match="keyed by id, not name"):
+        ingest(spark, later, sink, source=topic.source, write_mode="upsert", key_columns=["name"])
+    appended = target.other
+    ingest(spark, later, appended, source=topic.source, value_format="bytes")
+    send(topic, source.upsert(4, name="d"))
+    with pytest.raises(ConfigError, match="holds appended messages"):
+        ingest(spark, topic.plan(), appended, source=topic.source, write_mode="upsert")
+
+
+def ingest_again(spark: Any, topic: KafkaTopic, sink: str) -> None:
+    """Another group ingests the whole topic into ``sink``, in one batch, with no crash."""
+    queue = KafkaMessageQueue(topic.name)
+    queue.configure(
+        {
+            "connection.uri": topic.broker.bootstrap,
+            "topic": topic.name,
+            "group_id": f"{topic.name}-reference",
+            "from_beginning": True,
+        }
+    )
+    queue.open(None)
+    try:
+        spec = plan_batch(queue)
+        assert spec is not None
+        ingest(spark, spec, sink, source=topic.source, write_mode="upsert")
+    finally:
+        queue.close(None)
+
+
+#: (failpoint, whether ``sluice compact`` and ``sluice expire`` run days later, between the
+#: crash and the rerun)
+CRASH_CASES = [(p, False) for p in KAFKA_POINTS] + [("commit.before", True)]
+
+
+@pytest.mark.parametrize(("point", "maintained"), CRASH_CASES)
+def test_a_cdc_ingest_killed_at_each_failpoint_then_rerun_gives_the_state_of_no_crash(
+    spark: Any, topic: KafkaTopic, target: Target, point: str, maintained: bool
+) -> None:
+    """The second batch of a current-state table (updates, deletes of rows it holds, a new
+    column, a malformed envelope) is SIGKILLed at ``point``, then run again: the table is the
+    one another group's ingest of the same topic gives with no crash, the audit passes with
+    every offset once, lag 0, the malformed envelope dead-lettered once."""
+    source = SourceTable()
+    first: list[Message] = []
+    for key in range(10):
+        first += source.upsert(key, name=f"c{key}")
+    send(topic, first)
+    earlier = ingest(spark, topic.plan(), target.sink, source=topic.source, write_mode="upsert")
+    second = source.upsert(1, name="c1", tier="gold") + source.delete(2) + source.delete(3)
+    second += source.upsert(4, name="c4-renamed") + source.upsert(12, name="c12")
+    send(topic, [*second, (b'{"id": 9}', b'{"op": "u"}')])
+    spec = topic.plan()
+    options = {"source": topic.source, "write_mode": "upsert", "dead_letter": True}
+
+    code, stderr = run_child(spark, {"spec": spec.to_dict(), "sink": target.sink, **options}, point)
+    assert code == -9, f"the ingest did not die at {point}: {stderr[-2000:]}"
+    if maintained:
+        maintain_days_later(target.sink, point)
+    ingest(spark, spec, target.sink, **options)
+
+    assert current(target) == expected(source, ["id", "name", "tier"])
+    assert_exactly_once(audit(target.sink, topic.source), len(first) + len(second) + 1)
+    assert plan_batch(topic.queue) is None, "lag 0: everything is committed"
+    bad = target.quarantine()
+    assert [(r["reason"], r["offset"]) for r in bad] == [
+        ("cdc: op 'u' has no 'after' object (the row after the change)", bad[0]["offset"])
+    ], "the quarantine is committed once"
+    origins = [(r["partition"], r["offset"]) for r in bad]
+    assert dead_letter_origins(topic.broker.bootstrap, f"{topic.name}.dlq") == origins
+    # one commit per batch (the first one's Iceberg snapshot expired by the maintenance)
+    expired = maintained and target.kind == "iceberg"
+    assert target.batches() == [earlier.batch_id, spec.batch_id][1 if expired else 0 :]
+    # the same changes ingested with no crash, by another group, into another table
+    ingest_again(spark, topic, target.other)
+    key = lambda r: r["id"]  # noqa: E731
+    assert sorted(target.rows(), key=key) == sorted(target.other_rows(), key=key)
