@@ -4,7 +4,7 @@ commit per batch that carries its offsets."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,10 +18,9 @@ from sluice.kafka import KafkaMessageQueue
 from sluice.queues import ConfigError
 from sluice.spark import ingest
 from sluice.testing.debezium import Message, SourceTable
-from sluice.testing.plugin import Broker
 
 from ..iceberg.conftest import Lake, sluice_summaries, sqlite_lake, table_rows
-from .conftest import KafkaTopic, open_topic
+from .conftest import KafkaTopic
 from .crashes import assert_exactly_once, dead_letter_origins, maintain_days_later, run_child
 from .test_crash_matrix import KAFKA_POINTS
 
@@ -85,14 +84,6 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
     if request.param == "iceberg":
         return iceberg_target(request.getfixturevalue("sqlite_lake"), "customers")
     return delta_target(tmp_path / "customers")
-
-
-@pytest.fixture
-def topic(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    opened = open_topic(apache_kafka_broker, unique_name)
-    yield opened
-    opened.queue.close(None)
-    opened.producer.close()
 
 
 def send(topic: KafkaTopic, messages: list[Message]) -> None:

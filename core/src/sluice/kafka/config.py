@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -350,3 +351,25 @@ def client_config(config: dict[str, Any]) -> dict[str, Any]:
             if config.get(f"options.{name}"):
                 kwargs[name] = config[f"options.{name}"]
     return kwargs
+
+
+#: How one kafka-python keyword argument becomes another client's setting: (its key, its
+#: value), or None where that client needs none.
+Translation = Callable[[Any], tuple[str, Any] | None]
+
+
+def translate_settings(
+    kwargs: Mapping[str, Any], translations: Mapping[str, Translation], reader: str, instead: str
+) -> dict[str, Any]:
+    """kafka-python keyword arguments as the settings of the client ``options.reader``
+    ``reader`` reads with. A key without a translation raises :class:`ConfigError` naming the
+    key (never its value) and the reader to use ``instead``."""
+    unknown = sorted(set(kwargs) - set(translations))
+    if unknown:
+        raise ConfigError(
+            f"options.reader '{reader}' cannot translate the kafka-python setting(s) "
+            f"{', '.join(map(repr, unknown))} to its client. Leave them out, or read with "
+            f"options.reader '{instead}'."
+        )
+    translated = (translations[key](value) for key, value in kwargs.items() if value is not None)
+    return dict(item for item in translated if item is not None)

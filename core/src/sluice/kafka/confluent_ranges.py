@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from ..batch import OffsetRange
 from ..queues.config import ConfigError
 from ..secrets import install_log_filter, redact_text
+from .config import Translation, translate_settings
 from .ranges import LostRange, out_of_range, stalled_message
 
 __all__ = ["CONSUME_BATCH", "librdkafka_config", "read_range_messages"]
@@ -51,15 +52,13 @@ _CLIENT_FAILURES = frozenset(
 _log = logging.getLogger(__name__)
 install_log_filter(__name__)
 
-_Translate = Callable[[Any], tuple[str, Any] | None]
 
-
-def _renamed(name: str) -> _Translate:
+def _renamed(name: str) -> Translation:
     return lambda value: (name, value)
 
 
 #: kafka-python keyword argument -> (librdkafka property, value), or None: not needed here.
-_TRANSLATIONS: dict[str, _Translate] = {
+_TRANSLATIONS: dict[str, Translation] = {
     "bootstrap_servers": lambda servers: (
         "bootstrap.servers",
         servers if isinstance(servers, str) else ",".join(servers),
@@ -108,15 +107,7 @@ def librdkafka_config(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The librdkafka configuration of the range reader for kafka-python keyword arguments
     (those of :func:`sluice.kafka.config.client_config` and the batch reader's). A key it cannot
     translate raises :class:`ConfigError` naming the key (never its value)."""
-    unknown = sorted(set(kwargs) - set(_TRANSLATIONS))
-    if unknown:
-        raise ConfigError(
-            f"options.reader 'confluent' cannot translate the kafka-python setting(s) "
-            f"{', '.join(map(repr, unknown))} to librdkafka. Leave them out, or read with "
-            "options.reader 'kafka-python'."
-        )
-    translated = (_TRANSLATIONS[key](value) for key, value in kwargs.items() if value is not None)
-    return {**dict(item for item in translated if item is not None), **_FIXED}
+    return {**translate_settings(kwargs, _TRANSLATIONS, "confluent", "kafka-python"), **_FIXED}
 
 
 def read_range_messages(

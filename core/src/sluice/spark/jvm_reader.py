@@ -25,10 +25,11 @@ the Java client takes a PEM key inline only, which would put it in the query's o
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..batch import OffsetRange
+from ..kafka.config import Translation, translate_settings
 from ..kafka.logs import hide_secret
 from ..kafka.records import ID_HEADER
 from ..queues.config import ConfigError
@@ -36,14 +37,12 @@ from .reading import rounds
 
 __all__ = ["kafka_options", "read_with_spark"]
 
-_Translate = Callable[[Any], tuple[str, str] | None]
 
-
-def _renamed(name: str) -> _Translate:
+def _renamed(name: str) -> Translation:
     return lambda value: (name, str(value))
 
 
-def _refused(key: str) -> _Translate:
+def _refused(key: str) -> Translation:
     def refuse(_: Any) -> None:
         raise ConfigError(
             f"options.reader 'spark' does not take {key} (a client certificate): the Java "
@@ -56,7 +55,7 @@ def _refused(key: str) -> _Translate:
 
 #: kafka-python keyword argument -> (the Kafka source's option, value), or None: not needed
 #: (the source assigns, never commits, never resets a position itself).
-_TRANSLATIONS: dict[str, _Translate] = {
+_TRANSLATIONS: dict[str, Translation] = {
     "bootstrap_servers": lambda servers: (
         "kafka.bootstrap.servers",
         servers if isinstance(servers, str) else ",".join(servers),
@@ -120,15 +119,7 @@ def kafka_options(
     """The Kafka source's options to read ``ranges`` (at most one per partition) of ``topic``
     with the batch reader's kafka-python arguments ``kwargs``. They hold the password: never
     log them. A setting it cannot translate raises :class:`ConfigError` naming the key."""
-    unknown = sorted(set(kwargs) - set(_TRANSLATIONS))
-    if unknown:
-        raise ConfigError(
-            f"options.reader 'spark' cannot translate the setting(s) "
-            f"{', '.join(map(repr, unknown))} to Spark's Kafka source. Leave them out, or read "
-            "with options.reader 'auto'."
-        )
-    translated = (_TRANSLATIONS[key](value) for key, value in kwargs.items() if value is not None)
-    options = dict(item for item in translated if item is not None)
+    options = translate_settings(kwargs, _TRANSLATIONS, "spark", "auto")
     if kwargs.get("ssl_cafile"):
         options["kafka.ssl.truststore.type"] = "PEM"
     options.update(_jaas(kwargs))
