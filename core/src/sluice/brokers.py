@@ -412,10 +412,10 @@ def start_mosquitto(
 
 
 def create_kafka_topic(
-    bootstrap: str, topic: str, partitions: int, replication_factor: int = 1
+    bootstrap: str, topic: str, partitions: int, replication_factor: int = -1
 ) -> None:
     """Create ``topic`` with ``partitions`` partitions (each on ``replication_factor``
-    nodes) at ``bootstrap``, unless it exists."""
+    nodes; -1: the cluster's default) at ``bootstrap``, unless it exists."""
     from sluice.kafka import KafkaConnection  # needs the kafka extra: import only when used
 
     connection = KafkaConnection()

@@ -67,16 +67,6 @@ def led_by_others(bootstrap: str, topic: str, node: int) -> bool:
     return node not in found and -1 not in found
 
 
-def create_with_broker_defaults(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` with the broker's default replication factor (sluice's own
-    ``create_queue`` asks for ``options.replication_factor``, 1 unless set)."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics({topic: {"num_partitions": partitions}})
-    finally:
-        admin.close()
-
-
 def test_one_node_round_trips_with_acks_all(
     apache_kafka_broker: BrokerProcess, unique_name: str
 ) -> None:
@@ -93,8 +83,11 @@ def test_three_nodes_replicate_three_times_with_two_in_sync(
 ) -> None:
     assert isinstance(kafka_cluster, BrokerAddress)
     assert len(kafka_cluster.bootstrap.split(",")) == 3
-    create_with_broker_defaults(kafka_cluster.bootstrap, unique_name, 3)
+    # Sluice's own create_queue: the cluster's default replication unless told
+    create_kafka_topic(kafka_cluster.bootstrap, unique_name, 3)
     assert describe(kafka_cluster.bootstrap, unique_name) == ([3, 3, 3], "2")
+    create_kafka_topic(kafka_cluster.bootstrap, f"{unique_name}-one", 1, replication_factor=1)
+    assert describe(kafka_cluster.bootstrap, f"{unique_name}-one") == ([1], "2")
     assert sorted(round_trip(kafka_cluster.bootstrap, unique_name)) == sorted(
         f"m{i}".encode() for i in range(20)
     )
@@ -103,7 +96,7 @@ def test_three_nodes_replicate_three_times_with_two_in_sync(
 def test_a_cluster_keeps_taking_acks_all_writes_with_one_node_down(
     kafka_cluster: KafkaCluster, unique_name: str
 ) -> None:
-    create_with_broker_defaults(kafka_cluster.bootstrap, unique_name, 1)
+    create_kafka_topic(kafka_cluster.bootstrap, unique_name, 1)
     third = kafka_cluster.node(3)
     pid = third.pid
     kafka_cluster.kill(3)

@@ -88,7 +88,11 @@ CONNECTION_KEYS: tuple[ConfigKey, ...] = (
     ),
     ConfigKey("options.num_partitions", int, 1, "Partitions of a topic create_queue makes."),
     ConfigKey(
-        "options.replication_factor", int, 1, "Replication factor of a topic create_queue makes."
+        "options.replication_factor",
+        int,
+        -1,
+        "Replication factor of a topic create_queue makes; -1: the cluster's "
+        "default.replication.factor.",
     ),
     ConfigKey(
         "options.ssl_cafile",
