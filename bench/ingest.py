@@ -283,15 +283,9 @@ def sluice_ingest(
 
 def batch_ranges(bootstrap: str, topic: str) -> dict[int, int]:
     """{partition: end offset} of ``topic``: its batch is [0, end) of each partition."""
-    from kafka import KafkaConsumer
+    from sluice.kafka.offsets import topic_ends
 
-    from sluice.kafka.offsets import topic_end_offsets
-
-    probe = KafkaConsumer(bootstrap_servers=bootstrap)
-    try:
-        return dict(sorted(topic_end_offsets(probe, topic).items()))
-    finally:
-        probe.close()
+    return dict(sorted(topic_ends({"bootstrap_servers": bootstrap}, topic).items()))
 
 
 def spark_job(spark: Any, bootstrap: str, topic: str, count: int, out: Path) -> float:
