@@ -1,7 +1,7 @@
 """The cold task: each side as a fresh process from start to exit, as every Airflow task runs.
 
     .venv/bin/python bench/cold_task.py [--sizes 20000,200000,2000000] [--rounds 3]
-                                        [--sides sluice,hand,connect]
+                                        [--sides sluice,hand,connect,spark-job,sluice-spark]
 
 For each batch size, one topic of that many JSON readings (3 partitions, 1% malformed, the
 messages of bench/ingest.py) and, interleaved, ``--rounds`` times:
@@ -13,6 +13,14 @@ messages of bench/ingest.py) and, interleaved, ``--rounds`` times:
   Airflow Kafka provider (``KafkaConsumerHook``: confluent-kafka, ``json.loads`` into typed
   columns, bad records set aside with a reason, pyarrow Parquet, a commit per poll: side (d) of
   bench/ingest.py), then exits;
+- ``spark-job`` (optional): a new Python process that imports Airflow, starts a plain local
+  SparkSession with Spark's Kafka source on its class path (``spark.jars``: the connector's
+  jars, resolved once before anything is timed) and runs a Spark user's job: the ranges read by
+  ``spark.read.format("kafka")``, ``from_json``, ``write.parquet``, then a commit of the
+  offsets (side (j) of bench/ingest.py), then exits;
+- ``sluice-spark`` (optional): as ``sluice``, with ``options.reader`` "spark" (Spark's Kafka
+  source, ``spark_session(kafka_source=True)``: the whole ingest in the JVM, as ``spark-job``
+  reads);
 - ``connect`` (optional): as ``sluice``, on a warm Spark Connect server started once before
   anything is timed (``sc://``);
 - ``no-archive`` (optional): as ``sluice``, with ``SLUICE_SPARK_CDS=0``: a JVM that loads
@@ -26,7 +34,9 @@ messages of bench/ingest.py) and, interleaved, ``--rounds`` times:
 
 The Sluice sides share a class archive in a cache directory of the benchmark's own. It is
 written, before anything is timed, by the first Sluice process (the smallest batch), as on
-a machine's first task; that process's time is printed apart, with the archive's size.
+a machine's first task; that process's time is printed apart, with the archive's size. The
+class path with the Kafka source's jars is another archive: ``sluice-spark`` has a first
+process of its own.
 
 Each time is the parent's wall clock from the process's start to its exit. The Sluice
 processes also report where their time went: interpreter and imports, session start, and
@@ -61,7 +71,7 @@ import airflow  # the task runner's own imports: both sides pay them
 marks["airflow"] = time.monotonic() - started
 from sluice.spark import ingest, spark_session
 marks["imports"] = time.monotonic() - started
-spark = spark_session(sys.argv[1] or None)
+spark = spark_session(sys.argv[1] or None, kafka_source="reader=spark" in sys.argv[4])
 marks["session"] = time.monotonic() - started
 stages = {}
 def progress(event):
@@ -94,6 +104,30 @@ seconds = airflow_provider(sys.argv[2], sys.argv[3], int(sys.argv[4]), Path(sys.
 print("RESULT " + json.dumps({"marks": {"airflow": airflow_s, "work": seconds,
                             "total": time.monotonic() - started}}), flush=True)
 """
+
+
+SPARK_JOB_CHILD = """
+import json, os, sys, time
+from pathlib import Path
+started = time.monotonic()
+import airflow
+marks = {"airflow": time.monotonic() - started}
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # a local Spark on loopback only
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[*]").appName("spark-job")
+         .config("spark.jars", sys.argv[6]).config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", "127.0.0.1").config("spark.ui.enabled", "false")
+         .getOrCreate())
+marks["session"] = time.monotonic() - started
+sys.path.insert(0, sys.argv[1])
+from ingest import spark_job
+marks["work"] = spark_job(spark, sys.argv[2], sys.argv[3], int(sys.argv[4]), Path(sys.argv[5]))
+marks["total"] = time.monotonic() - started
+print("RESULT " + json.dumps({"marks": marks}), flush=True)
+"""
+
+#: The sides that are not Sluice: their children print their own marks.
+NOT_SLUICE = ("hand", "spark-job")
 
 
 def say(text: str) -> None:
@@ -173,7 +207,8 @@ def main() -> None:
     parser.add_argument(
         "--sides",
         default="sluice,hand",
-        help="sluice,hand[,connect][,no-archive][,before][,floor][,connect-floor]",
+        help="sluice,hand[,spark-job][,sluice-spark][,connect][,no-archive][,before][,floor]"
+        "[,connect-floor]",
     )
     parser.add_argument(
         "--before-python",
@@ -219,25 +254,39 @@ def main() -> None:
             spec_json(broker.bootstrap, topic, n)
             topics[n] = (broker, topic)
         cache = {"SLUICE_CACHE_DIR": str(work / "cache")}
-        if {"sluice", "before", "floor"} & set(sides):
+        kafka_jars = ""
+        if {"spark-job", "sluice-spark"} & set(sides):
+            from sluice.spark.connector import kafka_source_jars
+
+            kafka_jars = ",".join(str(j) for j in kafka_source_jars())  # resolved untimed
+        firsts = [
+            (name, reader)
+            for name, reader, named in (
+                ("Sluice", "", {"sluice", "before", "floor"}),
+                ("sluice-spark", "?reader=spark", {"sluice-spark"}),
+            )
+            if named & set(sides)
+        ]
+        for name, reader in firsts:
             n = min(sizes)
             broker, topic = topics[n]
             spec = spec_json(broker.bootstrap, topic, n)
+            before = set((work / "cache" / "jvm").glob("*.jsa"))
             seconds, _ = run_child(
                 [
                     "-c",
                     SLUICE_CHILD,
                     args.master,
                     spec,
-                    str(work / "first"),
-                    f"kafka://{broker.bootstrap}",
+                    str(work / f"first{reader and '-spark'}"),
+                    f"kafka://{broker.bootstrap}{reader}",
                     SCHEMA,
                 ],
                 env=cache,
             )
-            archives = list((work / "cache" / "jvm").glob("*.jsa"))
+            archives = sorted(set((work / "cache" / "jvm").glob("*.jsa")) - before)
             size = f"{archives[0].stat().st_size / 2**20:,.0f} MiB" if archives else "none"
-            say(f"the first Sluice process ({n:,} messages, writes the class archive): "
+            say(f"the first {name} process ({n:,} messages, writes the class archive): "
                 f"{seconds:.1f} s; archive: {size}")  # fmt: skip
         results: dict[tuple[str, int], list[float]] = {}
         details: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -251,6 +300,19 @@ def main() -> None:
                         seconds, detail = run_child(
                             ["-c", HAND_CHILD, bench_dir, broker.bootstrap, topic, str(n), str(out)]
                         )
+                    elif side == "spark-job":
+                        seconds, detail = run_child(
+                            [
+                                "-c",
+                                SPARK_JOB_CHILD,
+                                bench_dir,
+                                broker.bootstrap,
+                                topic,
+                                str(n),
+                                str(out),
+                                kafka_jars,
+                            ]
+                        )
                     else:
                         master = connect_url if side.startswith("connect") else args.master
                         floor = side.endswith("floor")
@@ -259,8 +321,9 @@ def main() -> None:
                         env = dict(cache)
                         if side == "no-archive":
                             env["SLUICE_SPARK_CDS"] = "0"
+                        reader = "?reader=spark" if side == "sluice-spark" else ""
                         seconds, detail = run_child(
-                            ["-c", SLUICE_CHILD, master, spec, str(out), source, SCHEMA],
+                            ["-c", SLUICE_CHILD, master, spec, str(out), source + reader, SCHEMA],
                             python,
                             env,
                         )
@@ -283,9 +346,13 @@ def main() -> None:
             if "sluice" in sides and "no-archive" in sides:
                 ratio = medians["sluice", n] / medians["no-archive", n]
                 line += f"  sluice/no-archive {ratio:.2f}x"
-            for other in ("connect", "no-archive", "before", "floor", "connect-floor"):
+            others = ("connect", "no-archive", "before", "floor", "connect-floor")
+            for other in (*others, "spark-job", "sluice-spark"):
                 if other in sides and "hand" in sides:
                     line += f"  {other}/hand {medians[other, n] / medians['hand', n]:.2f}x"
+            if "sluice-spark" in sides and "spark-job" in sides:
+                ratio = medians["sluice-spark", n] / medians["spark-job", n]
+                line += f"  sluice-spark/spark-job {ratio:.2f}x"
             print(line)
 
         def med(rows: list[dict[str, float]], key: str) -> float:
@@ -301,7 +368,7 @@ def main() -> None:
                 f"{med(marks, 'session') - med(marks, 'imports'):.1f} s, exit "
                 f"{statistics.median(every) - med(marks, 'ingest'):.1f} s"
             )
-        for side in [s for s in sides if s != "hand" and not s.endswith("floor")]:
+        for side in [s for s in sides if s not in NOT_SLUICE and not s.endswith("floor")]:
             for n in sizes:
                 marks = [d["marks"] for d in details[side, n]]
                 stages = [d["stages"] for d in details[side, n]]
@@ -317,6 +384,15 @@ def main() -> None:
                     f"exit {medians[side, n] - med(marks, 'ingest'):.1f} s; "
                     f"mode {details[side, n][0]['mode']}, Spark jobs {details[side, n][0]['jobs']}"
                 )
+        if "spark-job" in sides:
+            for n in sizes:
+                marks = [d["marks"] for d in details["spark-job", n]]
+                print(
+                    f"  spark-job {n:,}: import airflow {med(marks, 'airflow'):.1f} s, "
+                    f"pyspark+session {med(marks, 'session') - med(marks, 'airflow'):.1f} s, "
+                    f"work {med(marks, 'work'):.1f} s, "
+                    f"exit {medians['spark-job', n] - med(marks, 'total'):.1f} s"
+                )
         if "hand" in sides:
             for n in sizes:
                 marks = [d["marks"] for d in details["hand", n]]
@@ -325,7 +401,7 @@ def main() -> None:
                     f"{statistics.median(m['airflow'] for m in marks):.1f} s, work "
                     f"{statistics.median(m['work'] for m in marks):.1f} s"
                 )
-            for side in [s for s in sides if s != "hand" and not s.endswith("floor")]:
+            for side in [s for s in sides if s not in NOT_SLUICE and not s.endswith("floor")]:
                 print(
                     f"  crossover ({side}): "
                     + crossover(

@@ -3,6 +3,7 @@
     uv run python bench/nemesis.py [--seeds 200] [--first 1] [--extra 4] [--jobs 1]
                                    [--transport kafka|mqtt] [--sink parquet|iceberg|delta]
                                    [--store local|s3] [--broker noida|kafka|cluster]
+                                   [--reader auto|kafka-python|confluent|spark]
                                    [--only fault,fault]
     uv run python bench/nemesis.py --seed 17 --transport mqtt --sink iceberg   # replay one
     uv run python bench/nemesis.py --store s3 --seeds 8   # the sinks on a real S3 server
@@ -13,7 +14,8 @@ six combinations by default, taking turns; --store s3 puts the sink on a Seaweed
 the scenario's own behind the fault proxy, adding the faults s3-restart and s3-error, for
 Parquet and Iceberg; --broker picks Kafka's broker: noida-db, one Apache Kafka node, which
 adds the fault segment-retention, or three Apache Kafka nodes, which adds it and the faults
-leader-kill, broker-pause and coordinator-move):
+leader-kill, broker-pause and coordinator-move; --reader picks Kafka's range reader,
+options.reader: "spark" is Spark's own Kafka source, put on the session's class path):
 every fault of that transport, sink and store once, in
 the order the seed chooses, then --extra faults chosen by the seed; then the oracle
 (``sluice audit`` and the exact multiset of payload ids). It prints a line per scenario and,
@@ -36,6 +38,8 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+
+from sluice.kafka.config import DEFAULT_READER, READERS, SPARK_READER
 
 JOB = ""  # " k/N" in one of several jobs
 
@@ -63,6 +67,12 @@ def main() -> int:
         choices=["noida", "kafka", "cluster"],
         default="noida",
         help="Kafka's broker: noida-db, one Apache Kafka node, or a three-node cluster",
+    )
+    parser.add_argument(
+        "--reader",
+        choices=[DEFAULT_READER, *READERS, SPARK_READER],
+        default=DEFAULT_READER,
+        help="Kafka's range reader (options.reader)",
     )
     parser.add_argument("--only", default="", help="play only these faults (comma-separated)")
     parser.add_argument("--keep", action="store_true", help="keep each scenario's directory")
@@ -92,7 +102,12 @@ def main() -> int:
         every_seed = every_seed[part::parts]
     seeds = [args.seed] if args.seed is not None else list(every_seed)
     say("starting Spark (local[2])")
-    spark = spark_session("local[2]", "sluice-nemesis", {"spark.ui.enabled": "false"})
+    spark = spark_session(
+        "local[2]",
+        "sluice-nemesis",
+        {"spark.ui.enabled": "false"},
+        kafka_source=args.reader == SPARK_READER,
+    )
     spark.sparkContext.setLogLevel("OFF")  # the faults make Spark log stack traces
     started = time.monotonic()
     faults: Counter[str] = Counter()
@@ -112,6 +127,7 @@ def main() -> int:
                 extra=args.extra,
                 store=args.store,
                 broker=args.broker,
+                reader=args.reader,
                 only=tuple(f for f in args.only.split(",") if f),
             )
             workdir = root / f"{seed}-{transport}-{sink}"
@@ -179,6 +195,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     summaries = Path(tempfile.mkdtemp(prefix="sluice-nemesis-jobs-"))
     passed = ["--seeds", str(args.seeds), "--first", str(args.first), "--extra", str(args.extra)]
     passed += ["--store", args.store, "--broker", args.broker, "--only", args.only]
+    passed += ["--reader", args.reader]
     passed += ["--keep"] if args.keep else []
     passed += [f"--{k}={getattr(args, k)}" for k in ("transport", "sink") if getattr(args, k)]
     children = []

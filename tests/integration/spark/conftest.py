@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,11 +12,14 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient
+from kafka.admin import KafkaAdminClient, NewTopic
 
 from sluice import read_dataset
-from sluice.batch import BatchSpec, plan_batch
+from sluice.batch import BatchSpec, OffsetRange, plan_batch
+from sluice.brokers import BrokerProcess, KafkaCluster, start_kafka
 from sluice.kafka import KafkaMessageQueue
+from sluice.kafka.ranges import read_range_records
+from sluice.testing import wait_until
 from sluice.testing.plugin import Broker
 from sluice.testing.topics import create_kafka_topic
 
@@ -122,3 +126,86 @@ def sink_in(store: str, tmp_path: Path, request: pytest.FixtureRequest) -> Path 
     if store == "s3":
         return str(request.getfixturevalue("s3_bucket").uri("sink"))
     return tmp_path / "sink"
+
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture(scope="module")
+def cleaning_kafka() -> Iterator[BrokerProcess]:
+    """An Apache Kafka broker of the module's own whose log cleaner wakes every 100 ms instead
+    of every 15 s when it found nothing to clean, and whose retention check runs every 200 ms
+    (the broker's own deletions and compaction, in seconds)."""
+    broker = start_kafka(
+        properties={"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "200"}
+    )
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+def topic_with(
+    broker: BrokerProcess | KafkaCluster,
+    name: str,
+    configs: dict[str, str],
+    replicas: list[int] | None = None,
+) -> KafkaTopic:
+    """A one-partition topic created with ``configs`` (on the nodes ``replicas``, the first
+    its preferred leader), and its planning queue."""
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        if replicas is None:
+            new = NewTopic(name, 1, 1, topic_configs=configs)
+        else:
+            new = NewTopic(name, -1, -1, {0: replicas}, topic_configs=configs)
+        admin.create_topics([new])
+    finally:
+        admin.close()
+    return open_topic(broker, name, partitions=1)
+
+
+def send_at(topic: KafkaTopic, messages: list[tuple[bytes, bytes | None]], at_ms: int) -> None:
+    """Send (key, value) pairs with the create time ``at_ms``: the broker rolls segments and
+    applies retention by these timestamps, so the test decides which segment goes."""
+    send = topic.producer.send
+    sent = [send(topic.name, value=v, key=k, timestamp_ms=at_ms) for k, v in messages]
+    topic.producer.flush(10)
+    for future in sent:
+        future.get(10)
+
+
+def readable_offsets(topic: KafkaTopic, end: int) -> list[int]:
+    """The offsets below ``end`` that hold a record now."""
+    kwargs = {"bootstrap_servers": topic.broker.bootstrap}
+    found = read_range_records(kwargs, topic.name, [OffsetRange(0, 0, end)], 30)
+    return [r.offset for _, records in found for r in records]
+
+
+#: Offsets 0-17 of :func:`compacted_topic` that hold a record once its cleaner has run.
+COMPACTED_SURVIVORS = [12, 13, 14, 16, 17]
+
+
+def compacted_topic(broker: BrokerProcess, name: str) -> KafkaTopic:
+    """A one-partition topic with cleanup.policy compact on ``broker`` (``cleaning_kafka``),
+    compacted: keys a-d written four times each (offsets 0-15, create time an hour old, then
+    a tombstone of key d at 16); the record of key e at 17, with the current time, rolls the
+    log, and the cleaner compacts offsets 0-16: each key keeps its last record and d its
+    tombstone (:data:`COMPACTED_SURVIVORS`)."""
+    configs = {
+        "cleanup.policy": "compact",
+        "segment.ms": "60000",
+        "min.cleanable.dirty.ratio": "0.01",
+    }
+    topic = topic_with(broker, name, configs)
+    now = int(time.time() * 1000)
+    rounds = [(key, reading(10 * n + i)) for n in range(4) for i, key in enumerate(b"abcd")]
+    send_at(topic, [(bytes([k]), v) for k, v in rounds], now - HOUR_MS)
+    send_at(topic, [(b"d", None)], now - HOUR_MS)
+    send_at(topic, [(b"e", reading(99))], now)
+    wait_until(
+        lambda: readable_offsets(topic, 18) == COMPACTED_SURVIVORS,
+        timeout=30,
+        message="the log cleaner to compact offsets 0-16",
+    )
+    return topic

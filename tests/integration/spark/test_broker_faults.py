@@ -2,85 +2,45 @@
 Spark: its own retention deleting segments, its log cleaner compacting a topic, and an
 unclean leader election truncating a partition's log on the three-node cluster.
 
-The retention and compaction tests run on a broker of this module's own: its log cleaner
-wakes every 100 ms instead of every 15 s when it found nothing to clean, and its retention
-check runs every 200 ms. The truncation test uses the session's cluster (``kafka_cluster``).
+The retention and compaction tests run on a broker of this module's own (``cleaning_kafka``,
+tests/integration/spark/conftest.py): its log cleaner wakes every 100 ms instead of every 15 s
+when it found nothing to clean, and its retention check runs every 200 ms. The truncation
+test uses the session's cluster (``kafka_cluster``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
-from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.errors import KafkaError
 
 from sluice.audit import audit
 from sluice.batch import BatchSpec, OffsetRange, plan_batch
-from sluice.brokers import BrokerProcess, KafkaCluster, start_kafka
+from sluice.brokers import BrokerProcess, KafkaCluster
 from sluice.errors import DataLossError
 from sluice.kafka import KafkaMessageQueue
-from sluice.kafka.ranges import log_bounds, read_range_records
+from sluice.kafka.ranges import log_bounds
 from sluice.spark import ingest
 from sluice.spark.kafka_source import READERS
 from sluice.testing import wait_until
 
-from .conftest import SCHEMA, KafkaTopic, dataset_rows, open_topic, quarantine_rows, reading
+from .conftest import (
+    HOUR_MS,
+    SCHEMA,
+    KafkaTopic,
+    compacted_topic,
+    dataset_rows,
+    quarantine_rows,
+    reading,
+    send_at,
+    topic_with,
+)
 from .crashes import with_reader
-
-HOUR_MS = 3_600_000
-
-
-@pytest.fixture(scope="module")
-def cleaning_kafka() -> Iterator[BrokerProcess]:
-    broker = start_kafka(
-        properties={"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "200"}
-    )
-    try:
-        yield broker
-    finally:
-        broker.close()
-
-
-def topic_with(
-    broker: BrokerProcess | KafkaCluster,
-    name: str,
-    configs: dict[str, str],
-    replicas: list[int] | None = None,
-) -> KafkaTopic:
-    """A one-partition topic created with ``configs`` (on the nodes ``replicas``, the first
-    its preferred leader), and its planning queue."""
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        if replicas is None:
-            new = NewTopic(name, 1, 1, topic_configs=configs)
-        else:
-            new = NewTopic(name, -1, -1, {0: replicas}, topic_configs=configs)
-        admin.create_topics([new])
-    finally:
-        admin.close()
-    return open_topic(broker, name, partitions=1)
-
-
-def send_at(topic: KafkaTopic, messages: list[tuple[bytes, bytes | None]], at_ms: int) -> None:
-    """Send (key, value) pairs with the create time ``at_ms``: the broker rolls segments and
-    applies retention by these timestamps, so the test decides which segment goes."""
-    send = topic.producer.send
-    sent = [send(topic.name, value=v, key=k, timestamp_ms=at_ms) for k, v in messages]
-    topic.producer.flush(10)
-    for future in sent:
-        future.get(10)
-
-
-def readable_offsets(topic: KafkaTopic, end: int) -> list[int]:
-    """The offsets below ``end`` that hold a record now."""
-    kwargs = {"bootstrap_servers": topic.broker.bootstrap}
-    found = read_range_records(kwargs, topic.name, [OffsetRange(0, 0, end)], 30)
-    return [r.offset for _, records in found for r in records]
 
 
 def test_segments_deleted_by_retention_fail_the_ingest_unless_the_loss_is_accepted(
@@ -139,30 +99,12 @@ def test_segments_deleted_by_retention_fail_the_ingest_unless_the_loss_is_accept
 def test_offsets_removed_by_compaction_are_gaps_not_loss(
     spark: Any, cleaning_kafka: BrokerProcess, unique_name: str, reader: str, tmp_path: Path
 ) -> None:
-    """Keys a-d written four times each (offsets 0-15, create time an hour old, then a
-    tombstone of key d at 16); the record of key e at 17, with the current time, rolls the
-    log, and the cleaner compacts offsets 0-16: each key keeps its last record and d its
-    tombstone. The batch of offsets 0-17 reads the survivors, quarantines the tombstone
-    (no value) and commits 18, and the audit finds nothing lost or missing."""
-    configs = {
-        "cleanup.policy": "compact",
-        "segment.ms": "60000",
-        "min.cleanable.dirty.ratio": "0.01",
-    }
-    topic = topic_with(cleaning_kafka, unique_name, configs)
+    """The batch of offsets 0-17 of a compacted topic (:func:`compacted_topic`) reads the
+    survivors, quarantines the tombstone (no value) and commits 18, and the audit finds
+    nothing lost or missing."""
+    topic = compacted_topic(cleaning_kafka, unique_name)
     source = with_reader(topic.source, reader)
     try:
-        now = int(time.time() * 1000)
-        rounds = [(key, reading(10 * n + i)) for n in range(4) for i, key in enumerate(b"abcd")]
-        send_at(topic, [(bytes([k]), v) for k, v in rounds], now - HOUR_MS)
-        send_at(topic, [(b"d", None)], now - HOUR_MS)
-        send_at(topic, [(b"e", reading(99))], now)
-        survivors = [12, 13, 14, 16, 17]
-        wait_until(
-            lambda: readable_offsets(topic, 18) == survivors,
-            timeout=30,
-            message="the log cleaner to compact offsets 0-16",
-        )
         spec = topic.plan()
         assert [(r.start, r.end) for r in spec.ranges] == [(0, 18)]
 

@@ -1,7 +1,7 @@
 """The readers' contract (issue 39): one BatchSpec given to every reader (``options.reader``:
 kafka-python, confluent, spark) gives the same rows and the same quarantine. On Apache Kafka:
 committed, aborted and open transactions, tombstones, headers, keys and no key, messages at
-the size bound and above it."""
+the size bound and above it; and a compacted topic whose cleaner has removed offsets."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from kafka import KafkaProducer
 
 from sluice.batch import plan_batch
+from sluice.brokers import BrokerProcess
 from sluice.errors import DataLossError
 from sluice.spark import ingest
 from sluice.spark.failpoints import armed
@@ -21,7 +22,14 @@ from sluice.spark.kafka_source import READERS, SPARK_READER
 from sluice.testing.plugin import Broker
 from sluice.testing.topics import create_kafka_topic
 
-from .conftest import SCHEMA, dataset_rows, open_topic, quarantine_rows, reading
+from .conftest import (
+    SCHEMA,
+    compacted_topic,
+    dataset_rows,
+    open_topic,
+    quarantine_rows,
+    reading,
+)
 from .crashes import with_reader
 
 ALL_READERS = (*READERS, SPARK_READER)
@@ -118,6 +126,36 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
         {"key": "e", "value": b""},
     ]
     assert first[4]["device"] == "big", "a value at the size bound is a row"
+    for reader in ALL_READERS[1:]:
+        assert found[reader] == found[READERS[0]], f"{reader} differs from {READERS[0]}"
+
+
+def test_a_compacted_topic_gives_the_same_rows_and_quarantine_on_every_reader(
+    spark: Any, cleaning_kafka: BrokerProcess, unique_name: str, tmp_path: Path
+) -> None:
+    """Offsets 0-17 of a topic whose log cleaner has removed all but 12, 13, 14, 16 (key d's
+    tombstone) and 17: every reader steps over the gaps, writes the same four rows,
+    quarantines the tombstone, and commits 18 without a loss."""
+    topic = compacted_topic(cleaning_kafka, unique_name)
+    try:
+        spec = topic.plan()
+        assert [(r.start, r.end) for r in spec.ranges] == [(0, 18)]
+        found = {}
+        for reader in ALL_READERS:
+            own = dataclasses.replace(spec, group_id=f"{unique_name}-{reader}")
+            source = with_reader(topic.source, reader)
+            result = ingest(spark, own, tmp_path / reader, source=source, schema=SCHEMA)
+            assert result.committed and result.commits == {0: 18}, reader
+            assert result.lost == [], f"{reader}: a compaction gap is not a loss"
+            found[reader] = (rows_of(tmp_path / reader), result.written, result.quarantined)
+    finally:
+        topic.queue.close(None)
+        topic.producer.close()
+
+    (rows, bad), written, quarantined = found[READERS[0]]
+    assert [r["offset"] for r in rows] == [12, 13, 14, 17]
+    assert [(r["offset"], r["reason"]) for r in bad] == [(16, "tombstone: the record has no value")]
+    assert (written, quarantined) == (4, 1)
     for reader in ALL_READERS[1:]:
         assert found[reader] == found[READERS[0]], f"{reader} differs from {READERS[0]}"
 

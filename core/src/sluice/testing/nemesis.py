@@ -58,6 +58,7 @@ from ..brokers import (
     start_noida,
 )
 from ..cursor import BatchCursor
+from ..kafka.config import DEFAULT_READER
 from ..sensing import next_emission
 from .waiting import wait_until
 
@@ -254,11 +255,16 @@ class Scenario:
     store: Store = "local"  # or "s3": the sink on the real S3 server, through the fault proxy
     #: Kafka: noida-db, one Apache Kafka node, or the three-node Apache Kafka cluster
     broker: KafkaBroker = "noida"
+    #: Kafka: the range reader (``options.reader``): "auto", "kafka-python", "confluent", or
+    #: "spark" (Spark's own Kafka source; the session needs it on its class path)
+    reader: str = DEFAULT_READER
 
     @property
     def replay(self) -> str:
         """The command that plays this scenario again."""
         broker = f" --broker {self.broker}" if self.transport == "kafka" else ""
+        if self.transport == "kafka" and self.reader != DEFAULT_READER:
+            broker += f" --reader {self.reader}"
         only = f" --only {','.join(self.only)}" if self.only else ""
         return (
             f"bench/nemesis.py --transport {self.transport} --sink {self.sink} "
@@ -269,6 +275,8 @@ class Scenario:
         fmt = "" if self.value_format == "json" else f" {self.value_format}"
         store = "" if self.store == "local" else f" on {self.store}"
         broker = f" ({self.broker})" if self.transport == "kafka" else ""
+        if self.transport == "kafka" and self.reader != DEFAULT_READER:
+            broker = f" ({self.broker}, reader {self.reader})"
         return f"{self.transport}{broker}/{self.sink}{fmt}{store} seed {self.seed}"
 
 
@@ -885,6 +893,7 @@ class _KafkaWorld(_World):
             "connection.uri": self.bootstrap,
             "options.request_timeout": REQUEST_TIMEOUT_MS,
             "options.retry_timeout": 1000,
+            "options.reader": self.scenario.reader,
         }
 
     def publish(self, count: int, chooser: random.Random) -> None:
