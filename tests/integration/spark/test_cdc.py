@@ -183,6 +183,33 @@ def test_a_change_older_than_the_tables_row_is_ignored_and_counted(
     }
 
 
+def test_a_change_older_than_a_delete_does_not_create_the_row_again(
+    spark: Any, topic: KafkaTopic, target: Target
+) -> None:
+    """The deleted key has no row to compare with: the delete's marker (in the stream's
+    state, committed with the batch) makes the late change stale."""
+    source = SourceTable()
+    sink = target.sink
+    created = source.upsert(1, name="one")  # lsn 1008
+    old = source.upsert(1, name="late")  # lsn 1016, arrives after the delete
+    send(topic, created + source.upsert(2, name="two") + source.delete(1))  # delete: lsn 1032
+    first = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    assert first.changes["deleted"] == 0  # created and deleted within the batch
+    maintain_days_later(sink, "")  # compaction and expiry keep the marker
+    send(topic, old + source.upsert(3, name="three"))
+    late = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+
+    assert late.changes["stale"] == 1 and late.changes["upserted"] == 1
+    assert current(target) == {2: {"id": 2, "name": "two"}, 3: {"id": 3, "name": "three"}}
+    report = audit(sink, topic.source)  # the audit keeps the markers as the sink does
+    assert report.ok, report.lines()
+
+    send(topic, source.upsert(1, name="again"))  # newer than the delete: created again
+    again = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    assert again.changes["stale"] == 0 and again.changes["upserted"] == 1
+    assert current(target)[1] == {"id": 1, "name": "again"}
+
+
 def test_a_replay_of_the_same_changes_leaves_the_same_table(
     spark: Any, topic: KafkaTopic, target: Target
 ) -> None:

@@ -780,19 +780,20 @@ class DeltaSink:
             sync_file(path)
         return run.changes
 
-    def _plan(self, table: DeltaTable, changes: Reduced) -> Plan:
-        """:func:`.upsert.plan` against the table's rows of the changes' keys."""
+    def _plan(self, table: DeltaTable, changes: Reduced, deleted: dict[str, int]) -> Plan:
+        """:func:`.upsert.plan` against the table's rows of the changes' keys and the
+        stream's delete markers ``deleted``."""
         keys = changes.key_columns
         if not changes.changes or not keys:
-            return plan(changes, {})
+            return plan(changes, {}, deleted)
         first = [key[0] for key in changes.changes]
         dataset = table.to_pyarrow_dataset()
         if POSITION_COLUMN not in dataset.schema.names:
-            return plan(changes, {})
+            return plan(changes, {}, deleted)
         found = dataset.to_table(
             columns=[*keys, POSITION_COLUMN], filter=pc.field(keys[0]).isin(first)
         )
-        return plan(changes, positions_of(found, keys))
+        return plan(changes, positions_of(found, keys), deleted)
 
     def discard(self, staging: Staging) -> None:
         """Delete the run's files, but only if its commit is known not to have happened
@@ -849,10 +850,11 @@ class DeltaSink:
             if pending and pending.get("run") == run.name:
                 break  # an earlier attempt's commit happened (its answer was lost)
             self._finish(slug, version, pending)
-            if changes is not None:
-                applying = self._plan(table, changes)
-                record.counts.update(applying.counts)
             state = StreamState.from_json(data["state"]) if data else StreamState()
+            if changes is not None:
+                applying = self._plan(table, changes, state.cdc_deleted)
+                record.counts.update(applying.counts)
+                record.cdc_markers = applying.markers
             check_publishable(state, record)
             state.fold(record)
             version += 1

@@ -866,16 +866,17 @@ class IcebergSink:
         from pyiceberg.exceptions import CommitFailedException
 
         table = self._load(self.target.table) or self._ensure(self.target.table, _BASE_SCHEMA)
-        plan = None
-        if changes is not None:
-            self._check_kind(table)
-            plan = plan_iceberg(table, changes)
-            record.counts.update(plan.counts)
         stream = record.stream
         try:
             state = self._state(table, stream)
         except FileNotFoundError:  # a newer commit replaced it: this table is stale
             raise CommitFailedException("the stream state was replaced") from None
+        plan = None
+        if changes is not None:
+            self._check_kind(table)
+            plan = plan_iceberg(table, changes, state.cdc_deleted)
+            record.counts.update(plan.counts)
+            record.cdc_markers = plan.markers
         check_publishable(state, record)
         state.fold(record)
         text = json.dumps(state.to_json(), sort_keys=True)

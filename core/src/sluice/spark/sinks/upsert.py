@@ -8,11 +8,18 @@ their reason. The publish then applies the changes in the batch's one commit: th
 by copy-on-write (:func:`apply_iceberg`), the Delta sink by a merge. A change whose source
 position is older than the position of the row the table holds is ignored, and counted
 (``stale``).
+
+A deleted key leaves no row to compare with, so an applied delete that carries a source
+position leaves a *delete marker* (key -> the delete's position) in the stream's state, which
+the sinks commit with the batch (``BatchRecord.cdc_markers`` folded into
+``StreamState.cdc_deleted``): readers of the table never see it, and a later change older
+than the marker is stale too. A change that creates the key again drops its marker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -32,6 +39,7 @@ __all__ = [
     "UpsertSink",
     "apply_iceberg",
     "conform",
+    "marker_key",
     "plan",
     "plan_iceberg",
     "positions_of",
@@ -140,10 +148,24 @@ def positions_of(found: pa.Table, key_columns: list[str]) -> dict[tuple[Any, ...
     return {tuple(k): p for *k, p in zip(*columns, positions, strict=True)}
 
 
-def stale(change: Change, current: dict[tuple[Any, ...], int | None]) -> bool:
-    """Whether ``change`` is older than the row the table holds for its key."""
+def marker_key(key: tuple[Any, ...]) -> str:
+    """A key as the stream state's delete markers hold it (JSON, for the state's JSON)."""
+    return json.dumps(list(key), default=str, separators=(",", ":"))
+
+
+def stale(
+    change: Change,
+    current: dict[tuple[Any, ...], int | None],
+    deleted: Mapping[str, int] | None = None,
+) -> bool:
+    """Whether ``change`` is older than the row the table holds for its key, or than the
+    delete marker ``deleted`` holds for it (a key deleted at that position)."""
+    if change.position is None:
+        return False
     held = current.get(change.key)
-    return change.position is not None and held is not None and change.position < held
+    if held is None and deleted:
+        held = deleted.get(marker_key(change.key))
+    return held is not None and change.position < held
 
 
 @dataclass
@@ -154,27 +176,43 @@ class Plan:
     applied: list[Change]  # not stale
     held: list[Change]  # of those, the ones whose key has a row in the table
     counts: dict[str, int]
+    # the delete markers the applied changes set (key -> position) or drop (None)
+    markers: dict[str, int | None]
 
 
-def plan_iceberg(table: Table, reduced: Reduced) -> Plan:
+def plan_iceberg(table: Table, reduced: Reduced, deleted: Mapping[str, int]) -> Plan:
     """:func:`plan` against an Iceberg table."""
     changes = list(reduced.changes.values())
-    return plan(reduced, _current_positions(table, reduced.keys(changes), reduced.key_columns))
+    current = _current_positions(table, reduced.keys(changes), reduced.key_columns)
+    return plan(reduced, current, deleted)
 
 
-def plan(reduced: Reduced, current: dict[tuple[Any, ...], int | None]) -> Plan:
+def plan(
+    reduced: Reduced,
+    current: dict[tuple[Any, ...], int | None],
+    deleted: Mapping[str, int] | None = None,
+) -> Plan:
     """Which of ``reduced``'s changes apply to a table whose rows' positions by key are
-    ``current`` (a change older than the row of its key is stale), and the counts: upserted,
-    deleted, stale."""
+    ``current`` and whose stream's delete markers are ``deleted`` (a change older than the
+    row of its key, or than its key's delete, is stale), the counts (upserted, deleted,
+    stale) and the markers the applied changes set or drop."""
+    deleted = deleted or {}
     changes = list(reduced.changes.values())
-    applied = [c for c in changes if not stale(c, current)]
+    applied = [c for c in changes if not stale(c, current, deleted)]
     held = [c for c in applied if c.key in current]
     counts = {
         "upserted": sum(1 for c in applied if not c.deleted),
         "deleted": sum(1 for c in held if c.deleted),
         "stale": len(changes) - len(applied),
     }
-    return Plan(reduced, applied, held, counts)
+    markers: dict[str, int | None] = {}
+    for change in applied:
+        key = marker_key(change.key)
+        if change.deleted and change.position is not None:
+            markers[key] = change.position
+        elif key in deleted:
+            markers[key] = None
+    return Plan(reduced, applied, held, counts, markers)
 
 
 def apply_iceberg(transaction: Transaction, plan: Plan, summary: dict[str, str]) -> None:
