@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from sluice.cdc import POSITION_COLUMN, EnvelopeError, parse_change, reduce_messages
+from sluice.cdc import (
+    JSON_ENVELOPES,
+    POSITION_COLUMN,
+    EnvelopeError,
+    parse_change,
+    reduce_messages,
+)
 from sluice.spark.sinks.base import fold_markers
 from sluice.spark.sinks.upsert import plan
 
@@ -215,3 +222,23 @@ def test_a_delete_leaves_a_marker_that_makes_older_changes_stale_until_the_key_r
     # a change without a position cannot be compared: it applies
     unplaced = envelope("c", after={"id": 1, "v": "x"})
     assert plan(reduce_messages(messages(({"id": 1}, unplaced))), {}, {"[1]": 20}).applied
+
+
+@pytest.mark.parametrize(
+    ("formats", "options", "named"),
+    [
+        (("protobuf", "bytes"), {}, "value_format='protobuf'"),
+        (("json", "json"), {}, "key_format='json'"),
+        (("json", "bytes"), {"value_schema": "x.avsc"}, "takes no value_schema"),
+        (("json", "bytes"), {"schema_registry": "http://127.0.0.1:1"}, "nor a schema_registry"),
+    ],
+)
+def test_envelopes_are_read_as_json_or_avro_and_anything_else_is_refused(
+    formats: tuple[str, str], options: dict[str, Any], named: str
+) -> None:
+    from sluice.queues import ConfigError
+    from sluice.spark.ingest import envelope_decoders
+
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        envelope_decoders("t", *formats, **options)
+    assert envelope_decoders("t", "json", "bytes") == JSON_ENVELOPES

@@ -81,7 +81,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...cdc import POSITION_COLUMN, Reduced
+from ...cdc import JSON_ENVELOPES, POSITION_COLUMN, Decoders, Reduced
 from ...errors import StreamStateError
 from ...queues.config import ConfigError
 from ..durable import sync_directory, sync_file
@@ -351,12 +351,16 @@ class DeltaSink:
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
         self.upserting = False  # write_mode="upsert": batches applied as changes by key
         self.key_columns: list[str] | None = None
+        self.decoders = JSON_ENVELOPES  # how the envelopes are read
 
-    def upsert(self, key_columns: Sequence[str] | None) -> None:
+    def upsert(
+        self, key_columns: Sequence[str] | None, decoders: Decoders = JSON_ENVELOPES
+    ) -> None:
         """Apply every batch as changes to a current-state table (:mod:`.upsert`), merged
         in the batch's one commit; the key columns are kept in ``_sluice/cdc.json``."""
         self.upserting = True
         self.key_columns = list(key_columns) if key_columns is not None else None
+        self.decoders = decoders
 
     def current_key_columns(self) -> list[str] | None:
         """A current-state table's key columns (None: the table appends messages)."""
@@ -772,7 +776,7 @@ class DeltaSink:
             run.changes = Reduced(list(self.key_columns or []))
             return run.changes
         messages = pa.concat_tables([pq.read_table(f) for f in files])
-        run.changes, bad = reduce_rows(messages, self.key_columns)
+        run.changes, bad = reduce_rows(messages, self.key_columns, self.decoders)
         if bad.num_rows and run.quarantine is not None:
             run.quarantine.mkdir(parents=True, exist_ok=True)
             path = run.quarantine / "cdc-malformed.parquet"

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from ...cdc import POSITION_COLUMN, Change, Reduced, reduce_messages
+from ...cdc import JSON_ENVELOPES, POSITION_COLUMN, Change, Decoders, Reduced, reduce_messages
 from ...queues.config import ConfigError
 from .base import Staging
 
@@ -62,15 +62,20 @@ _REASON = "reason"
 class UpsertSink(Protocol):
     """A sink that keeps a current-state table."""
 
-    def upsert(self, key_columns: Sequence[str] | None) -> None:
-        """Apply every batch as changes by key (None: the message keys' fields)."""
+    def upsert(
+        self, key_columns: Sequence[str] | None, decoders: Decoders = JSON_ENVELOPES
+    ) -> None:
+        """Apply every batch as changes by key (None: the message keys' fields), its
+        envelopes read by ``decoders``."""
 
     def reduce_staged(self, staging: Staging) -> Reduced:
         """Reduce the staged messages to the last change per key and add the malformed ones
         to the staged quarantine (kept for :meth:`publish`)."""
 
 
-def upsert_sink(sink: object, key_columns: Sequence[str] | None) -> UpsertSink:
+def upsert_sink(
+    sink: object, key_columns: Sequence[str] | None, decoders: Decoders = JSON_ENVELOPES
+) -> UpsertSink:
     """``sink`` set to apply changes, or a :class:`ConfigError` naming the sinks that can."""
     if not isinstance(sink, UpsertSink):
         where = getattr(sink, "location", sink)
@@ -86,13 +91,15 @@ def upsert_sink(sink: object, key_columns: Sequence[str] | None) -> UpsertSink:
             f"key_columns must be a list of column names, e.g. ['id'], not {key_columns!r} "
             "(or None: the message keys' fields)"
         )
-    sink.upsert(list(key_columns) if key_columns is not None else None)
+    sink.upsert(list(key_columns) if key_columns is not None else None, decoders)
     return sink
 
 
-def reduce_rows(messages: pa.Table, key_columns: Sequence[str] | None) -> tuple[Reduced, pa.Table]:
+def reduce_rows(
+    messages: pa.Table, key_columns: Sequence[str] | None, decoders: Decoders
+) -> tuple[Reduced, pa.Table]:
     """(the staged ``messages`` reduced, the quarantine rows of the malformed ones)."""
-    reduced = reduce_messages(messages, key_columns)
+    reduced = reduce_messages(messages, key_columns, decoders)
     return reduced, quarantine_rows(messages, reduced.malformed)
 
 
