@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from sluice.cdc import POSITION_COLUMN, EnvelopeError, parse_change, reduce_messages
+from sluice.cdc import (
+    JSON_ENVELOPES,
+    POSITION_COLUMN,
+    EnvelopeError,
+    parse_change,
+    reduce_messages,
+)
+from sluice.spark.sinks.base import fold_markers
+from sluice.spark.sinks.upsert import plan
 
 
 def envelope(op: str, before: Any = None, after: Any = None, source: Any = None) -> dict:
@@ -192,3 +201,44 @@ def test_rows_have_every_column_any_row_has() -> None:
         {"id": 1, POSITION_COLUMN: None, "tier": None},
         {"id": 2, POSITION_COLUMN: None, "tier": "gold"},
     ]
+
+
+def test_a_delete_leaves_a_marker_that_makes_older_changes_stale_until_the_key_returns() -> None:
+    def at(op: str, position: int, v: str | None = None) -> dict:
+        row = {"id": 1, "v": v}
+        return envelope(op, before=row, after=None if op == "d" else row, source={"lsn": position})
+
+    deleted = plan(reduce_messages(messages(({"id": 1}, at("d", 20)))), {})
+    assert deleted.markers == {"[1]": 20}  # no row held: still marked
+    markers: dict[str, int] = {}
+    fold_markers(markers, deleted.markers)
+
+    late = plan(reduce_messages(messages(({"id": 1}, at("u", 10, "late")))), {}, markers)
+    assert late.applied == [] and late.counts["stale"] == 1 and late.markers == {}
+    again = plan(reduce_messages(messages(({"id": 1}, at("c", 30, "again")))), {}, markers)
+    assert again.counts["upserted"] == 1 and again.markers == {"[1]": None}
+    fold_markers(markers, again.markers)
+    assert markers == {}
+    # a change without a position cannot be compared: it applies
+    unplaced = envelope("c", after={"id": 1, "v": "x"})
+    assert plan(reduce_messages(messages(({"id": 1}, unplaced))), {}, {"[1]": 20}).applied
+
+
+@pytest.mark.parametrize(
+    ("formats", "options", "named"),
+    [
+        (("protobuf", "bytes"), {}, "value_format='protobuf'"),
+        (("json", "json"), {}, "key_format='json'"),
+        (("json", "bytes"), {"value_schema": "x.avsc"}, "takes no value_schema"),
+        (("json", "bytes"), {"schema_registry": "http://127.0.0.1:1"}, "nor a schema_registry"),
+    ],
+)
+def test_envelopes_are_read_as_json_or_avro_and_anything_else_is_refused(
+    formats: tuple[str, str], options: dict[str, Any], named: str
+) -> None:
+    from sluice.queues import ConfigError
+    from sluice.spark.ingest import envelope_decoders
+
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        envelope_decoders("t", *formats, **options)
+    assert envelope_decoders("t", "json", "bytes") == JSON_ENVELOPES

@@ -255,9 +255,11 @@ def _audit_current_state(
     from .kafka.ranges import read_range_records
     from .spark.ingest import source_config
     from .spark.kafka_source import reader_kwargs
-    from .spark.sinks.upsert import stale
+    from .spark.sinks.base import fold_markers
+    from .spark.sinks.upsert import plan
 
     expected: dict[tuple[Any, ...], Change] = {}
+    markers: dict[Any, dict[str, int]] = {}  # each stream's delete markers, as the sink's
     for record in records:
         if record.stream.kind != "kafka" or not record.ranges:
             continue
@@ -277,13 +279,14 @@ def _audit_current_state(
                 columns["offset"].append(message.offset)
         reduced = reduce_messages(pa.table(columns), key_columns)
         positions = {k: c.position for k, c in expected.items()}
-        for change in reduced.changes.values():
-            if stale(change, positions):
-                continue
+        deleted = markers.setdefault(record.stream, {})
+        applying = plan(reduced, positions, deleted)
+        for change in applying.applied:
             if change.deleted:
                 expected.pop(change.key, None)
             else:
                 expected[change.key] = change
+        fold_markers(deleted, applying.markers)
     table = sink.current_rows()
     audit = CurrentStateAudit(key_columns, keys=len(expected), rows=table.num_rows)
     seen = set()

@@ -1,12 +1,14 @@
 """Change data capture: Debezium envelopes read and a batch of them reduced to one change per
-key (``ingest(..., cdc=True)``; the sinks apply the result, docs/guides/cdc.md).
+key (``ingest(..., write_mode="upsert")``; the sinks apply the result, docs/guides/cdc.md).
 
-A message's value is a Debezium JSON envelope, with or without the ``schema``/``payload``
-wrapper: ``op`` (``c`` create, ``u`` update, ``d`` delete, ``r`` snapshot read), ``before``,
-``after`` and ``source``. A null value is a tombstone (Debezium sends one after a delete, for
-log compaction): there is nothing to apply beyond the delete before it, so it is counted, not
-an error. The row's key is the message key's fields (Debezium's key is ``{"id": 1}``, wrapped
-or not) unless ``key_columns`` names columns of ``after`` (``before`` for a delete).
+A message's value is a Debezium envelope, JSON (with or without the ``schema``/``payload``
+wrapper) or, with :class:`Decoders`, anything they decode to the same fields (Avro from a
+schema registry): ``op`` (``c`` create, ``u`` update, ``d`` delete, ``r`` snapshot read),
+``before``, ``after`` and ``source``. A null value is a tombstone (Debezium sends one after a
+delete, for log compaction): there is nothing to apply beyond the delete before it, so it is
+counted, not an error. The row's key is the message key's fields (Debezium's key is
+``{"id": 1}``, wrapped or not) unless ``key_columns`` names columns of ``after`` (``before``
+for a delete).
 
 Within a batch the last change per key wins, in (partition, offset) order: Debezium sends
 every change of one key to one partition. Where the envelope's ``source`` has a position
@@ -20,16 +22,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 __all__ = [
+    "JSON_ENVELOPES",
     "OPS",
     "POSITION_COLUMN",
     "Change",
+    "Decoders",
     "EnvelopeError",
     "Reduced",
     "parse_change",
@@ -49,6 +53,22 @@ class EnvelopeError(ValueError):
 
 
 @dataclass(frozen=True)
+class Decoders:
+    """How a message's value and key become documents: None is JSON; else a function of the
+    bytes (e.g. :meth:`sluice.formats.plan.PayloadDecoder.decode_one`, Avro from a schema
+    registry) that raises :class:`ValueError` naming what is wrong."""
+
+    value: Callable[[bytes], Any] | None = None
+    value_format: str = "JSON"  # as a message names it
+    key: Callable[[bytes], Any] | None = None
+    key_format: str = "JSON"
+
+
+#: Debezium's JsonConverter: values and keys JSON.
+JSON_ENVELOPES = Decoders()
+
+
+@dataclass(frozen=True)
 class Change:
     """One change of a row: ``row`` is the row after it (None: deleted)."""
 
@@ -58,6 +78,7 @@ class Change:
     position: int | None
     partition: int
     offset: int
+    key_names: tuple[str, ...] = ()  # the key columns' names
 
     @property
     def deleted(self) -> bool:
@@ -69,6 +90,15 @@ def _json(data: bytes | str, what: str) -> Any:
         return json.loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise EnvelopeError(f"the message {what} is not JSON ({exc})") from None
+
+
+def _document(data: bytes, what: str, decode: Callable[[bytes], Any] | None, fmt: str) -> Any:
+    if decode is None:
+        return _json(data, what)
+    try:
+        return decode(data)
+    except ValueError as exc:
+        raise EnvelopeError(f"the message {what} is not {fmt} ({exc})") from None
 
 
 def _unwrap(document: Any) -> Any:
@@ -97,7 +127,10 @@ def source_position(source: Any) -> int | None:
 
 
 def _key_of(
-    key: bytes | None, image: Mapping[str, Any], key_columns: Sequence[str] | None
+    key: bytes | None,
+    image: Mapping[str, Any],
+    key_columns: Sequence[str] | None,
+    decoders: Decoders,
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """(the key's values, the key as columns) of a change whose row image is ``image``."""
     if key_columns:
@@ -113,11 +146,11 @@ def _key_of(
             raise EnvelopeError(
                 "the message has no key: give key_columns naming the row's key columns"
             )
-        document = _unwrap(_json(key, "key"))
+        document = _unwrap(_document(key, "key", decoders.key, decoders.key_format))
         if not isinstance(document, dict) or not document:
             raise EnvelopeError(
-                "the message key is not a JSON object of key columns (Debezium's "
-                '{"id": 1}): give key_columns naming the row\'s key columns'
+                f"the message key is not a {decoders.key_format} object of key columns "
+                "(Debezium's {\"id\": 1}): give key_columns naming the row's key columns"
             )
         values = dict(document)
     if any(v is None for v in values.values()):
@@ -131,14 +164,17 @@ def parse_change(
     partition: int,
     offset: int,
     key_columns: Sequence[str] | None = None,
+    decoders: Decoders = JSON_ENVELOPES,
 ) -> Change | None:
     """The change a message carries; None for a tombstone (a null value). Raises
     :class:`EnvelopeError` naming what is wrong."""
     if value is None:
         return None
-    envelope = _unwrap(_json(value, "value"))
+    envelope = _unwrap(_document(value, "value", decoders.value, decoders.value_format))
     if not isinstance(envelope, dict):
-        raise EnvelopeError("the message value is not a JSON object (a Debezium envelope)")
+        raise EnvelopeError(
+            f"the message value is not a {decoders.value_format} object (a Debezium envelope)"
+        )
     op = envelope.get("op")
     if op not in OPS:
         raise EnvelopeError(
@@ -156,13 +192,13 @@ def parse_change(
                 "set REPLICA IDENTITY to at least the key, or leave key_columns out to "
                 "take the key from the message key"
             )
-        values, _ = _key_of(key, image, key_columns)
-        return Change(values, op, None, position, partition, offset)
+        values, columns = _key_of(key, image, key_columns, decoders)
+        return Change(values, op, None, position, partition, offset, tuple(columns))
     if not isinstance(after, dict):
         raise EnvelopeError(f"op {op!r} has no 'after' object (the row after the change)")
-    values, columns = _key_of(key, after, key_columns)
+    values, columns = _key_of(key, after, key_columns, decoders)
     row = {**after, **columns}
-    return Change(values, op, row, position, partition, offset)
+    return Change(values, op, row, position, partition, offset, tuple(columns))
 
 
 def reduce_changes(changes: Iterable[Change]) -> dict[tuple[Any, ...], Change]:
@@ -228,11 +264,15 @@ def _typed(rows: pa.Table, schema: pa.Schema | None) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def reduce_messages(messages: pa.Table, key_columns: Sequence[str] | None = None) -> Reduced:
+def reduce_messages(
+    messages: pa.Table,
+    key_columns: Sequence[str] | None = None,
+    decoders: Decoders = JSON_ENVELOPES,
+) -> Reduced:
     """The changes of ``messages`` (columns ``key``, ``value``, ``partition``, ``offset``)
     reduced to the last per key; a malformed message is set aside with its reason. The key
     columns are ``key_columns`` or the message keys' fields, which must be the same in every
-    message."""
+    message; ``decoders`` read the values and keys (JSON by default)."""
     reduced = Reduced(list(key_columns or []))
     changes = []
     keys, values = messages.column("key").to_pylist(), messages.column("value").to_pylist()
@@ -240,12 +280,12 @@ def reduce_messages(messages: pa.Table, key_columns: Sequence[str] | None = None
     offsets = messages.column("offset").to_pylist()
     for key, value, partition, offset in zip(keys, values, partitions, offsets, strict=True):
         try:
-            change = parse_change(value, key, partition, offset, key_columns)
+            change = parse_change(value, key, partition, offset, key_columns, decoders)
             if change is None:
                 reduced.tombstones += 1
                 continue
             if not key_columns:
-                names = _key_names(key)
+                names = list(change.key_names)
                 if not reduced.key_columns:
                     reduced.key_columns = names
                 elif names != reduced.key_columns:
@@ -259,8 +299,3 @@ def reduce_messages(messages: pa.Table, key_columns: Sequence[str] | None = None
         changes.append(change)
     reduced.changes = reduce_changes(changes)
     return reduced
-
-
-def _key_names(key: bytes | None) -> list[str]:
-    assert key is not None  # parse_change took the key from it
-    return list(_unwrap(json.loads(key)))

@@ -4,6 +4,7 @@ commit per batch that carries its offsets."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +184,33 @@ def test_a_change_older_than_the_tables_row_is_ignored_and_counted(
     }
 
 
+def test_a_change_older_than_a_delete_does_not_create_the_row_again(
+    spark: Any, topic: KafkaTopic, target: Target
+) -> None:
+    """The deleted key has no row to compare with: the delete's marker (in the stream's
+    state, committed with the batch) makes the late change stale."""
+    source = SourceTable()
+    sink = target.sink
+    created = source.upsert(1, name="one")  # lsn 1008
+    old = source.upsert(1, name="late")  # lsn 1016, arrives after the delete
+    send(topic, created + source.upsert(2, name="two") + source.delete(1))  # delete: lsn 1032
+    first = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    assert first.changes["deleted"] == 0  # created and deleted within the batch
+    maintain_days_later(sink, "")  # compaction and expiry keep the marker
+    send(topic, old + source.upsert(3, name="three"))
+    late = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+
+    assert late.changes["stale"] == 1 and late.changes["upserted"] == 1
+    assert current(target) == {2: {"id": 2, "name": "two"}, 3: {"id": 3, "name": "three"}}
+    report = audit(sink, topic.source)  # the audit keeps the markers as the sink does
+    assert report.ok, report.lines()
+
+    send(topic, source.upsert(1, name="again"))  # newer than the delete: created again
+    again = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    assert again.changes["stale"] == 0 and again.changes["upserted"] == 1
+    assert current(target)[1] == {"id": 1, "name": "again"}
+
+
 def test_a_replay_of_the_same_changes_leaves_the_same_table(
     spark: Any, topic: KafkaTopic, target: Target
 ) -> None:
@@ -313,3 +341,110 @@ def test_a_cdc_ingest_killed_at_each_failpoint_then_rerun_gives_the_state_of_no_
     ingest_again(spark, topic, target.other)
     key = lambda r: r["id"]  # noqa: E731
     assert sorted(target.rows(), key=key) == sorted(target.other_rows(), key=key)
+
+
+def _debezium_avro(value: dict[str, Any]) -> dict[str, Any]:
+    """The Avro schema of Debezium's envelope (its AvroConverter) for rows of ``value``."""
+    optional_long = ["null", "long"]
+    return {
+        "type": "record",
+        "name": "Envelope",
+        "namespace": "shop.inventory.customers",
+        "fields": [
+            {"name": "before", "type": ["null", value], "default": None},
+            {"name": "after", "type": ["null", "Value"], "default": None},
+            {
+                "name": "source",
+                "type": {
+                    "type": "record",
+                    "name": "Source",
+                    "namespace": "io.debezium.connector.postgresql",
+                    "fields": [
+                        {"name": "connector", "type": "string"},
+                        {"name": "lsn", "type": optional_long, "default": None},
+                    ],
+                },
+            },
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": optional_long, "default": None},
+        ],
+    }
+
+
+def test_debezium_envelopes_in_avro_from_a_registry_are_applied(
+    spark: Any, topic: KafkaTopic, sqlite_lake: Lake, schema_registry: Any
+) -> None:
+    """Debezium's AvroConverter: keys and envelopes framed with their registry ids, written
+    here by confluent-kafka's AvroSerializer; a later schema version adds a column."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    columns: list[dict[str, Any]] = [
+        {"name": "id", "type": "int"},
+        {"name": "name", "type": ["null", "string"], "default": None},
+    ]
+    value_v1 = {"type": "record", "name": "Value", "fields": columns}
+    tier = {"name": "tier", "type": ["null", "string"], "default": None}
+    value_v2 = {**value_v1, "fields": [*columns, tier]}
+    key_schema = {"type": "record", "name": "Key", "fields": [columns[0]]}
+    registry = SchemaRegistryClient({"url": schema_registry.url})
+    # (the stand-in registry checks compatibility on top-level fields only: it would refuse
+    # the record in 'before' gaining a field with a default, which BACKWARD allows)
+    registry.set_compatibility(f"{topic.name}-value", "NONE")
+    as_key = AvroSerializer(registry, json.dumps(key_schema))
+    v1 = AvroSerializer(registry, json.dumps(_debezium_avro(value_v1)))
+    v2 = AvroSerializer(registry, json.dumps(_debezium_avro(value_v2)))
+    keys = SerializationContext(topic.name, MessageField.KEY)
+    values = SerializationContext(topic.name, MessageField.VALUE)
+    lsn = iter(range(1008, 2000, 8))
+
+    def change(serializer: Any, op: str, before: Any, after: Any) -> Message:
+        row = after or before
+        envelope = {
+            "before": before,
+            "after": after,
+            "source": {"connector": "postgresql", "lsn": next(lsn)},
+            "op": op,
+            "ts_ms": 1_700_000_000_000,
+        }
+        return as_key({"id": row["id"]}, keys), serializer(envelope, values)
+
+    messages = [change(v1, "c", None, {"id": i, "name": f"c{i}"}) for i in range(1, 5)]
+    messages += [
+        change(v1, "u", {"id": 2, "name": "c2"}, {"id": 2, "name": "c2-renamed"}),
+        change(v1, "d", {"id": 3, "name": "c3"}, None),
+        (as_key({"id": 3}, keys), None),  # the delete's tombstone
+        change(
+            v2, "u", {"id": 4, "name": "c4", "tier": None}, {"id": 4, "name": "c4", "tier": "gold"}
+        ),
+        (as_key({"id": 5}, keys), b'{"op": "c"}'),  # JSON on an Avro topic
+    ]
+    send(topic, messages)
+    result = ingest(
+        spark,
+        topic.plan(),
+        sqlite_lake.sink("customers"),
+        source=topic.source,
+        write_mode="upsert",
+        value_format="avro",
+        key_format="avro",
+        schema_registry=schema_registry.url,
+    )
+
+    assert (result.written, result.quarantined) == (len(messages) - 1, 1)
+    assert result.changes == {
+        "changes": 4,
+        "tombstones": 1,
+        "upserted": 3,
+        "deleted": 0,
+        "stale": 0,
+    }
+    rows = {r["id"]: r for r in table_rows(sqlite_lake, "customers")}
+    assert {k: (r["name"], r["tier"], r[POSITION_COLUMN]) for k, r in rows.items()} == {
+        1: ("c1", None, 1008),
+        2: ("c2-renamed", None, 1040),
+        4: ("c4", "gold", 1056),
+    }
+    [bad] = table_rows(sqlite_lake, "customers__quarantine")
+    assert bad["reason"].startswith("cdc: the message value is not Avro (")

@@ -68,13 +68,13 @@ def test_hand_over_files_keep_row_groups_under_the_batch_byte_bound(
     ("sink", "options", "message"),
     [
         ("{tmp}/dataset", {}, "needs an Iceberg table .* or a Delta table .*only appends"),
-        ("iceberg://lake/ns.t", {"value_format": "avro"}, "reads Debezium JSON envelopes"),
+        ("iceberg://lake/ns.t", {"value_format": "protobuf"}, "envelopes in JSON .* or in Avro"),
         ("iceberg://lake/ns.t", {"schema": "id INT"}, "leave schema and payload_column out"),
         ("iceberg://lake/ns.t", {"key_columns": "id"}, "key_columns must be a list"),
         ("iceberg://lake/ns.t?partition_by=id", {}, "does not partition the table yet"),
         ("{tmp}/dataset", {"write_mode": "merge"}, "write_mode must be one of 'append', "),
     ],
-    ids=["parquet", "avro", "schema", "key-string", "partitioned", "unknown-mode"],
+    ids=["parquet", "protobuf", "schema", "key-string", "partitioned", "unknown-mode"],
 )
 def test_upsert_is_refused_where_it_cannot_be_done(
     tmp_path: Path, sink: str, options: dict[str, Any], message: str

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..batch import BatchSpec, OffsetRange
+from ..cdc import Decoders
 from ..errors import DataLossError
 from ..formats import ValueFormat
 from ..formats.plan import OnIncompatible
@@ -194,9 +195,20 @@ def ingest(
     sink_opened = open_sink(sink, partition_by)
     upsert = write_mode == "upsert"
     if upsert:
-        _check_upsert(spec, value_format, key_format, schema, payload_column)
-        upsert_sink(sink_opened, key_columns)
-        value_format, key_format = "bytes", "bytes"  # the envelopes are read after staging
+        _check_upsert(spec, schema, payload_column)
+        decoders = envelope_decoders(
+            spec.topic,
+            value_format,
+            key_format,
+            value_schema=value_schema,
+            key_schema=key_schema,
+            schema_registry=schema_registry,
+            on_incompatible=on_incompatible,
+        )
+        upsert_sink(sink_opened, key_columns, decoders)
+        # the envelopes are staged as they came and read after staging
+        value_format, key_format = "bytes", "bytes"
+        value_schema = key_schema = schema_registry = None
     elif key_columns is not None:
         raise ConfigError("key_columns is only for write_mode='upsert'; leave it out.")
     formats = plan_formats(
@@ -242,26 +254,75 @@ def ingest(
     return result
 
 
-def _check_upsert(
-    spec: BatchSpec, value_format: str, key_format: str, schema: Any, payload_column: str | None
-) -> None:
-    """write_mode="upsert" reads Debezium JSON envelopes from Kafka, and nothing else."""
+def _check_upsert(spec: BatchSpec, schema: Any, payload_column: str | None) -> None:
+    """write_mode="upsert" reads Debezium envelopes from Kafka, and nothing else."""
     if spec.kind != "kafka":
         raise ConfigError(
             "write_mode='upsert' reads change data capture topics on Kafka (Debezium); an "
             "MQTT batch is appended: leave write_mode at 'append'."
-        )
-    if value_format != "json" or key_format != "bytes":
-        raise ConfigError(
-            f"write_mode='upsert' reads Debezium JSON envelopes (value_format='json', the "
-            f"default, and keys as they are), not value_format={value_format!r} and "
-            f"key_format={key_format!r}: leave both out."
         )
     if schema is not None or payload_column is not None:
         raise ConfigError(
             "write_mode='upsert' takes the table's columns from the envelopes' 'after' rows: "
             "leave schema and payload_column out."
         )
+
+
+def envelope_decoders(
+    topic: str,
+    value_format: str,
+    key_format: str,
+    *,
+    value_schema: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    key_schema: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    schema_registry: RegistrySettings | str | Mapping[str, Any] | None = None,
+    on_incompatible: OnIncompatible = "quarantine",
+) -> Decoders:
+    """How write_mode="upsert" reads Debezium's envelopes and keys: JSON (value_format
+    'json', keys as they are: Debezium's JsonConverter), or Avro (value_format and key_format
+    'avro': its AvroConverter) from ``schema_registry`` or unframed with a schema file, as an
+    append ingest reads Avro. A registry's later schema versions with new columns are read:
+    the new columns join the table."""
+    from ..formats import canonical_format
+    from ..formats.plan import plan_payload
+
+    value_format = canonical_format(value_format)
+    key_format = canonical_format(key_format, "key_format")
+    if value_format not in ("json", "avro") or key_format not in ("bytes", "avro"):
+        raise ConfigError(
+            f"write_mode='upsert' reads Debezium envelopes in JSON (value_format='json', the "
+            f"default, keys as they are) or in Avro (value_format='avro', and key_format="
+            f"'avro' for Avro keys, with schema_registry), not value_format={value_format!r} "
+            f"and key_format={key_format!r}."
+        )
+    registry_unused = schema_registry is not None and "avro" not in (value_format, key_format)
+    if value_format == "json" and (value_schema is not None or registry_unused):
+        raise ConfigError(
+            "write_mode='upsert' with JSON envelopes takes no value_schema, nor a "
+            "schema_registry unless the keys are Avro: leave them out, or give "
+            "value_format='avro'."
+        )
+
+    def decoder(fmt: str, side: str, source: Any) -> Callable[[bytes], Any] | None:
+        if fmt != "avro":
+            return None
+        plan = plan_payload(
+            fmt,
+            side,
+            topic,
+            schema_source=source,
+            registry=schema_registry if source is None else None,
+            on_incompatible=on_incompatible,
+        )
+        plan.projected = True  # a later version's new column is the table's next column
+        return plan.decoder().decode_one
+
+    return Decoders(
+        decoder(value_format, "value", value_schema),
+        "Avro" if value_format == "avro" else "JSON",
+        decoder(key_format, "key", key_schema),
+        "Avro" if key_format == "avro" else "JSON",
+    )
 
 
 def _check_partition_columns(job: _Job) -> None:

@@ -94,6 +94,9 @@ class BatchRecord:
     planned_on: int | None = None  # how many batches the stream's state held when it was planned
     # what a payload format keeps per stream (Sparkplug B: the alias book), as of this batch
     format_state: dict[str, Any] = field(default_factory=dict)
+    # change data capture: the delete markers this batch sets (key -> the delete's source
+    # position) or drops (None), see sluice.spark.sinks.upsert
+    cdc_markers: dict[str, int | None] = field(default_factory=dict)
 
     @property
     def stream(self) -> StreamKey:
@@ -119,6 +122,7 @@ class BatchRecord:
             "run": self.run,
             "planned_on": self.planned_on,
             "format_state": self.format_state,
+            **({"cdc_markers": self.cdc_markers} if self.cdc_markers else {}),
         }
 
     @classmethod
@@ -142,7 +146,17 @@ class BatchRecord:
             run=data.get("run"),
             planned_on=data.get("planned_on"),
             format_state=dict(data.get("format_state") or {}),
+            cdc_markers=dict(data.get("cdc_markers") or {}),
         )
+
+
+def fold_markers(deleted: dict[str, int], markers: dict[str, int | None]) -> None:
+    """Set (a position) or drop (None) a stream's change data capture delete markers."""
+    for key, position in markers.items():
+        if position is None:
+            deleted.pop(key, None)
+        else:
+            deleted[key] = position
 
 
 def check_publishable(state: StreamState, record: BatchRecord) -> None:
@@ -187,6 +201,7 @@ class StreamState:
     # Kafka: a reset partition's old committed offset, stale until the group commits anew
     stale_commits: dict[int, int] = field(default_factory=dict)
     format_state: dict[str, Any] = field(default_factory=dict)  # see BatchRecord.format_state
+    cdc_deleted: dict[str, int] = field(default_factory=dict)  # see BatchRecord.cdc_markers
 
     @property
     def held(self) -> Coverage:
@@ -221,6 +236,7 @@ class StreamState:
         if record.broker_dropped is not None:
             self.broker_dropped = record.broker_dropped
         self.format_state.update(record.format_state)
+        fold_markers(self.cdc_deleted, record.cdc_markers)
         self.batches += 1
         return True
 
@@ -236,6 +252,7 @@ class StreamState:
             "topic_id": self.topic_id,
             "stale_commits": {str(p): o for p, o in sorted(self.stale_commits.items())},
             **({"format_state": self.format_state} if self.format_state else {}),
+            **({"cdc_deleted": self.cdc_deleted} if self.cdc_deleted else {}),
         }
 
     @classmethod
@@ -251,6 +268,7 @@ class StreamState:
             topic_id=data.get("topic_id"),
             stale_commits={int(p): int(o) for p, o in (data.get("stale_commits") or {}).items()},
             format_state=dict(data.get("format_state") or {}),
+            cdc_deleted={k: int(p) for k, p in (data.get("cdc_deleted") or {}).items()},
         )
 
 

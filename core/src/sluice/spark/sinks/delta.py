@@ -81,7 +81,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...cdc import POSITION_COLUMN, Reduced
+from ...cdc import JSON_ENVELOPES, POSITION_COLUMN, Decoders, Reduced
 from ...errors import StreamStateError
 from ...queues.config import ConfigError
 from ..durable import sync_directory, sync_file
@@ -351,12 +351,16 @@ class DeltaSink:
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
         self.upserting = False  # write_mode="upsert": batches applied as changes by key
         self.key_columns: list[str] | None = None
+        self.decoders = JSON_ENVELOPES  # how the envelopes are read
 
-    def upsert(self, key_columns: Sequence[str] | None) -> None:
+    def upsert(
+        self, key_columns: Sequence[str] | None, decoders: Decoders = JSON_ENVELOPES
+    ) -> None:
         """Apply every batch as changes to a current-state table (:mod:`.upsert`), merged
         in the batch's one commit; the key columns are kept in ``_sluice/cdc.json``."""
         self.upserting = True
         self.key_columns = list(key_columns) if key_columns is not None else None
+        self.decoders = decoders
 
     def current_key_columns(self) -> list[str] | None:
         """A current-state table's key columns (None: the table appends messages)."""
@@ -772,7 +776,7 @@ class DeltaSink:
             run.changes = Reduced(list(self.key_columns or []))
             return run.changes
         messages = pa.concat_tables([pq.read_table(f) for f in files])
-        run.changes, bad = reduce_rows(messages, self.key_columns)
+        run.changes, bad = reduce_rows(messages, self.key_columns, self.decoders)
         if bad.num_rows and run.quarantine is not None:
             run.quarantine.mkdir(parents=True, exist_ok=True)
             path = run.quarantine / "cdc-malformed.parquet"
@@ -780,19 +784,20 @@ class DeltaSink:
             sync_file(path)
         return run.changes
 
-    def _plan(self, table: DeltaTable, changes: Reduced) -> Plan:
-        """:func:`.upsert.plan` against the table's rows of the changes' keys."""
+    def _plan(self, table: DeltaTable, changes: Reduced, deleted: dict[str, int]) -> Plan:
+        """:func:`.upsert.plan` against the table's rows of the changes' keys and the
+        stream's delete markers ``deleted``."""
         keys = changes.key_columns
         if not changes.changes or not keys:
-            return plan(changes, {})
+            return plan(changes, {}, deleted)
         first = [key[0] for key in changes.changes]
         dataset = table.to_pyarrow_dataset()
         if POSITION_COLUMN not in dataset.schema.names:
-            return plan(changes, {})
+            return plan(changes, {}, deleted)
         found = dataset.to_table(
             columns=[*keys, POSITION_COLUMN], filter=pc.field(keys[0]).isin(first)
         )
-        return plan(changes, positions_of(found, keys))
+        return plan(changes, positions_of(found, keys), deleted)
 
     def discard(self, staging: Staging) -> None:
         """Delete the run's files, but only if its commit is known not to have happened
@@ -849,10 +854,11 @@ class DeltaSink:
             if pending and pending.get("run") == run.name:
                 break  # an earlier attempt's commit happened (its answer was lost)
             self._finish(slug, version, pending)
-            if changes is not None:
-                applying = self._plan(table, changes)
-                record.counts.update(applying.counts)
             state = StreamState.from_json(data["state"]) if data else StreamState()
+            if changes is not None:
+                applying = self._plan(table, changes, state.cdc_deleted)
+                record.counts.update(applying.counts)
+                record.cdc_markers = applying.markers
             check_publishable(state, record)
             state.fold(record)
             version += 1

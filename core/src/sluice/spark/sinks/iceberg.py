@@ -89,7 +89,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...cdc import POSITION_COLUMN, Reduced
+from ...cdc import JSON_ENVELOPES, POSITION_COLUMN, Decoders, Reduced
 from ...queues.config import ConfigError
 from ..durable import local_target, sync_directory, sync_file
 from ..failpoints import failpoint
@@ -331,8 +331,11 @@ class IcebergSink:
         self._s3_filesystem: Any = None
         self.upserting = False  # write_mode="upsert": batches applied as changes by key
         self.key_columns: list[str] | None = None
+        self.decoders = JSON_ENVELOPES  # how the envelopes are read
 
-    def upsert(self, key_columns: Sequence[str] | None) -> None:
+    def upsert(
+        self, key_columns: Sequence[str] | None, decoders: Decoders = JSON_ENVELOPES
+    ) -> None:
         """Apply every batch as changes to a current-state table (:mod:`.upsert`)."""
         if self.target.partitioning:
             raise ConfigError(
@@ -341,6 +344,7 @@ class IcebergSink:
             )
         self.upserting = True
         self.key_columns = list(key_columns) if key_columns is not None else None
+        self.decoders = decoders
 
     @property
     def partitioning(self) -> Partitioning:
@@ -765,7 +769,7 @@ class IcebergSink:
             run.changes = Reduced(list(self.key_columns or []))
             return run.changes
         messages = _read_parquet(files, None, found)
-        run.changes, bad = reduce_rows(messages, self.key_columns)
+        run.changes, bad = reduce_rows(messages, self.key_columns, self.decoders)
         if bad.num_rows:
             assert run.quarantine is not None  # set with run.data
             uri = f"{run.quarantine}/cdc-malformed.parquet"
@@ -866,16 +870,17 @@ class IcebergSink:
         from pyiceberg.exceptions import CommitFailedException
 
         table = self._load(self.target.table) or self._ensure(self.target.table, _BASE_SCHEMA)
-        plan = None
-        if changes is not None:
-            self._check_kind(table)
-            plan = plan_iceberg(table, changes)
-            record.counts.update(plan.counts)
         stream = record.stream
         try:
             state = self._state(table, stream)
         except FileNotFoundError:  # a newer commit replaced it: this table is stale
             raise CommitFailedException("the stream state was replaced") from None
+        plan = None
+        if changes is not None:
+            self._check_kind(table)
+            plan = plan_iceberg(table, changes, state.cdc_deleted)
+            record.counts.update(plan.counts)
+            record.cdc_markers = plan.markers
         check_publishable(state, record)
         state.fold(record)
         text = json.dumps(state.to_json(), sort_keys=True)

@@ -8,17 +8,25 @@ their reason. The publish then applies the changes in the batch's one commit: th
 by copy-on-write (:func:`apply_iceberg`), the Delta sink by a merge. A change whose source
 position is older than the position of the row the table holds is ignored, and counted
 (``stale``).
+
+A deleted key leaves no row to compare with, so an applied delete that carries a source
+position leaves a *delete marker* (key -> the delete's position) in the stream's state, which
+the sinks commit with the batch (``BatchRecord.cdc_markers`` folded into
+``StreamState.cdc_deleted``): readers of the table never see it, and a later change older
+than the marker is stale too. A change that creates the key again drops its marker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ...cdc import POSITION_COLUMN, Change, Reduced, reduce_messages
+from ...cdc import JSON_ENVELOPES, POSITION_COLUMN, Change, Decoders, Reduced, reduce_messages
 from ...queues.config import ConfigError
 from .base import Staging
 
@@ -32,6 +40,7 @@ __all__ = [
     "UpsertSink",
     "apply_iceberg",
     "conform",
+    "marker_key",
     "plan",
     "plan_iceberg",
     "positions_of",
@@ -54,15 +63,20 @@ _REASON = "reason"
 class UpsertSink(Protocol):
     """A sink that keeps a current-state table."""
 
-    def upsert(self, key_columns: Sequence[str] | None) -> None:
-        """Apply every batch as changes by key (None: the message keys' fields)."""
+    def upsert(
+        self, key_columns: Sequence[str] | None, decoders: Decoders = JSON_ENVELOPES
+    ) -> None:
+        """Apply every batch as changes by key (None: the message keys' fields), its
+        envelopes read by ``decoders``."""
 
     def reduce_staged(self, staging: Staging) -> Reduced:
         """Reduce the staged messages to the last change per key and add the malformed ones
         to the staged quarantine (kept for :meth:`publish`)."""
 
 
-def upsert_sink(sink: object, key_columns: Sequence[str] | None) -> UpsertSink:
+def upsert_sink(
+    sink: object, key_columns: Sequence[str] | None, decoders: Decoders = JSON_ENVELOPES
+) -> UpsertSink:
     """``sink`` set to apply changes, or a :class:`ConfigError` naming the sinks that can."""
     if not isinstance(sink, UpsertSink):
         where = getattr(sink, "location", sink)
@@ -78,13 +92,15 @@ def upsert_sink(sink: object, key_columns: Sequence[str] | None) -> UpsertSink:
             f"key_columns must be a list of column names, e.g. ['id'], not {key_columns!r} "
             "(or None: the message keys' fields)"
         )
-    sink.upsert(list(key_columns) if key_columns is not None else None)
+    sink.upsert(list(key_columns) if key_columns is not None else None, decoders)
     return sink
 
 
-def reduce_rows(messages: pa.Table, key_columns: Sequence[str] | None) -> tuple[Reduced, pa.Table]:
+def reduce_rows(
+    messages: pa.Table, key_columns: Sequence[str] | None, decoders: Decoders
+) -> tuple[Reduced, pa.Table]:
     """(the staged ``messages`` reduced, the quarantine rows of the malformed ones)."""
-    reduced = reduce_messages(messages, key_columns)
+    reduced = reduce_messages(messages, key_columns, decoders)
     return reduced, quarantine_rows(messages, reduced.malformed)
 
 
@@ -124,13 +140,26 @@ def _current_positions(
     table: Table, keys: pa.Table, key_columns: list[str]
 ) -> dict[tuple[Any, ...], int | None]:
     """The source position of the table's row of each key in ``keys`` (a scan pruned by the
-    key columns' statistics)."""
+    key columns' statistics). With one key column the scan's filter is the keys' range, and
+    the rows are matched to the keys after it: pyiceberg binds a filter of every key value
+    anew for each step of a scan, which cost more than the scan itself (bench/cdc.py)."""
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThanOrEqual
+
     if table.current_snapshot() is None or keys.num_rows == 0:
         return {}
-    found = table.scan(
-        row_filter=_match(keys, key_columns), selected_fields=(*key_columns, POSITION_COLUMN)
-    ).to_arrow()
-    return positions_of(found, key_columns)
+    fields = (*key_columns, POSITION_COLUMN)
+    if len(key_columns) > 1:
+        found = table.scan(row_filter=_match(keys, key_columns), selected_fields=fields)
+        return positions_of(found.to_arrow(), key_columns)
+    [name] = key_columns
+    bounds = pc.min_max(keys.column(name))
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    at_least = GreaterThanOrEqual(name, low)  # type: ignore[call-arg, arg-type]
+    at_most = LessThanOrEqual(name, high)  # type: ignore[call-arg, arg-type]
+    scan = table.scan(row_filter=And(at_least, at_most), selected_fields=fields)
+    rows = scan.to_arrow()
+    wanted = keys.column(name).cast(rows.schema.field(name).type)
+    return positions_of(rows.filter(pc.is_in(rows.column(name), value_set=wanted)), key_columns)
 
 
 def positions_of(found: pa.Table, key_columns: list[str]) -> dict[tuple[Any, ...], int | None]:
@@ -140,10 +169,24 @@ def positions_of(found: pa.Table, key_columns: list[str]) -> dict[tuple[Any, ...
     return {tuple(k): p for *k, p in zip(*columns, positions, strict=True)}
 
 
-def stale(change: Change, current: dict[tuple[Any, ...], int | None]) -> bool:
-    """Whether ``change`` is older than the row the table holds for its key."""
+def marker_key(key: tuple[Any, ...]) -> str:
+    """A key as the stream state's delete markers hold it (JSON, for the state's JSON)."""
+    return json.dumps(list(key), default=str, separators=(",", ":"))
+
+
+def stale(
+    change: Change,
+    current: dict[tuple[Any, ...], int | None],
+    deleted: Mapping[str, int] | None = None,
+) -> bool:
+    """Whether ``change`` is older than the row the table holds for its key, or than the
+    delete marker ``deleted`` holds for it (a key deleted at that position)."""
+    if change.position is None:
+        return False
     held = current.get(change.key)
-    return change.position is not None and held is not None and change.position < held
+    if held is None and deleted:
+        held = deleted.get(marker_key(change.key))
+    return held is not None and change.position < held
 
 
 @dataclass
@@ -154,27 +197,43 @@ class Plan:
     applied: list[Change]  # not stale
     held: list[Change]  # of those, the ones whose key has a row in the table
     counts: dict[str, int]
+    # the delete markers the applied changes set (key -> position) or drop (None)
+    markers: dict[str, int | None]
 
 
-def plan_iceberg(table: Table, reduced: Reduced) -> Plan:
+def plan_iceberg(table: Table, reduced: Reduced, deleted: Mapping[str, int]) -> Plan:
     """:func:`plan` against an Iceberg table."""
     changes = list(reduced.changes.values())
-    return plan(reduced, _current_positions(table, reduced.keys(changes), reduced.key_columns))
+    current = _current_positions(table, reduced.keys(changes), reduced.key_columns)
+    return plan(reduced, current, deleted)
 
 
-def plan(reduced: Reduced, current: dict[tuple[Any, ...], int | None]) -> Plan:
+def plan(
+    reduced: Reduced,
+    current: dict[tuple[Any, ...], int | None],
+    deleted: Mapping[str, int] | None = None,
+) -> Plan:
     """Which of ``reduced``'s changes apply to a table whose rows' positions by key are
-    ``current`` (a change older than the row of its key is stale), and the counts: upserted,
-    deleted, stale."""
+    ``current`` and whose stream's delete markers are ``deleted`` (a change older than the
+    row of its key, or than its key's delete, is stale), the counts (upserted, deleted,
+    stale) and the markers the applied changes set or drop."""
+    deleted = deleted or {}
     changes = list(reduced.changes.values())
-    applied = [c for c in changes if not stale(c, current)]
+    applied = [c for c in changes if not stale(c, current, deleted)]
     held = [c for c in applied if c.key in current]
     counts = {
         "upserted": sum(1 for c in applied if not c.deleted),
         "deleted": sum(1 for c in held if c.deleted),
         "stale": len(changes) - len(applied),
     }
-    return Plan(reduced, applied, held, counts)
+    markers: dict[str, int | None] = {}
+    for change in applied:
+        key = marker_key(change.key)
+        if change.deleted and change.position is not None:
+            markers[key] = change.position
+        elif key in deleted:
+            markers[key] = None
+    return Plan(reduced, applied, held, counts, markers)
 
 
 def apply_iceberg(transaction: Transaction, plan: Plan, summary: dict[str, str]) -> None:
