@@ -358,3 +358,55 @@ def test_during_a_compactions_switch_plain_readers_see_batches_twice_and_read_da
     reader.join(60)
     assert listed and sorted(listed[0]) == expected
     assert len(list(sink.glob("batch_id=*"))) == 1
+
+
+def test_a_compaction_cannot_switch_while_read_dataset_lists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """read_dataset lists the batch directories under the sink's lock, which a compaction's
+    switch takes: a compaction started while read_dataset is about to list cannot switch
+    until the listing is done. (Before finding 8's change the listing came after the lock was
+    released: a compaction that switched in that moment was read twice.)"""
+    sink = tmp_path / "sink"
+    small_mqtt_sink(sink)
+    expected = sorted(read_dataset(sink).to_table().column("message_id").to_pylist())
+    about_to_list, go_on, in_switch, switch_done = (threading.Event() for _ in range(4))
+    real_glob = Path.glob
+
+    def glob(self: Path, pattern: str, **kwargs: Any) -> Any:
+        reader_lists = pattern == "batch_id=*" and threading.current_thread().name == "reader"
+        if reader_lists and not about_to_list.is_set():
+            about_to_list.set()
+            assert go_on.wait(60), "the test never let the reader list"
+        return real_glob(self, pattern, **kwargs)
+
+    def pause() -> None:
+        in_switch.set()
+        assert switch_done.wait(60), "the test never let the compaction go on"
+
+    monkeypatch.setattr(Path, "glob", glob)
+    listed: list[list[str]] = []
+    reader = threading.Thread(
+        target=lambda: listed.append(
+            read_dataset(sink).to_table().column("message_id").to_pylist()
+        ),
+        name="reader",
+    )
+    with armed("compact.after_commit", pause):
+        reader.start()
+        compaction = threading.Thread(target=compact, args=(sink, "1MB"), kwargs={"min_files": 2})
+        try:
+            assert about_to_list.wait(60), "read_dataset never listed"
+            compaction.start()
+            assert not in_switch.wait(2), "a compaction switched while read_dataset listed"
+            go_on.set()
+            reader.join(60)
+            assert in_switch.wait(60), "the compaction never switched after the listing"
+        finally:
+            go_on.set()
+            switch_done.set()
+            reader.join(60)
+            if compaction.ident is not None:
+                compaction.join(60)
+    assert listed and sorted(listed[0]) == expected
+    assert sorted(read_dataset(sink).to_table().column("message_id").to_pylist()) == expected
