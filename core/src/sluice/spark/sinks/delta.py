@@ -70,7 +70,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +81,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...cdc import JSON_ENVELOPES, POSITION_COLUMN, Decoders, Reduced
+from ...cdc import POSITION_COLUMN, Reduced
 from ...errors import StreamStateError
 from ...queues.config import ConfigError
 from ..durable import sync_directory, sync_file
@@ -97,7 +97,7 @@ from .base import (
     rows_by_batch,
     stream_lock,
 )
-from .upsert import Plan, conform, plan, positions_of, reduce_rows
+from .upsert import Plan, UpsertMode, conform, plan, positions_of, reduce_rows
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -339,7 +339,7 @@ def _bound(value: Any, upper: bool) -> Any:
     return None
 
 
-class DeltaSink:
+class DeltaSink(UpsertMode):
     """A Delta table and its quarantine table (see the module docstring)."""
 
     def __init__(self, location: str | os.PathLike[str]) -> None:
@@ -349,18 +349,6 @@ class DeltaSink:
         self._meta = self.root / META_DIR
         self._finished: set[str] = set()  # pending batches this object finished
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
-        self.upserting = False  # write_mode="upsert": batches applied as changes by key
-        self.key_columns: list[str] | None = None
-        self.decoders = JSON_ENVELOPES  # how the envelopes are read
-
-    def upsert(
-        self, key_columns: Sequence[str] | None, decoders: Decoders = JSON_ENVELOPES
-    ) -> None:
-        """Apply every batch as changes to a current-state table (:mod:`.upsert`), merged
-        in the batch's one commit; the key columns are kept in ``_sluice/cdc.json``."""
-        self.upserting = True
-        self.key_columns = list(key_columns) if key_columns is not None else None
-        self.decoders = decoders
 
     def current_key_columns(self) -> list[str] | None:
         """A current-state table's key columns (None: the table appends messages)."""

@@ -106,7 +106,7 @@ from .base import (
 )
 from .catalogs import catalog_error, load_iceberg_catalog
 from .s3 import is_s3
-from .upsert import CDC_PROPERTY, apply_iceberg, plan_iceberg, reduce_rows
+from .upsert import CDC_PROPERTY, UpsertMode, apply_iceberg, plan_iceberg, reduce_rows
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -304,7 +304,7 @@ def _message_digest(ids: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()
 
 
-class IcebergSink:
+class IcebergSink(UpsertMode):
     """An Iceberg table and its quarantine table (see the module docstring)."""
 
     def __init__(
@@ -329,22 +329,17 @@ class IcebergSink:
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
         self._s3: S3Settings | None = None
         self._s3_filesystem: Any = None
-        self.upserting = False  # write_mode="upsert": batches applied as changes by key
-        self.key_columns: list[str] | None = None
-        self.decoders = JSON_ENVELOPES  # how the envelopes are read
 
     def upsert(
         self, key_columns: Sequence[str] | None, decoders: Decoders = JSON_ENVELOPES
     ) -> None:
-        """Apply every batch as changes to a current-state table (:mod:`.upsert`)."""
+        """:meth:`UpsertMode.upsert`, refused for a partitioned table."""
         if self.target.partitioning:
             raise ConfigError(
                 f"sink {self.location!r}: write_mode='upsert' does not partition the table "
                 "yet: leave partition_by out."
             )
-        self.upserting = True
-        self.key_columns = list(key_columns) if key_columns is not None else None
-        self.decoders = decoders
+        super().upsert(key_columns, decoders)
 
     @property
     def partitioning(self) -> Partitioning:

@@ -37,6 +37,7 @@ __all__ = [
     "CDC_PROPERTY",
     "UPSERT_SINKS",
     "Plan",
+    "UpsertMode",
     "UpsertSink",
     "apply_iceberg",
     "conform",
@@ -72,6 +73,24 @@ class UpsertSink(Protocol):
     def reduce_staged(self, staging: Staging) -> Reduced:
         """Reduce the staged messages to the last change per key and add the malformed ones
         to the staged quarantine (kept for :meth:`publish`)."""
+
+
+class UpsertMode:
+    """The write mode of a sink that can keep a current-state table: appending (the
+    default) until :meth:`upsert` asks it to apply changes by key."""
+
+    upserting: bool = False  # write_mode="upsert": batches applied as changes by key
+    key_columns: list[str] | None = None
+    decoders: Decoders = JSON_ENVELOPES  # how the envelopes are read
+
+    def upsert(
+        self, key_columns: Sequence[str] | None, decoders: Decoders = JSON_ENVELOPES
+    ) -> None:
+        """Apply every batch as changes by key (None: the message keys' fields), its
+        envelopes read by ``decoders``."""
+        self.upserting = True
+        self.key_columns = list(key_columns) if key_columns is not None else None
+        self.decoders = decoders
 
 
 def upsert_sink(
