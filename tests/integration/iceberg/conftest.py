@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 
-from sluice.testing.plugin import S3Bucket
+from sluice.testing.plugin import Broker, S3Bucket
 from sluice.testing.postgres import PostgresServer
 from sluice.testing.rest_catalog import RestCatalogServer
+
+from ..spark.conftest import KafkaTopic, open_topic
 
 
 @dataclass
@@ -51,6 +53,15 @@ def _drop(catalog: Any, namespace: str) -> None:
     for identifier in catalog.list_tables(namespace):
         catalog.drop_table(identifier)
     catalog.drop_namespace(namespace)
+
+
+@pytest.fixture
+def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
+    """A 3-partition topic on noida-db (the Iceberg tests of the catalogs, not of Kafka)."""
+    opened = open_topic(noida_broker, unique_name)
+    yield opened
+    opened.queue.close(None)
+    opened.producer.close()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +28,11 @@ from sluice.spark.sinks import ConcurrentIngestError, StreamKey, open_sink
 from sluice.testing.faulty_catalog import injected, planned
 from sluice.testing.plugin import Broker
 
-from ..spark.conftest import SCHEMA, KafkaTopic, open_topic, reading
+from ..spark.conftest import SCHEMA, KafkaTopic, reading
 from ..spark.crashes import assert_exactly_once, run_child
 from ..spark.test_crash_matrix import BAD, publish_envelopes
 from ..spark.test_fault_model import blocked_at
 from .conftest import Lake, data_files, sluice_summaries, table_rows
-
-
-@pytest.fixture
-def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    opened = open_topic(noida_broker, unique_name)
-    yield opened
-    opened.queue.close(None)
-    opened.producer.close()
 
 
 @pytest.mark.parametrize("fault", ["unknown-after", "unknown-before"])

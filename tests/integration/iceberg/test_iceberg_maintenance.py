@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +23,11 @@ from sluice.spark import ingest
 from sluice.spark.failpoints import armed
 from sluice.spark.sinks import StreamKey, open_sink
 from sluice.testing.crash import run_command
-from sluice.testing.plugin import Broker
 
-from ..spark.conftest import SCHEMA, KafkaTopic, open_topic, reading
+from ..spark.conftest import SCHEMA, KafkaTopic, reading
 from ..spark.crashes import assert_exactly_once
 from ..spark.test_compaction import small_mqtt_sink
 from .conftest import Lake, data_files, file_exists, table_rows
-
-
-@pytest.fixture
-def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    opened = open_topic(noida_broker, unique_name)
-    yield opened
-    opened.queue.close(None)
-    opened.producer.close()
 
 
 @pytest.mark.parametrize("catalog", ["sqlite", "rest"])

@@ -31,23 +31,14 @@ from sluice.audit import audit
 from sluice.batch import plan_batch
 from sluice.s3server import S3Server
 from sluice.spark import ingest
-from sluice.testing.plugin import Broker
 from sluice.testing.rest_catalog import RestCatalogServer
 from sluice.testing.s3proxy import S3Proxy
 
-from ..spark.conftest import SCHEMA, KafkaTopic, open_topic, reading
+from ..spark.conftest import SCHEMA, KafkaTopic, reading
 from ..spark.crashes import assert_exactly_once
 from .conftest import Lake, configure_rest, data_files, file_exists, sluice_summaries, table_rows
 
 BAD = [b"not json", b'{"temperature": "warm"}']
-
-
-@pytest.fixture
-def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    opened = open_topic(noida_broker, unique_name)
-    yield opened
-    opened.queue.close(None)
-    opened.producer.close()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ write the data files through pyarrow's S3 file system, pyiceberg's FileIO the me
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,20 +13,12 @@ import pytest
 from sluice.audit import audit
 from sluice.batch import plan_batch
 from sluice.spark import ingest
-from sluice.testing.plugin import Broker, S3Bucket
+from sluice.testing.plugin import S3Bucket
 
-from ..spark.conftest import SCHEMA, KafkaTopic, open_topic, reading
+from ..spark.conftest import SCHEMA, KafkaTopic, reading
 from .conftest import Lake, data_files, table_rows
 
 BAD = [b"not json", b'{"temperature": "warm"}']
-
-
-@pytest.fixture
-def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    opened = open_topic(noida_broker, unique_name)
-    yield opened
-    opened.queue.close(None)
-    opened.producer.close()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

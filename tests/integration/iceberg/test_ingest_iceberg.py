@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,6 @@ from ..spark.test_crash_matrix import publish_envelopes
 from .conftest import Lake, data_files, sluice_summaries, table_rows
 
 BAD = [b"not json", b'{"temperature": "warm"}']
-
-
-@pytest.fixture
-def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    opened = open_topic(noida_broker, unique_name)
-    yield opened
-    opened.queue.close(None)
-    opened.producer.close()
 
 
 def test_kafka_batches_in_both_reading_modes_land_in_the_table_named_by_their_snapshots(
