@@ -2,9 +2,12 @@
 
     .venv/bin/python bench/cold_task.py [--sizes 20000,200000,2000000] [--rounds 3]
                                         [--sides sluice,hand,connect,spark-job,sluice-spark]
+                                        [--broker kafka|noida|tansu]
 
-For each batch size, one topic of that many JSON readings (3 partitions, 1% malformed, the
-messages of bench/ingest.py) and, interleaved, ``--rounds`` times:
+On Apache Kafka (one KRaft node) unless ``--broker`` names another (noida-db: Tansu for the
+batches above 500,000, which noida-db 0.2.3 stalls on). For each batch size, one topic of
+that many JSON readings (3 partitions, 1% malformed, the messages of bench/ingest.py) and,
+interleaved, ``--rounds`` times:
 
 - ``sluice``: a new Python process imports Airflow (what the task runner has loaded), starts a
   local SparkSession (``spark_session()``: Sluice's defaults) and runs ``ingest()`` with no
@@ -19,8 +22,8 @@ messages of bench/ingest.py) and, interleaved, ``--rounds`` times:
   ``spark.read.format("kafka")``, ``from_json``, ``write.parquet``, then a commit of the
   offsets (side (j) of bench/ingest.py), then exits;
 - ``sluice-spark`` (optional): as ``sluice``, with ``options.reader`` "spark" (Spark's Kafka
-  source, ``spark_session(kafka_source=True)``: the whole ingest in the JVM, as ``spark-job``
-  reads);
+  source, ``spark_session(kafka_source=True)``: read, classified and written in the JVM,
+  no Python worker, as ``spark-job``);
 - ``connect`` (optional): as ``sluice``, on a warm Spark Connect server started once before
   anything is timed (``sc://``);
 - ``no-archive`` (optional): as ``sluice``, with ``SLUICE_SPARK_CDS=0``: a JVM that loads
@@ -199,6 +202,8 @@ def crossover(sizes: list[int], sluice: list[float], hand: list[float]) -> str:
 
 
 def main() -> None:
+    from broker_choice import add_broker_option
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -220,22 +225,26 @@ def main() -> None:
     parser.add_argument(
         "--json", metavar="PATH", help="also write the results (bench/results/cold_task.json)"
     )
+    add_broker_option(parser)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     sides = args.sides.split(",")
 
-    from sluice.brokers import create_kafka_topic, start_noida, start_tansu
+    from broker_choice import broker_label, start_broker
+
+    from sluice.brokers import create_kafka_topic
 
     work = Path(tempfile.mkdtemp(prefix="sluice-cold-"))
     servers: list[Any] = []
     bench_dir = str(Path(__file__).parent)
     try:
-        # noida-db 0.2.3 stalls on fetches of logs of a million messages: Tansu beyond that.
-        small = start_noida()
+        say(f"starting {broker_label(args.broker)}")
+        small = start_broker(args.broker)
         servers.append(small)
         big = None
-        if any(n > 500_000 for n in sizes):
-            big = start_tansu()
+        if args.broker == "noida" and any(n > 500_000 for n in sizes):
+            # noida-db 0.2.3 stalls on fetches of logs of a million messages: Tansu beyond that
+            big = start_broker("tansu")
             servers.append(big)
         connect_url = ""
         if {"connect", "connect-floor"} & set(sides):
@@ -426,6 +435,7 @@ def json_results(
 ) -> None:
     """``--json``: per side, its medians against the hand-written task's at every size."""
     from benchjson import row, write
+    from broker_choice import broker_label
 
     def sizes_of(side: str) -> str:
         return " / ".join(f"{medians[side, n]:.1f}" for n in sizes) + " s"
@@ -451,7 +461,8 @@ def json_results(
                 chart if side == "sluice" else None,
             )
         )  # fmt: skip
-    write(args.json, "cold_task", "The cold task (a fresh process, as every Airflow task)", rows)
+    title = "The cold task (a fresh process, as every Airflow task)"
+    write(args.json, "cold_task", title, rows, broker_label(args.broker))
 
 
 if __name__ == "__main__":

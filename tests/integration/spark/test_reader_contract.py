@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from kafka import KafkaProducer
 
@@ -90,6 +91,13 @@ def rows_of(sink: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return sorted(dataset_rows(sink), key=order), sorted(bad, key=order)
 
 
+def writers_of(sink: Path) -> set[str]:
+    """The libraries that wrote the Parquet files of ``sink``'s rows and quarantine."""
+    files = [f for f in sink.rglob("*.parquet") if "_sluice" not in f.parts]
+    assert files
+    return {str(pq.read_metadata(f).created_by).split(" version")[0] for f in files}
+
+
 def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
     spark: Any, apache_kafka_broker: Broker, unique_name: str, tmp_path: Path
 ) -> None:
@@ -128,6 +136,9 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
     assert first[4]["device"] == "big", "a value at the size bound is a row"
     for reader in ALL_READERS[1:]:
         assert found[reader] == found[READERS[0]], f"{reader} differs from {READERS[0]}"
+    # reader "spark" wrote with Spark's own writer (no Python worker); the others with pyarrow
+    assert writers_of(tmp_path / SPARK_READER) == {"parquet-mr"}
+    assert writers_of(tmp_path / READERS[0]) == {"parquet-cpp-arrow"}
 
 
 def test_a_compacted_topic_gives_the_same_rows_and_quarantine_on_every_reader(

@@ -172,23 +172,27 @@ def test_executors_without_sluice_get_it_shipped(
     assert len(sink_offsets(sink)) == 600
 
 
-def test_spark_reader_reads_on_the_cluster_with_the_jars_the_driver_serves(
-    two_workers: StandaloneCluster, six_partitions: KafkaTopic, bare_venv: Path, tmp_path: Path
+def test_spark_reader_ingests_on_executors_without_python(
+    two_workers: StandaloneCluster, six_partitions: KafkaTopic, tmp_path: Path
 ) -> None:
-    """options.reader 'spark' on a standalone cluster: the Kafka source's jars are on no
-    worker; ``spark_session(..., kafka_source=True)`` gives them to the driver (spark.jars),
-    which serves them to the executors. (The writing tasks run Python, so Sluice is shipped.)"""
+    """options.reader 'spark' on a standalone cluster whose executors have no Python at all
+    (their interpreter does not exist): Spark's Kafka source reads, Spark columns classify and
+    Spark's own writer writes (:mod:`sluice.spark.jvm_writer`), so no Python worker starts.
+    The Kafka source's jars are on no worker; ``spark_session(..., kafka_source=True)`` gives
+    them to the driver (spark.jars), which serves them to the executors."""
     publish(six_partitions, 600)
+    six_partitions.send([b"not json", b'{"device": "d", "temperature": "warm"}'], partition=0)
     sink = tmp_path / "readings"
     settings = {"source": f"{six_partitions.source}?reader=spark", "kafka_source": True}
+    no_python = str(tmp_path / "no-such-python")
     (result,) = run_driver(
-        "python",
-        job(six_partitions, sink, two_workers.url, ship=True, **settings),
-        python=str(bare_venv),
+        "python", job(six_partitions, sink, two_workers.url, **settings), no_python
     )
-    assert (result["mode"], result["read"], result["written"]) == ("spark", 600, 600)
+    assert (result["mode"], result["read"], result["written"]) == ("spark", 602, 600)
+    assert result["quarantined"] == 2
     assert sink_offsets(sink) == sorted((p, o) for p in range(6) for o in range(100))
     assert six_partitions.queue.read_message_count() == 0
+    assert audit(str(sink), six_partitions.source).ok
 
 
 def _host_port(broker: BrokerProcess) -> dict[str, Any]:

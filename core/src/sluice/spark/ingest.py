@@ -46,8 +46,9 @@ from ..queues.envelope import MessageEnvelope
 from ..queues.uri import config_from_uri, queue_from_config
 from ..secrets import redact_uri
 from .classify import Classification, Rules, parse_schema
-from .failpoints import failpoint
+from .failpoints import failpoint, is_armed
 from .formats import SPARKPLUG_STATE, Formats, format_task_errors, plan_formats
+from .jvm_writer import jvm_writable, write_outcomes_in_jvm
 from .kafka_source import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_READER,
@@ -248,7 +249,6 @@ def ingest(
     _check_partition_columns(job)
     job.sink.check()
     job.report(IngestEvent("starting", 0, None, batch_id=spec.batch_id))
-    check_python_workers(spark)
     result = job.run_kafka(mode) if spec.kind == "kafka" else job.run_mqtt()
     result.seconds = time.monotonic() - started
     return result
@@ -444,10 +444,12 @@ class _Job:
         staging: Staging,
         largest: int | None = None,
         aliases: Mapping[str, Any] | None = None,
+        in_jvm: bool = False,
     ) -> WriteCounts:
         """Decode (:mod:`.formats`) and sort ``raw`` into good and bad rows and add both to
         ``staging``, in one Spark job (:mod:`.writing`); ``largest``: the bytes of its largest
-        message, if known; ``aliases``: the Sparkplug B alias book before the batch."""
+        message, if known; ``aliases``: the Sparkplug B alias book before the batch;
+        ``in_jvm``: with Spark's own writer where nothing needs Python (:mod:`.jvm_writer`)."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -468,6 +470,10 @@ class _Job:
         def writing(done: int | None, parts: int | None) -> None:
             self._event("writing", total or 0, total, done=done, parts=parts)
 
+        if in_jvm and jvm_writable(self.formats.decodes, targets):
+            with job_progress(self.spark, writing):
+                return write_outcomes_in_jvm(frame, good, bad, targets)
+        check_python_workers(self.spark)
         with format_task_errors(), job_progress(self.spark, writing):
             return write_outcomes(frame, good, bad, targets, largest)
 
@@ -796,7 +802,8 @@ class _Job:
         raw = read_with_spark(self.spark, kwargs, self.spec.topic, todo)
         failpoint("read.after_first_chunk")
         with task_errors():
-            counts = self._write(raw, staging)
+            # the task.lost failpoint lives in the Python writer's tasks
+            counts = self._write(raw, staging, in_jvm=not is_armed("task.lost"))
         check_range_ends(kwargs, self.spec.topic, todo)
         self.report(IngestEvent("reading", total, total))
         return counts

@@ -153,45 +153,62 @@ def write_outcomes(
         targets.partitioning,
     )
     try:
-        with _arrow_batches(frame.sparkSession, batch_rows(largest_message)):
+        with session_conf(frame.sparkSession, _arrow_settings(batch_rows(largest_message))):
             written = frame.mapInArrow(task, _RESULT_DDL).collect()
         counts = {"good": 0, "bad": 0}
         value_bytes = 0
         reports = []
-        moved = set()
+        files = []
         for row in written:
             value_bytes += row["value_bytes"]
             if row["output"] is None:
                 reports.append(json.loads(row["offsets"] or "{}"))
                 continue
-            filesystem, source = resolve(
-                f"{attempts[row['output']]}/{row['file']}", targets.filesystem
-            )
-            _, target = resolve(f"{dirs[row['output']]}/{row['file']}", targets.filesystem)
-            parent = target.rpartition("/")[0]
-            if "/" in row["file"] and type(filesystem).__name__ != "S3FileSystem":
-                filesystem.create_dir(parent, recursive=True)  # a partition's directory
-            filesystem.move(source, target)
-            moved.add(f"{dirs[row['output']]}/{row['file']}".rpartition("/")[0])
+            files.append((row["output"], row["file"]))
             counts[row["output"]] += row["rows"]
-        for directory in sorted(moved, key=len, reverse=True):
-            sync_directory(directory)
-            # a partition's new directories, up to the output's own
-            for output in dirs.values():
-                if directory.startswith(f"{output}/"):
-                    parent = directory
-                    while parent != output:
-                        parent = parent.rpartition("/")[0]
-                        sync_directory(parent)
+        move_into_place(files, attempts, dirs, targets.filesystem)
     finally:
         if lost is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(lost)
-        for path in attempts.values():
-            filesystem, local = resolve(path, targets.filesystem)
-            with contextlib.suppress(OSError):  # FileNotFoundError included: nothing written
-                filesystem.delete_dir(local)
-    return WriteCounts(counts["good"], counts["bad"], value_bytes, _merge_reports(reports))
+        remove_attempts(attempts, targets.filesystem)
+    return WriteCounts(counts["good"], counts["bad"], value_bytes, merge_reports(reports))
+
+
+def move_into_place(
+    files: list[tuple[str, str]],
+    attempts: dict[str, str],
+    dirs: dict[str, str],
+    filesystem: Any,
+) -> None:
+    """Move each (output, relative name) of ``files`` from its output's ``attempts``
+    directory into the output's directory ``dirs[output]``, and sync the directories that
+    got entries, a partition's new ones up to the output's own (:mod:`.durable`)."""
+    moved = set()
+    for output, name in files:
+        found, source = resolve(f"{attempts[output]}/{name}", filesystem)
+        _, target = resolve(f"{dirs[output]}/{name}", filesystem)
+        parent = target.rpartition("/")[0]
+        if "/" in name and type(found).__name__ != "S3FileSystem":
+            found.create_dir(parent, recursive=True)  # a partition's directory
+        found.move(source, target)
+        moved.add(f"{dirs[output]}/{name}".rpartition("/")[0])
+    for directory in sorted(moved, key=len, reverse=True):
+        sync_directory(directory)
+        for output in dirs.values():
+            if directory.startswith(f"{output}/"):
+                parent = directory
+                while parent != output:
+                    parent = parent.rpartition("/")[0]
+                    sync_directory(parent)
+
+
+def remove_attempts(attempts: dict[str, str], filesystem: Any) -> None:
+    """Delete the ``attempts`` directories, with whatever failed attempts left there."""
+    for path in attempts.values():
+        found, local = resolve(path, filesystem)
+        with contextlib.suppress(OSError):  # FileNotFoundError included: nothing written
+            found.delete_dir(local)
 
 
 def _lost_marker() -> str:
@@ -203,7 +220,7 @@ def _lost_marker() -> str:
     return f"{tempfile.gettempdir()}/sluice-task-lost-{uuid.uuid4().hex}"
 
 
-def _merge_reports(reports: list[dict[str, Any]]) -> dict[int, PartitionWrites]:
+def merge_reports(reports: list[dict[str, Any]]) -> dict[int, PartitionWrites]:
     """The tasks' per-partition reports, merged."""
     merged: dict[int, PartitionWrites] = {}
     for report in reports:
@@ -231,10 +248,14 @@ def _union(intervals: list[Any]) -> list[tuple[int, int]]:
     return out
 
 
+def _arrow_settings(rows: int) -> dict[str, str]:
+    """Arrow batches of ``rows`` rows and no byte limit."""
+    return {_ARROW_ROWS: str(rows), _ARROW_BYTES: _NO_BYTE_LIMIT}
+
+
 @contextlib.contextmanager
-def _arrow_batches(spark: Any, rows: int) -> Iterator[None]:
-    """Arrow batches of ``rows`` rows and no byte limit in ``spark`` while the block runs."""
-    settings = {_ARROW_ROWS: str(rows), _ARROW_BYTES: _NO_BYTE_LIMIT}
+def session_conf(spark: Any, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` in ``spark``'s runtime configuration while the block runs."""
     before = {key: spark.conf.get(key, None) for key in settings}
     for key, value in settings.items():
         spark.conf.set(key, value)
