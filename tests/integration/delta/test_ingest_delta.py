@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from sluice.audit import audit
@@ -165,3 +166,28 @@ def test_one_run_per_stream_and_uris(tmp_path: Path) -> None:
     assert pa.Table.equals(
         sink.row_coordinates("b", False).slice(0, 0), sink.row_coordinates("b", False)
     )
+
+
+def test_files_of_sparks_own_writer_land_in_the_table_as_the_other_readers_do(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    """options.reader 'spark' stages files written by Spark's Parquet writer (no Python
+    worker: :mod:`sluice.spark.jvm_writer`); the Delta table takes them like pyarrow's."""
+    from deltalake import DeltaTable
+
+    table = tmp_path / "readings"
+    topic.send([reading(i) for i in range(30)] + BAD)
+    source = f"{topic.source}?reader=spark"
+    result = ingest(spark, topic.plan(), f"delta://{table}", source=source, schema=SCHEMA)
+    assert (result.mode, result.written, result.quarantined) == ("spark", 30, 2)
+    assert sorted(r["temperature"] for r in delta_rows(table)) == [i / 10 for i in range(30)]
+    quarantine = table / "_quarantine"
+    assert sorted(r["value"] for r in delta_rows(quarantine)) == sorted(BAD)
+    files = [*DeltaTable(str(table)).file_uris(), *DeltaTable(str(quarantine)).file_uris()]
+    written_by = {
+        str(pq.read_metadata(f.removeprefix("file://")).created_by).split(" version")[0]
+        for f in files
+    }
+    assert written_by == {"parquet-mr"}
+    assert plan_batch(topic.queue) is None
+    assert audit(f"delta://{table}", topic.source).ok

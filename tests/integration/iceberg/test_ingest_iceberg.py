@@ -220,3 +220,33 @@ def test_two_ingests_into_one_table_at_once_both_land_after_a_commit_conflict(
     assert len(states) == 2, "the table's properties hold both streams' states"
     for opened in topics:
         assert audit(sink, opened.source).ok
+
+
+def test_files_of_sparks_own_writer_land_in_the_table_as_the_other_readers_do(
+    spark: Any, apache_kafka_broker: Broker, unique_name: str, sqlite_lake: Lake
+) -> None:
+    """options.reader 'spark' stages files written by Spark's Parquet writer (no Python
+    worker: :mod:`sluice.spark.jvm_writer`); the table takes them like pyarrow's: the rows,
+    the quarantine, the snapshot's batch, the audit."""
+    topic = open_topic(apache_kafka_broker, unique_name)
+    try:
+        topic.send([reading(i) for i in range(30)] + BAD)
+        source = f"{topic.source}?reader=spark"
+        result = ingest(spark, topic.plan(), sqlite_lake.sink(), source=source, schema=SCHEMA)
+        assert (result.mode, result.written, result.quarantined) == ("spark", 30, 2)
+        rows = table_rows(sqlite_lake)
+        assert sorted(r["temperature"] for r in rows) == [i / 10 for i in range(30)]
+        assert {r["batch_id"] for r in rows} == {result.batch_id}
+        bad = table_rows(sqlite_lake, "readings__quarantine")
+        assert sorted(r["value"] for r in bad) == sorted(BAD)
+        files = data_files(sqlite_lake) + data_files(sqlite_lake, "readings__quarantine")
+        written_by = {
+            str(pq.read_metadata(f.removeprefix("file://")).created_by).split(" version")[0]
+            for f in files
+        }
+        assert written_by == {"parquet-mr"}
+        assert plan_batch(topic.queue) is None
+        assert audit(sqlite_lake.sink(), topic.source).ok
+    finally:
+        topic.queue.close(None)
+        topic.producer.close()
