@@ -150,6 +150,7 @@ def main() -> int:
                 accounted=outcome.accounted,
                 lost=len(outcome.missing),
                 doubled=len(outcome.doubled),
+                unfired=len(outcome.unfired),
             )
             say(
                 f"{number + 1}/{len(seeds)} {scenario}: {'ok' if outcome.ok else 'FAILED'} "
@@ -179,7 +180,8 @@ def report(totals: Counter[str], faults: Counter[str], failed: int, seconds: flo
     say(
         f"scenarios {totals['scenarios']}, faults injected {totals['injected']} "
         f"({', '.join(f'{k} {v}' for k, v in sorted(faults.items()))}), messages published "
-        f"{totals['published']}, lost to faults and recorded {totals['accounted']}"
+        f"{totals['published']}, lost to faults and recorded {totals['accounted']}, faults "
+        f"that never reached their step {totals['unfired']}"
     )
     say(
         f"messages lost {totals['lost']}, doubled {totals['doubled']} "
