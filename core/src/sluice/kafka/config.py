@@ -168,12 +168,10 @@ QUEUE_KEYS: tuple[ConfigKey, ...] = (
         str,
         DEFAULT_READER,
         "Client library that reads a batch's offset ranges in an ingest: auto (confluent-kafka "
-        "where installed and able to take the settings, else kafka-python; with mode auto, "
-        "spark for a batch of 1,000,000 messages or more where the session has Spark's Kafka "
-        "source and Spark decodes the payload), kafka-python, or confluent (confluent-kafka, "
-        "faster; a dependency of sluice-core[kafka]), or spark (Spark's own Kafka source, in "
-        "the JVM, no Python on the executors for JSON; its jars come from Maven Central once, "
-        "see sluice.spark.connector).",
+        "where installed and able to take the settings, else kafka-python), kafka-python, or "
+        "confluent (confluent-kafka, faster; a dependency of sluice-core[kafka]), or spark "
+        "(Spark's own Kafka source, in the JVM; its jars come from Maven Central once, see "
+        "sluice.spark.connector).",
         choices=READER_CHOICES,
     ),
 )
