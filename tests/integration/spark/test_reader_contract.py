@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -198,32 +197,3 @@ def test_a_topic_recreated_shorter_while_spark_reads_is_a_data_loss(
     finally:
         topic.queue.close(None)
         topic.producer.close()
-
-
-def test_auto_reads_a_large_json_batch_with_sparks_source(
-    spark: Any,
-    apache_kafka_broker: Broker,
-    unique_name: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``mode`` and ``options.reader`` "auto" read a batch of at least AUTO_SPARK_MESSAGES
-    (here 30) with Spark's Kafka source when the session has it, and a smaller one with a
-    Python reader on the driver; the rows are the same."""
-    # the module, not sluice.spark's function of the same name
-    monkeypatch.setattr(import_module("sluice.spark.ingest"), "AUTO_SPARK_MESSAGES", 30)
-    topic = open_topic(apache_kafka_broker, unique_name, partitions=3)
-    try:
-        topic.send([reading(i) for i in range(29)])
-        small = ingest(spark, topic.plan(), tmp_path / "small", source=topic.source, schema=SCHEMA)
-        topic.send([reading(i) for i in range(30)])
-        large = ingest(spark, topic.plan(), tmp_path / "large", source=topic.source, schema=SCHEMA)
-    finally:
-        topic.queue.close(None)
-        topic.producer.close()
-    assert (small.mode, small.written) == ("driver", 29)
-    assert (large.mode, large.written) == ("spark", 30)
-    assert writers_of(tmp_path / "small") == {"parquet-cpp-arrow"}
-    assert writers_of(tmp_path / "large") == {"parquet-mr"}
-    temperatures = sorted(r["temperature"] for r in dataset_rows(tmp_path / "large"))
-    assert temperatures == [i / 10 for i in range(30)]

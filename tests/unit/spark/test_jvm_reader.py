@@ -13,7 +13,7 @@ from sluice.batch import BatchSpec, OffsetRange
 from sluice.queues.config import ConfigError
 from sluice.spark.connector import _artifact, _not_in_pyspark, connector_coordinates
 from sluice.spark.ingest import source_config
-from sluice.spark.jvm_reader import has_kafka_source, kafka_options, takes_settings
+from sluice.spark.jvm_reader import kafka_options
 from sluice.spark.kafka_source import reader_kwargs
 
 SPEC = BatchSpec("kafka", "readings", group_id="g", ranges=(OffsetRange(0, 5, 10),))
@@ -78,39 +78,6 @@ def test_a_client_certificate_is_refused_naming_the_key(tmp_path: Path) -> None:
 def test_a_setting_it_cannot_translate_is_named() -> None:
     with pytest.raises(ConfigError, match=r"'sasl_oauth_token_provider'"):
         kafka_options({"sasl_oauth_token_provider": object()}, "t", [OffsetRange(0, 0, 1)])
-
-
-def test_auto_reads_with_the_source_only_where_the_session_has_it_and_it_takes_the_settings(
-    tmp_path: Path,
-) -> None:
-    class Conf:  # a session's runtime configuration: what a session of the user's own holds
-        def __init__(self, settings: dict[str, str]) -> None:
-            self.settings = settings
-
-        def get(self, key: str, default: str | None = None) -> str | None:
-            return self.settings.get(key, default)
-
-    class Session:
-        def __init__(self, **settings: str) -> None:
-            self.conf = Conf({k.replace("_", "."): v for k, v in settings.items()})
-
-    jar = "/cache/org/apache/spark/spark-sql-kafka-0-10_2.13-4.2.0.jar"
-    assert has_kafka_source(Session(spark_jars=f"/x/kafka-clients-3.9.1.jar,{jar}"))
-    packages = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
-    assert has_kafka_source(Session(spark_jars_packages=packages))
-    assert not has_kafka_source(Session(spark_jars="/x/kafka-clients-3.9.1.jar"))
-    assert not has_kafka_source(Session())
-
-    plain = reader_kwargs(source_config(SPEC, {"connection.uri": "kafka://127.0.0.1:9092"}))
-    assert takes_settings(plain)
-    pem = tmp_path / "client.pem"
-    pem.write_text("-----BEGIN CERTIFICATE-----\n")
-    certified = {
-        "connection.uri": "kafka+ssl://127.0.0.1:9093",
-        "options.ssl_certfile": str(pem),
-        "options.ssl_keyfile": str(pem),
-    }
-    assert not takes_settings(reader_kwargs(source_config(SPEC, certified)))
 
 
 def test_only_the_jars_pyspark_lacks_go_on_the_class_path() -> None:

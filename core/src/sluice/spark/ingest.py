@@ -71,7 +71,6 @@ from .writing import BATCH_BYTES, WriteCounts, write_outcomes
 
 __all__ = [
     "AUTO_EXECUTOR_MESSAGES",
-    "AUTO_SPARK_MESSAGES",
     "IngestEvent",
     "Mode",
     "ValueFormat",
@@ -90,10 +89,6 @@ WriteMode = Literal["append", "upsert"]
 
 #: ``mode="auto"`` reads on the executors from this many messages on.
 AUTO_EXECUTOR_MESSAGES = 1_000_000
-#: ``mode="auto"`` with ``options.reader`` "auto" reads with Spark's Kafka source from this
-#: many messages on, where the session has it and Spark decodes the payload
-#: (:meth:`_Job.spark_reads_faster`; docs/guides/spark-clusters.md gives the figures).
-AUTO_SPARK_MESSAGES = 1_000_000
 #: A chunk read on the driver is handed to Spark in one file per core, of at least this many
 #: rows each.
 MIN_ROWS_PER_TASK = 10_000
@@ -152,8 +147,7 @@ def ingest(
     also to the source's dead-letter topic. ``mode`` says where Kafka messages are read: on the
     driver in chunks of at most ``chunk_size`` messages and about ``chunk_bytes`` bytes, or on
     the executors, one task per range of at most ``chunk_size`` messages (``auto``: executors
-    from :data:`AUTO_EXECUTOR_MESSAGES` on; with ``options.reader`` "auto", Spark's Kafka
-    source from :data:`AUTO_SPARK_MESSAGES` on where the session has it).
+    from :data:`AUTO_EXECUTOR_MESSAGES` on).
     ``value_format`` (and ``key_format``, default ``bytes``: keys kept as they are) says how
     payloads are read: ``json``, ``avro``, ``protobuf``, ``json_schema``, ``string``,
     ``bytes`` (``raw``, deprecated) or, for MQTT, ``sparkplug_b`` (one row per metric). The
@@ -539,8 +533,6 @@ class _Job:
                 DEFAULT_READER,
             )
             kwargs = ReaderKwargs(kwargs, DEFAULT_READER, kwargs.accept_loss)
-        if kwargs.reader == "auto" and mode == "auto" and self.spark_reads_faster(kwargs):
-            kwargs = ReaderKwargs(kwargs, SPARK_READER, kwargs.accept_loss)
         chosen: str = mode
         if kwargs.reader == SPARK_READER:
             chosen = "spark"
@@ -549,16 +541,6 @@ class _Job:
         result = self._result(chosen, spec.batch_id)
         with self.sink.exclusive(StreamKey.of(spec)):
             return self._run_kafka(kwargs, chosen, result)
-
-    def spark_reads_faster(self, kwargs: ReaderKwargs) -> bool:
-        """Whether ``auto`` reads this batch with Spark's Kafka source: a batch of at least
-        :data:`AUTO_SPARK_MESSAGES`, a payload Spark decodes, a session that has the source,
-        and connection settings it takes."""
-        from .jvm_reader import has_kafka_source, takes_settings
-
-        if self.spec.message_count < AUTO_SPARK_MESSAGES or self.formats.decodes:
-            return False
-        return has_kafka_source(self.spark) and takes_settings(kwargs)
 
     def _run_kafka(self, kwargs: ReaderKwargs, mode: str, result: IngestResult) -> IngestResult:
         from .dead_letters import send_kafka_dead_letters

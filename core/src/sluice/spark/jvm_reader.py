@@ -35,7 +35,7 @@ from ..kafka.records import ID_HEADER
 from ..queues.config import ConfigError
 from .reading import rounds
 
-__all__ = ["has_kafka_source", "kafka_options", "read_with_spark", "takes_settings"]
+__all__ = ["kafka_options", "read_with_spark"]
 
 
 def _renamed(name: str) -> Translation:
@@ -176,26 +176,6 @@ def read_with_spark(
         headers.alias("headers"),
         F.when(F.length(message_id) > 0, message_id).alias("message_id"),
     )
-
-
-def has_kafka_source(spark: Any) -> bool:
-    """Whether the session was given Spark's Kafka source, as its settings say: the
-    connector's jar in ``spark.jars`` (``spark_session(kafka_source=True)``, ``--jars``) or
-    its package in ``spark.jars.packages``."""
-    named = " ".join(str(spark.conf.get(key, "") or "") for key in _JAR_SETTINGS)
-    return "spark-sql-kafka-0-10" in named
-
-
-def takes_settings(kwargs: Mapping[str, Any]) -> bool:
-    """Whether the Kafka source takes every one of the connection's settings ``kwargs``."""
-    try:
-        kafka_options(kwargs, "-", [])
-    except ConfigError:
-        return False
-    return True
-
-
-_JAR_SETTINGS = ("spark.jars", "spark.jars.packages")
 
 
 def _classic(spark: Any) -> bool:
