@@ -384,7 +384,7 @@ def at_least_once(
     from sluice.spark.kafka_source import DEFAULT_CHUNK_BYTES, commit_offsets, reader_kwargs
     from sluice.spark.reading import chunks_on_driver
     from sluice.spark.records import RAW_SCHEMA_DDL, largest_message_bytes
-    from sluice.spark.writing import _arrow_batches, batch_rows
+    from sluice.spark.writing import arrow_settings, batch_rows, session_conf
 
     ends = topic_ends({"bootstrap_servers": bootstrap}, topic)
     spec = BatchSpec(
@@ -421,7 +421,7 @@ def at_least_once(
     raw = spark.read.schema(RAW_SCHEMA_DDL).parquet(*files)
     frame = classification.apply(formats.stage(raw))
     task = plain_task_writer([*classification.good], [*classification.bad], str(out))
-    with _arrow_batches(spark, batch_rows(largest)):
+    with session_conf(spark, arrow_settings(batch_rows(largest))):
         rows = sum(r["rows"] for r in frame.mapInArrow(task, "rows BIGINT").collect())
     commit_offsets(kwargs, topic, str(spec.group_id), dict(ends))
     elapsed = time.monotonic() - started

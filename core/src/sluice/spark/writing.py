@@ -58,8 +58,13 @@ __all__ = [
     "PartitionWrites",
     "WriteCounts",
     "WriteTargets",
+    "arrow_settings",
     "batch_rows",
+    "merge_reports",
+    "move_into_place",
+    "remove_attempts",
     "resolve",
+    "session_conf",
     "write_outcomes",
 ]
 
@@ -153,7 +158,7 @@ def write_outcomes(
         targets.partitioning,
     )
     try:
-        with session_conf(frame.sparkSession, _arrow_settings(batch_rows(largest_message))):
+        with session_conf(frame.sparkSession, arrow_settings(batch_rows(largest_message))):
             written = frame.mapInArrow(task, _RESULT_DDL).collect()
         counts = {"good": 0, "bad": 0}
         value_bytes = 0
@@ -248,7 +253,7 @@ def _union(intervals: list[Any]) -> list[tuple[int, int]]:
     return out
 
 
-def _arrow_settings(rows: int) -> dict[str, str]:
+def arrow_settings(rows: int) -> dict[str, str]:
     """Arrow batches of ``rows`` rows and no byte limit."""
     return {_ARROW_ROWS: str(rows), _ARROW_BYTES: _NO_BYTE_LIMIT}
 
