@@ -8,13 +8,10 @@ import pytest
 
 from sluice.testing.plugin import Broker
 
-from ..spark.conftest import KafkaTopic, open_topic
+from ..spark.conftest import KafkaTopic, opened_topic
 
 
 @pytest.fixture
 def topic(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
     """A 3-partition topic on Apache Kafka (the reference broker)."""
-    opened = open_topic(apache_kafka_broker, unique_name)
-    yield opened
-    opened.queue.close(None)
-    opened.producer.close()
+    yield from opened_topic(apache_kafka_broker, unique_name)

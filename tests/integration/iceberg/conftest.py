@@ -21,7 +21,7 @@ from sluice.testing.plugin import Broker, S3Bucket
 from sluice.testing.postgres import PostgresServer
 from sluice.testing.rest_catalog import RestCatalogServer
 
-from ..spark.conftest import KafkaTopic, open_topic
+from ..spark.conftest import KafkaTopic, opened_topic
 
 
 @dataclass
@@ -58,10 +58,7 @@ def _drop(catalog: Any, namespace: str) -> None:
 @pytest.fixture
 def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
     """A 3-partition topic on noida-db (the Iceberg tests of the catalogs, not of Kafka)."""
-    opened = open_topic(noida_broker, unique_name)
-    yield opened
-    opened.queue.close(None)
-    opened.producer.close()
+    yield from opened_topic(noida_broker, unique_name)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from sluice.spark import ingest
 from sluice.testing.plugin import Broker
 from tests.unit.cli.runner import assert_ok, run
 
-from ..spark.conftest import SCHEMA, KafkaTopic, open_topic, reading
+from ..spark.conftest import SCHEMA, KafkaTopic, opened_topic, reading
 from ..spark.crashes import (
     assert_exactly_once,
     dead_letter_origins,
@@ -31,10 +31,7 @@ from .conftest import Lake, sluice_summaries, table_rows
 
 @pytest.fixture
 def topic(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    opened = open_topic(apache_kafka_broker, unique_name)
-    yield opened
-    opened.queue.close(None)
-    opened.producer.close()
+    yield from opened_topic(apache_kafka_broker, unique_name)
 
 
 #: (store, maintained): a SQLite catalog with its warehouse on local disk, with ``sluice

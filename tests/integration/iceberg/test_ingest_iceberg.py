@@ -248,5 +248,4 @@ def test_files_of_sparks_own_writer_land_in_the_table_as_the_other_readers_do(
         assert plan_batch(topic.queue) is None
         assert audit(sqlite_lake.sink(), topic.source).ok
     finally:
-        topic.queue.close(None)
-        topic.producer.close()
+        topic.close()

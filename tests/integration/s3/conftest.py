@@ -13,17 +13,14 @@ from sluice import read_dataset
 from sluice.testing.plugin import Broker
 
 from ..iceberg.conftest import s3_sqlite_lake
-from ..spark.conftest import KafkaTopic, open_topic
+from ..spark.conftest import KafkaTopic, opened_topic
 
 __all__ = ["rows", "s3_sqlite_lake", "topic"]
 
 
 @pytest.fixture
 def topic(noida_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
-    opened = open_topic(noida_broker, unique_name)
-    yield opened
-    opened.queue.close(None)
-    opened.producer.close()
+    yield from opened_topic(noida_broker, unique_name)
 
 
 def rows(sink: str, quarantine: bool = False) -> list[dict[str, Any]]:

@@ -43,6 +43,11 @@ class KafkaTopic:
     def source(self) -> str:
         return f"kafka://{self.broker.bootstrap}"
 
+    def close(self) -> None:
+        """Close the planning queue and the producer."""
+        self.queue.close(None)
+        self.producer.close()
+
     def send(self, values: list[bytes | None], partition: int | None = None) -> None:
         """Send ``values`` with keys k0, k1 ... (a raw producer: it allows 1 MB values)."""
         sent = [
@@ -91,13 +96,19 @@ def open_topic(broker: Broker, name: str, partitions: int = 3) -> KafkaTopic:
     return KafkaTopic(broker, name, producer, queue)
 
 
+def opened_topic(broker: Broker, name: str, partitions: int = 3) -> Iterator[KafkaTopic]:
+    """A topic for a fixture to ``yield from``: closed when the test is done with it."""
+    topic = open_topic(broker, name, partitions)
+    try:
+        yield topic
+    finally:
+        topic.close()
+
+
 @pytest.fixture
 def topic(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
     """A 3-partition topic on Apache Kafka (the reference broker)."""
-    opened = open_topic(apache_kafka_broker, unique_name)
-    yield opened
-    opened.queue.close(None)
-    opened.producer.close()
+    yield from opened_topic(apache_kafka_broker, unique_name)
 
 
 def dataset_rows(sink: Path | str) -> list[dict[str, Any]]:

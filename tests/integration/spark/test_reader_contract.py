@@ -160,8 +160,7 @@ def test_a_compacted_topic_gives_the_same_rows_and_quarantine_on_every_reader(
             assert result.lost == [], f"{reader}: a compaction gap is not a loss"
             found[reader] = (rows_of(tmp_path / reader), result.written, result.quarantined)
     finally:
-        topic.queue.close(None)
-        topic.producer.close()
+        topic.close()
 
     (rows, bad), written, quarantined = found[READERS[0]]
     assert [r["offset"] for r in rows] == [12, 13, 14, 17]
@@ -195,5 +194,4 @@ def test_a_topic_recreated_shorter_while_spark_reads_is_a_data_loss(
         assert not dataset_rows(tmp_path) and not quarantine_rows(tmp_path)
         assert plan_batch(topic.queue) is not None, "nothing was committed"
     finally:
-        topic.queue.close(None)
-        topic.producer.close()
+        topic.close()
