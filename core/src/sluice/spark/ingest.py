@@ -46,7 +46,7 @@ from ..queues.envelope import MessageEnvelope
 from ..queues.uri import config_from_uri, queue_from_config
 from ..secrets import redact_uri
 from .classify import Classification, Rules, parse_schema
-from .failpoints import failpoint, is_armed
+from .failpoints import failpoint
 from .formats import SPARKPLUG_STATE, Formats, format_task_errors, plan_formats
 from .jvm_writer import jvm_writable, write_outcomes_in_jvm
 from .kafka_source import (
@@ -802,8 +802,7 @@ class _Job:
         raw = read_with_spark(self.spark, kwargs, self.spec.topic, todo)
         failpoint("read.after_first_chunk")
         with task_errors():
-            # the task.lost failpoint lives in the Python writer's tasks
-            counts = self._write(raw, staging, in_jvm=not is_armed("task.lost"))
+            counts = self._write(raw, staging, in_jvm=True)
         check_range_ends(kwargs, self.spec.topic, todo)
         self.report(IngestEvent("reading", total, total))
         return counts

@@ -28,6 +28,7 @@ from typing import Any
 
 from . import durable
 from .durable import local_target
+from .failpoints import is_armed
 from .fingerprints import message_fingerprint
 from .writing import (
     ATTEMPTS_DIR,
@@ -46,8 +47,11 @@ _PARQUET_SETTINGS = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"
 
 
 def jvm_writable(decodes_in_python: bool, targets: WriteTargets) -> bool:
-    """Whether :func:`write_outcomes_in_jvm` can write to ``targets`` (module docstring)."""
+    """Whether :func:`write_outcomes_in_jvm` can write to ``targets`` (module docstring).
+    Not while a test arms ``task.lost``: that failpoint lives in :mod:`.writing`'s tasks."""
     if decodes_in_python or targets.partitioning or targets.filesystem is not None:
+        return False
+    if is_armed("task.lost"):
         return False
     return all(local_target(t) is not None for t in (targets.data, targets.quarantine))
 
