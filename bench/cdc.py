@@ -132,6 +132,7 @@ def main() -> None:
             table = _table("bench.current")
             table_rows = table.scan().to_arrow().num_rows
             files = len(list(table.scan().plan_files()))
+            snapshots = len(table.snapshots())
             rows.append(
                 {
                     "batch": number + 1,
@@ -140,6 +141,7 @@ def main() -> None:
                     "append_s": round(append_s, 3),
                     "rows": table_rows,
                     "files": files,
+                    "snapshots": snapshots,
                     "changes": result.changes,
                 }
             )
@@ -152,9 +154,9 @@ def main() -> None:
                 compact(upsert_sink)
         upsert_total = sum(r["upsert_s"] for r in rows)
         append_total = sum(r["append_s"] for r in rows)
-        third = max(1, len(rows) // 3)
-        first = sum(r["upsert_s"] for r in rows[:third]) / third
-        last = sum(r["upsert_s"] for r in rows[-third:]) / third
+        first, last = _thirds(rows)
+        full = [r for r in rows if r["rows"] >= 0.98 * rows[-1]["rows"]]
+        full_first, full_last = _thirds(full)
         print(
             f"\n  total: upsert {upsert_total:.1f} s, append {append_total:.1f} s, ratio "
             f"upsert / append {upsert_total / append_total:.2f}x"
@@ -162,6 +164,13 @@ def main() -> None:
         print(
             f"  upsert time per batch, last third / first third: {last / first:.2f}x "
             f"({first:.2f} s -> {last:.2f} s)"
+        )
+        print(
+            f"  the same over the {len(full)} batches from the table's full size on (batch "
+            f"{full[0]['batch']}: {full[0]['rows']:,} rows, within 2% of the last), while "
+            f"its history grew from {full[0]['snapshots']} to {full[-1]['snapshots']} "
+            f"snapshots: {full_last / full_first:.2f}x ({full_first:.2f} s -> "
+            f"{full_last:.2f} s)"
         )
         if args.json:
             import json
@@ -175,6 +184,7 @@ def main() -> None:
                         "batches": rows,
                         "ratio_upsert_append": round(upsert_total / append_total, 3),
                         "growth_last_first": round(last / first, 3),
+                        "growth_at_full_size": round(full_last / full_first, 3),
                         "compact": args.compact,
                     },
                     indent=2,
@@ -183,6 +193,15 @@ def main() -> None:
         spark.stop()
     finally:
         broker.stop()
+
+
+def _thirds(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """The upsert's mean seconds per batch over the first and the last third of ``rows``."""
+    third = max(1, len(rows) // 3)
+    return (
+        sum(r["upsert_s"] for r in rows[:third]) / third,
+        sum(r["upsert_s"] for r in rows[-third:]) / third,
+    )
 
 
 def _table(name: str) -> Any:

@@ -444,12 +444,13 @@ class _Job:
         staging: Staging,
         largest: int | None = None,
         aliases: Mapping[str, Any] | None = None,
-        in_jvm: bool = False,
+        read_by_spark: Sequence[int] = (),
     ) -> WriteCounts:
         """Decode (:mod:`.formats`) and sort ``raw`` into good and bad rows and add both to
         ``staging``, in one Spark job (:mod:`.writing`); ``largest``: the bytes of its largest
         message, if known; ``aliases``: the Sparkplug B alias book before the batch;
-        ``in_jvm``: with Spark's own writer where nothing needs Python (:mod:`.jvm_writer`)."""
+        ``read_by_spark``: the Kafka partitions Spark's source read, written by Spark's own
+        writer where nothing needs Python (:mod:`.jvm_writer`)."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -470,9 +471,9 @@ class _Job:
         def writing(done: int | None, parts: int | None) -> None:
             self._event("writing", total or 0, total, done=done, parts=parts)
 
-        if in_jvm and jvm_writable(self.formats.decodes, targets):
+        if read_by_spark and jvm_writable(self.formats.decodes, targets):
             with job_progress(self.spark, writing):
-                return write_outcomes_in_jvm(frame, good, bad, targets)
+                return write_outcomes_in_jvm(frame, good, bad, targets, read_by_spark)
         check_python_workers(self.spark)
         with format_task_errors(), job_progress(self.spark, writing):
             return write_outcomes(frame, good, bad, targets, largest)
@@ -802,7 +803,7 @@ class _Job:
         raw = read_with_spark(self.spark, kwargs, self.spec.topic, todo)
         failpoint("read.after_first_chunk")
         with task_errors():
-            counts = self._write(raw, staging, in_jvm=True)
+            counts = self._write(raw, staging, read_by_spark=sorted({r.partition for r in todo}))
         check_range_ends(kwargs, self.spec.topic, todo)
         self.report(IngestEvent("reading", total, total))
         return counts
