@@ -208,9 +208,16 @@ def audit(
     sink: str | os.PathLike[str],
     source: str | Mapping[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    *,
+    value_format: str = "json",
+    key_format: str = "bytes",
+    schema_registry: str | Mapping[str, Any] | None = None,
 ) -> AuditReport:
     """Audit ``sink``; ``source`` (a queue URI or config naming the Kafka cluster) is needed
-    when the sink holds Kafka batches. ``progress(done, total)`` is called per batch read."""
+    when the sink holds Kafka batches. ``progress(done, total)`` is called per batch read.
+    A current-state table's envelopes are read as its ingest read them: ``value_format``,
+    ``key_format`` and ``schema_registry`` as :func:`sluice.spark.ingest` takes them with
+    ``write_mode="upsert"`` (Debezium's JSON by default, or Avro from a registry)."""
     from .spark.sinks import open_sink
 
     opened = open_sink(sink)
@@ -240,26 +247,31 @@ def audit(
         if progress is not None:
             progress(done, len(records))
     if key_columns is not None:
-        report.current_state = _audit_current_state(opened, key_columns, records, source)
+        formats = {"value_format": value_format, "key_format": key_format}
+        report.current_state = _audit_current_state(
+            opened, key_columns, records, source, formats | {"schema_registry": schema_registry}
+        )
     return report
 
 
 def _audit_current_state(
-    sink: Any, key_columns: list[str], records: list[Any], source: Any
+    sink: Any, key_columns: list[str], records: list[Any], source: Any, formats: dict[str, Any]
 ) -> CurrentStateAudit:
     """The table's rows against its batches' changes, read again from the broker and applied
-    batch by batch in publish order (see the module docstring)."""
+    batch by batch in publish order (see the module docstring); ``formats``: the envelopes'
+    (:func:`sluice.spark.ingest.envelope_decoders`' arguments)."""
     import pyarrow as pa
 
-    from .cdc import POSITION_COLUMN, Change, reduce_messages
+    from .cdc import POSITION_COLUMN, Change, Decoders, reduce_messages
     from .kafka.ranges import read_range_records
-    from .spark.ingest import source_config
+    from .spark.ingest import envelope_decoders, source_config
     from .spark.kafka_source import reader_kwargs
     from .spark.sinks.base import fold_markers
     from .spark.sinks.upsert import plan
 
     expected: dict[tuple[Any, ...], Change] = {}
     markers: dict[Any, dict[str, int]] = {}  # each stream's delete markers, as the sink's
+    decoders: dict[str, Decoders] = {}  # by topic
     for record in records:
         if record.stream.kind != "kafka" or not record.ranges:
             continue
@@ -277,7 +289,9 @@ def _audit_current_state(
                 columns["value"].append(message.value)
                 columns["partition"].append(partition)
                 columns["offset"].append(message.offset)
-        reduced = reduce_messages(pa.table(columns), key_columns)
+        if spec.topic not in decoders:
+            decoders[spec.topic] = envelope_decoders(spec.topic, **formats)
+        reduced = reduce_messages(pa.table(columns), key_columns, decoders[spec.topic])
         positions = {k: c.position for k, c in expected.items()}
         deleted = markers.setdefault(record.stream, {})
         applying = plan(reduced, positions, deleted)

@@ -19,6 +19,7 @@ from sluice.kafka import KafkaMessageQueue
 from sluice.queues import ConfigError
 from sluice.spark import ingest
 from sluice.testing.debezium import Message, SourceTable
+from tests.unit.cli.runner import assert_ok, run
 
 from ..iceberg.conftest import Lake, sluice_summaries, sqlite_lake, table_rows
 from .conftest import KafkaTopic
@@ -448,3 +449,16 @@ def test_debezium_envelopes_in_avro_from_a_registry_are_applied(
     }
     [bad] = table_rows(sqlite_lake, "customers__quarantine")
     assert bad["reason"].startswith("cdc: the message value is not Avro (")
+
+    # The audit reads the envelopes as the ingest did; read as JSON, none is a change.
+    sink = sqlite_lake.sink("customers")
+    avro = {"value_format": "avro", "key_format": "avro", "schema_registry": schema_registry.url}
+    report = audit(sink, topic.source, **avro)
+    assert report.ok, report.lines()
+    assert report.current_state is not None and report.current_state.keys == 3
+    as_json = audit(sink, topic.source).current_state
+    assert as_json is not None and not as_json.ok and as_json.keys == 0
+    command = ["audit", sink, "--source", topic.source]
+    avro_options = ["--format", "avro", "--key-format", "avro", "--registry", schema_registry.url]
+    assert_ok(run(*command, *avro_options))
+    assert run(*command).exit_code == 1, "read as JSON, the table's rows match no change"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -10,8 +11,19 @@ import typer
 
 from . import output
 from .errors import CliError
+from .ingest import registry_value
 
 __all__ = ["audit"]
+
+
+class EnvelopeFormat(StrEnum):
+    json = "json"
+    avro = "avro"
+
+
+class EnvelopeKeyFormat(StrEnum):
+    bytes = "bytes"
+    avro = "avro"
 
 
 def audit(
@@ -30,6 +42,24 @@ def audit(
             "MQTT batches."
         ),
     ] = None,
+    value_format: Annotated[
+        EnvelopeFormat,
+        typer.Option(
+            "--format",
+            help="A current-state table's Debezium envelopes: json, or avro (with --registry).",
+        ),
+    ] = EnvelopeFormat.json,
+    key_format: Annotated[
+        EnvelopeKeyFormat,
+        typer.Option(help="A current-state table's message keys: bytes (JSON), or avro."),
+    ] = EnvelopeKeyFormat.bytes,
+    registry: Annotated[
+        str | None,
+        typer.Option(
+            help="Schema Registry URL of Avro envelopes; a URL with a password as "
+            "env:VARIABLE or @file keeps it off the command line.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Compare a sink with the broker: per partition, offsets written, quarantined, doubled,
@@ -45,7 +75,12 @@ def audit(
     with output.progress() as bar:
         task = bar.add_task(f"auditing {sink}", total=None)
         report = run_audit(
-            sink, source, progress=lambda done, total: bar.update(task, completed=done, total=total)
+            sink,
+            source,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+            value_format=value_format.value,
+            key_format=key_format.value,
+            schema_registry=registry_value(registry),
         )
     if not report.streams:
         raise CliError(f"'{sink}' holds no published batch: nothing to audit.")
