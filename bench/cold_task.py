@@ -21,6 +21,8 @@ interleaved, ``--rounds`` times:
   jars, resolved once before anything is timed) and runs a Spark user's job: the ranges read by
   ``spark.read.format("kafka")``, ``from_json``, ``write.parquet``, then a commit of the
   offsets (side (j) of bench/ingest.py), then exits;
+- ``driver`` (optional): as ``sluice``, with ``mode="driver"`` (what ``auto`` chose below
+  1,000,000 messages until it moved to 100,000).
 - ``sluice-spark`` (optional): as ``sluice``, with ``options.reader`` "spark" (Spark's Kafka
   source, ``spark_session(kafka_source=True)``: read, classified and written in the JVM,
   no Python worker, as ``spark-job``);
@@ -82,7 +84,7 @@ def progress(event):
 result = None
 if sys.argv[2]:  # no batch for the floor sides: the session starts, nothing is ingested
     result = ingest(spark, sys.argv[2], sys.argv[3], source=sys.argv[4], schema=sys.argv[5],
-                    progress=progress)
+                    progress=progress, mode=sys.argv[6] if len(sys.argv) > 6 else "auto")
 marks["ingest"] = time.monotonic() - started
 jobs = None
 try:
@@ -212,7 +214,8 @@ def main() -> None:
     parser.add_argument(
         "--sides",
         default="sluice,hand",
-        help="sluice,hand[,spark-job][,sluice-spark][,connect][,no-archive][,before][,floor]"
+        help="sluice,hand[,driver][,spark-job][,sluice-spark][,connect][,no-archive][,before]"
+        "[,floor]"
         "[,connect-floor]",
     )
     parser.add_argument(
@@ -271,7 +274,7 @@ def main() -> None:
         firsts = [
             (name, reader)
             for name, reader, named in (
-                ("Sluice", "", {"sluice", "before", "floor"}),
+                ("Sluice", "", {"sluice", "driver", "before", "floor"}),
                 ("sluice-spark", "?reader=spark", {"sluice-spark"}),
             )
             if named & set(sides)
@@ -331,8 +334,10 @@ def main() -> None:
                         if side == "no-archive":
                             env["SLUICE_SPARK_CDS"] = "0"
                         reader = "?reader=spark" if side == "sluice-spark" else ""
+                        mode = ["driver"] if side == "driver" else []
+                        child = [SLUICE_CHILD, master, spec, str(out), source + reader, SCHEMA]
                         seconds, detail = run_child(
-                            ["-c", SLUICE_CHILD, master, spec, str(out), source + reader, SCHEMA],
+                            ["-c", *child, *mode],
                             python,
                             env,
                         )
@@ -355,7 +360,7 @@ def main() -> None:
             if "sluice" in sides and "no-archive" in sides:
                 ratio = medians["sluice", n] / medians["no-archive", n]
                 line += f"  sluice/no-archive {ratio:.2f}x"
-            others = ("connect", "no-archive", "before", "floor", "connect-floor")
+            others = ("driver", "connect", "no-archive", "before", "floor", "connect-floor")
             for other in (*others, "spark-job", "sluice-spark"):
                 if other in sides and "hand" in sides:
                     line += f"  {other}/hand {medians[other, n] / medians['hand', n]:.2f}x"

@@ -4,6 +4,7 @@ each range reader (``options.reader``: kafka-python, confluent)."""
 from __future__ import annotations
 
 import sys
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +290,23 @@ def test_the_confluent_reader_without_confluent_kafka_fails_before_reading(
 
     assert dataset_rows(tmp_path) == []
     assert plan_batch(topic.queue) == spec, "nothing was committed"
+
+
+def test_auto_reads_on_the_executors_from_a_lower_count_once_the_workers_started(
+    spark: Any, topic: KafkaTopic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mode="auto"``: a session's first ingest (its Python workers not started yet) keeps
+    the driver up to AUTO_EXECUTOR_MESSAGES_COLD; later ones read on the executors from
+    AUTO_EXECUTOR_MESSAGES on (thresholds lowered here to a small batch's size)."""
+    ingest_module = import_module("sluice.spark.ingest")
+    monkeypatch.setattr(ingest_module, "AUTO_EXECUTOR_MESSAGES", 20)
+    monkeypatch.setattr(ingest_module, "AUTO_EXECUTOR_MESSAGES_COLD", 1_000)
+    monkeypatch.setattr(spark, "_sluice_python_workers_checked", False, raising=False)
+    modes = []
+    for first in (0, 30):
+        topic.send([reading(first + i) for i in range(30)])
+        result = ingest(spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA)
+        assert result.written == 30
+        modes.append(result.mode)
+    assert modes == ["driver", "executors"]
+    assert sorted(r["temperature"] for r in dataset_rows(tmp_path)) == [i / 10 for i in range(60)]

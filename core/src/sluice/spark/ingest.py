@@ -66,15 +66,17 @@ from .remaining import commit_targets, live_commits, remaining, truncated_below
 from .result import IngestResult
 from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
 from .sinks.upsert import UpsertSink, upsert_sink
-from .workers import check_python_workers
+from .workers import check_python_workers, python_workers_checked
 from .writing import BATCH_BYTES, WriteCounts, write_outcomes
 
 __all__ = [
     "AUTO_EXECUTOR_MESSAGES",
+    "AUTO_EXECUTOR_MESSAGES_COLD",
     "IngestEvent",
     "Mode",
     "ValueFormat",
     "WriteMode",
+    "auto_mode",
     "ingest",
     "source_config",
 ]
@@ -87,8 +89,15 @@ Stage = Literal[
 Mode = Literal["auto", "driver", "executors"]
 WriteMode = Literal["append", "upsert"]
 
-#: ``mode="auto"`` reads on the executors from this many messages on.
-AUTO_EXECUTOR_MESSAGES = 1_000_000
+#: ``mode="auto"`` reads on the executors from this many messages on, once the session's
+#: Python workers have started (:func:`auto_mode`). Warm, on a 2-core machine against
+#: Apache Kafka (``bench/ingest.py``, confluent reader), driver mode was ahead at 20,000
+#: messages (1.31x) and 60,000 (1.10x), executor mode at 200,000 (1.63x).
+AUTO_EXECUTOR_MESSAGES = 100_000
+#: The same in a session's first ingest: its executor-mode tasks start the Python workers
+#: and import the reader there, which a cold Airflow task at 200,000 messages paid with
+#: 1.2 s more than driver mode (``bench/cold_task.py --sides sluice,driver``).
+AUTO_EXECUTOR_MESSAGES_COLD = 1_000_000
 #: A chunk read on the driver is handed to Spark in one file per core, of at least this many
 #: rows each.
 MIN_ROWS_PER_TASK = 10_000
@@ -147,7 +156,8 @@ def ingest(
     also to the source's dead-letter topic. ``mode`` says where Kafka messages are read: on the
     driver in chunks of at most ``chunk_size`` messages and about ``chunk_bytes`` bytes, or on
     the executors, one task per range of at most ``chunk_size`` messages (``auto``: executors
-    from :data:`AUTO_EXECUTOR_MESSAGES` on).
+    from :data:`AUTO_EXECUTOR_MESSAGES` on, from :data:`AUTO_EXECUTOR_MESSAGES_COLD` in a
+    session's first ingest; :func:`auto_mode`).
     ``value_format`` (and ``key_format``, default ``bytes``: keys kept as they are) says how
     payloads are read: ``json``, ``avro``, ``protobuf``, ``json_schema``, ``string``,
     ``bytes`` (``raw``, deprecated) or, for MQTT, ``sparkplug_b`` (one row per metric). The
@@ -266,6 +276,14 @@ def _check_upsert(spec: BatchSpec, schema: Any, payload_column: str | None) -> N
             "write_mode='upsert' takes the table's columns from the envelopes' 'after' rows: "
             "leave schema and payload_column out."
         )
+
+
+def auto_mode(messages: int, workers_started: bool) -> str:
+    """Where ``mode="auto"`` reads a batch of ``messages``: "executors" from
+    :data:`AUTO_EXECUTOR_MESSAGES` on when the session's Python workers have started
+    (``workers_started``), else from :data:`AUTO_EXECUTOR_MESSAGES_COLD`; else "driver"."""
+    threshold = AUTO_EXECUTOR_MESSAGES if workers_started else AUTO_EXECUTOR_MESSAGES_COLD
+    return "executors" if messages >= threshold else "driver"
 
 
 def envelope_decoders(
@@ -538,7 +556,7 @@ class _Job:
         if kwargs.reader == SPARK_READER:
             chosen = "spark"
         elif mode == "auto":
-            chosen = "executors" if spec.message_count >= AUTO_EXECUTOR_MESSAGES else "driver"
+            chosen = auto_mode(spec.message_count, python_workers_checked(self.spark))
         result = self._result(chosen, spec.batch_id)
         with self.sink.exclusive(StreamKey.of(spec)):
             return self._run_kafka(kwargs, chosen, result)

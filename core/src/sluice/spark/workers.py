@@ -20,7 +20,7 @@ import re
 import warnings
 from typing import Any
 
-__all__ = ["REQUIRED", "PythonWorkersError", "check_python_workers"]
+__all__ = ["REQUIRED", "PythonWorkersError", "check_python_workers", "python_workers_checked"]
 
 #: What an ingest imports in Spark's Python workers.
 REQUIRED = ("pyarrow", "pandas", "sluice")
@@ -78,6 +78,12 @@ def check_python_workers(spark: Any) -> None:
     if failures:
         raise PythonWorkersError(_message(spark, executable, failures.split(";")))
     setattr(spark, _CHECKED, True)
+
+
+def python_workers_checked(spark: Any) -> bool:
+    """Whether ``spark``'s Python workers passed :func:`check_python_workers`: they have
+    started and imported Sluice (Spark keeps them for the session's next jobs)."""
+    return bool(getattr(spark, _CHECKED, False))
 
 
 def _message(spark: Any, executable: str, failures: list[str]) -> str:
