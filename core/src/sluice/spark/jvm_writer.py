@@ -29,6 +29,7 @@ observation fail the batch (a cache block lost and read again from a topic that 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -102,7 +103,7 @@ def write_outcomes_in_jvm(
     finally:
         cached.unpersist()
         remove_attempts(attempts, None)
-    report = _report(offsets["partition"], offsets["offset"], seen, partitions)
+    report = _report(offsets, seen, partitions)
     return WriteCounts(seen["good"], seen["bad"], seen["value_bytes"] or 0, merge_reports([report]))
 
 
@@ -124,39 +125,46 @@ def _measures(partitions: Sequence[int]) -> list[Any]:
     ]
 
 
-def _offsets(attempts: dict[str, str], written: list[tuple[str, str]]) -> dict[str, Any]:
-    """The ``partition`` and ``offset`` columns of every written file, with the rows each
-    output holds."""
+@dataclass(frozen=True)
+class _Offsets:
+    """The ``partition`` and ``offset`` columns of a batch's written files, and the rows
+    each output ("good", "bad") holds."""
+
+    partition: np.ndarray
+    offset: np.ndarray
+    rows: dict[str, int]
+
+
+def _offsets(attempts: dict[str, str], written: list[tuple[str, str]]) -> _Offsets:
+    """:class:`_Offsets` of the files ``written`` (output, name under its attempts)."""
     tables, rows = [], {"good": 0, "bad": 0}
     for kind, name in written:
         path = local_target(f"{attempts[kind]}/{name}")
         table = pq.read_table(path, columns=["partition", "offset"])
         tables.append(table)
         rows[kind] += table.num_rows
-    both = pa.concat_tables(tables) if tables else None
-    return {
-        column: np.zeros(0, np.int64) if both is None else both[column].to_numpy()
-        for column in ("partition", "offset")
-    } | {"rows": rows}
+    if not tables:
+        return _Offsets(np.zeros(0, np.int64), np.zeros(0, np.int64), rows)
+    both = pa.concat_tables(tables)
+    return _Offsets(both["partition"].to_numpy(), both["offset"].to_numpy(), rows)
 
 
-def _check_counts(offsets: dict[str, Any], seen: dict[str, Any]) -> None:
+def _check_counts(offsets: _Offsets, seen: dict[str, Any]) -> None:
     for kind, label in (("good", "good"), ("bad", "quarantined")):
-        if offsets["rows"][kind] != seen[kind]:
+        if offsets.rows[kind] != seen[kind]:
             raise RuntimeError(
-                f"Spark's writer wrote {offsets['rows'][kind]} {label} rows where the read "
+                f"Spark's writer wrote {offsets.rows[kind]} {label} rows where the read "
                 f"counted {seen[kind]}: cached rows were read again from a topic that changed "
                 "meanwhile (retention or compaction). Run the batch again."
             )
 
 
-def _report(
-    partition: Any, offset: Any, seen: dict[str, Any], partitions: Sequence[int]
-) -> dict[str, Any]:
-    """The report :mod:`.writing`'s tasks give (module docstring)."""
+def _report(offsets: _Offsets, seen: dict[str, Any], partitions: Sequence[int]) -> dict[str, Any]:
+    """The report :mod:`.writing`'s tasks give (module docstring), from the written files'
+    offsets and the observation ``seen``."""
     report: dict[str, Any] = {}
     for p in partitions:
-        mine = np.sort(offset[partition == p])
+        mine = np.sort(offsets.offset[offsets.partition == p])
         last = seen[f"last_{p}"]
         if not mine.size or last is None:
             continue

@@ -1,0 +1,50 @@
+"""The report Spark's own writer builds on the driver (sluice.spark.jvm_writer): the offsets'
+runs from the written files' columns and the last message from the job's observation, in
+the shape sluice.spark.writing's Python tasks give it (checked by sluice.spark.reconcile)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sluice.spark.fingerprints import message_fingerprint
+from sluice.spark.jvm_writer import _check_counts, _Offsets, _report
+from sluice.spark.writing import merge_reports
+
+
+def offsets(pairs: list[tuple[int, int]], good: int, bad: int) -> _Offsets:
+    partition, offset = zip(*pairs, strict=True) if pairs else ((), ())
+    return _Offsets(
+        np.array(partition, np.int64), np.array(offset, np.int64), {"good": good, "bad": bad}
+    )
+
+
+def last(offset: int, value: bytes) -> dict[str, object]:
+    return {"offset": offset, "key": b"k", "value": value, "micros": 1_700_000_000_123_456}
+
+
+def test_runs_of_consecutive_offsets_per_partition_with_a_repeat_counted_as_a_row() -> None:
+    # partition 0: 5, 6, 7, a gap, 9 twice, 10 (files in any order); partition 2: 3
+    written = offsets([(0, 9), (0, 5), (2, 3), (0, 7), (0, 10), (0, 6), (0, 9)], 6, 1)
+    seen = {
+        "good": 6,
+        "bad": 1,
+        "last_0": last(10, b"v10"),
+        "last_1": None,
+        "last_2": last(3, b"v3"),
+    }
+
+    merged = merge_reports([_report(written, seen, [0, 1, 2])])
+
+    assert sorted(merged) == [0, 2], "a partition with no rows has no report"
+    assert merged[0].intervals == [(5, 8), (9, 11)]
+    assert merged[0].rows == 6, "the repeated offset shows as more rows than offsets"
+    assert merged[0].last_offset == 10
+    assert merged[0].last_fingerprint == message_fingerprint(b"k", b"v10", 1_700_000_000_123)
+    assert (merged[2].intervals, merged[2].rows, merged[2].last_offset) == ([(3, 4)], 1, 3)
+
+
+def test_files_holding_other_counts_than_the_read_fail_the_batch() -> None:
+    _check_counts(offsets([(0, 1), (0, 2)], 1, 1), {"good": 1, "bad": 1})
+    with pytest.raises(RuntimeError, match="wrote 1 quarantined rows where the read counted 2"):
+        _check_counts(offsets([(0, 1), (0, 2)], 1, 1), {"good": 1, "bad": 2})
