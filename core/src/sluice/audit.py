@@ -247,10 +247,12 @@ def audit(
         if progress is not None:
             progress(done, len(records))
     if key_columns is not None:
-        formats = {"value_format": value_format, "key_format": key_format}
-        report.current_state = _audit_current_state(
-            opened, key_columns, records, source, formats | {"schema_registry": schema_registry}
-        )
+        formats = {
+            "value_format": value_format,
+            "key_format": key_format,
+            "schema_registry": schema_registry,
+        }
+        report.current_state = _audit_current_state(opened, key_columns, records, source, formats)
     return report
 
 

@@ -58,7 +58,7 @@ _probe.__module__ = "__main__"
 def check_python_workers(spark: Any) -> None:
     """:class:`PythonWorkersError` unless ``spark``'s Python workers can import pyarrow,
     pandas and Sluice (see the module docstring); checked once per session."""
-    if getattr(spark, _CHECKED, False):
+    if python_workers_checked(spark):
         return
     from pyspark.sql import functions as F
 
