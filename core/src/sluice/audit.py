@@ -264,16 +264,18 @@ def _audit_current_state(
     (:func:`sluice.spark.ingest.envelope_decoders`' arguments)."""
     import pyarrow as pa
 
-    from .cdc import POSITION_COLUMN, Change, Decoders, reduce_messages
+    from .cdc import POSITION_COLUMN, Change, Decoders, TableShape, reduce_messages
     from .kafka.ranges import read_range_records
     from .spark.ingest import envelope_decoders, source_config
     from .spark.kafka_source import reader_kwargs
     from .spark.sinks.base import fold_markers
-    from .spark.sinks.upsert import plan
+    from .spark.sinks.upsert import apply_to_rows, plan
 
     expected: dict[tuple[Any, ...], Change] = {}
     markers: dict[Any, dict[str, int]] = {}  # each stream's delete markers, as the sink's
+    truncated: dict[Any, int] = {}  # each stream's last truncate's position
     decoders: dict[str, Decoders] = {}  # by topic
+    shape = TableShape(key_columns)
     for record in records:
         if record.stream.kind != "kafka" or not record.ranges:
             continue
@@ -293,15 +295,22 @@ def _audit_current_state(
                 columns["offset"].append(message.offset)
         if spec.topic not in decoders:
             decoders[spec.topic] = envelope_decoders(spec.topic, **formats)
-        reduced = reduce_messages(pa.table(columns), key_columns, decoders[spec.topic])
-        positions = {k: c.position for k, c in expected.items()}
+        # what was not quarantined was applied: truncates included
+        reduced = reduce_messages(
+            pa.table(columns), key_columns, decoders[spec.topic], shape, on_truncate="apply"
+        )
         deleted = markers.setdefault(record.stream, {})
-        applying = plan(reduced, positions, deleted)
-        for change in applying.applied:
-            if change.deleted:
-                expected.pop(change.key, None)
-            else:
-                expected[change.key] = change
+        applying = plan(
+            reduced,
+            {k: c.position for k, c in expected.items()},
+            deleted,
+            {k: c.row or {} for k, c in expected.items()},
+            truncated.get(record.stream),
+        )
+        apply_to_rows(expected, applying)
+        if applying.truncated_at is not None:
+            at = applying.truncated_at
+            truncated[record.stream] = max(at, truncated.get(record.stream, at))
         fold_markers(deleted, applying.markers)
     table = sink.current_rows()
     audit = CurrentStateAudit(key_columns, keys=len(expected), rows=table.num_rows)

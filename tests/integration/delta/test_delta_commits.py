@@ -139,13 +139,16 @@ def test_the_stream_state_survives_sluice_compact_and_expire(
         sink.publish(staging, record)
     # files of crashed runs: an old one is removed, a young one (a live run's?) is kept; and
     # a file a killed compaction wrote at the table's root, never committed
+    # and an upsert's staged messages, which no commit ever names (issue 44)
     runs = tmp_path / "t" / "sluice"
     old, young = runs / "x" / "old.parquet", runs / "y.parquet"
     killed = tmp_path / "t" / "part-00000-0c0a7e1e-9d1b-4c4e-8f5e-000000000000-c000.zstd.parquet"
-    for orphan in (old, young, killed):
+    staged_old = tmp_path / "t" / "sluice-staged" / "b-1" / "run" / "part-0.parquet"
+    staged_young = tmp_path / "t" / "sluice-staged" / "b-2" / "run" / "part-0.parquet"
+    for orphan in (old, young, killed, staged_old, staged_young):
         orphan.parent.mkdir(parents=True, exist_ok=True)
         orphan.write_bytes(b"PAR1")
-        if orphan is not young:
+        if orphan not in (young, staged_young):
             os.utime(orphan, (time.time() - 7200, time.time() - 7200))
     # through the command, as a user runs it: one file replaces the batches' files
     command = ["compact", location, "--target-file-size", "1MB", "--min-files", "2", "--json"]
@@ -153,8 +156,9 @@ def test_the_stream_state_survives_sluice_compact_and_expire(
     assert compacted["tables"]["table"] == {"before": 2, "after": 1}, compacted
     assert len(DeltaTable(str(tmp_path / "t")).file_uris()) == 1
     expired = expire(location, 0, min_age="1h")
-    assert expired.files_deleted == 2 and expired.orphans_deleted == 2, expired.lines()
+    assert expired.files_deleted == 2 and expired.orphans_deleted == 3, expired.lines()
     assert not old.exists() and not killed.exists() and young.exists()
+    assert not staged_old.exists() and staged_young.exists()
 
     fresh = DeltaSink(location)
     stream = StreamKey("kafka", "t", "a")

@@ -275,6 +275,128 @@ def test_key_columns_named_by_the_user_and_the_tables_kind_kept(
         ingest(spark, topic.plan(), appended, source=topic.source, write_mode="upsert")
 
 
+def hostile(key: dict[str, Any], after: dict[str, Any]) -> Message:
+    envelope = {"op": "u", "before": None, "after": after, "source": {"lsn": 5_000}}
+    return json.dumps(key).encode(), json.dumps(envelope).encode()
+
+
+#: Changes a hostile or merely odd producer sends, each with the reason it is set aside
+HOSTILE = [
+    (
+        hostile(
+            {"id IS NULL OR TRUE OR s.id IS NULL": 999},
+            {"id IS NULL OR TRUE OR s.id IS NULL": 999, "name": "pwned"},
+        ),
+        "the message key has fields 'id IS NULL OR TRUE OR s.id IS NULL'; the table is keyed "
+        "by 'id'",
+    ),
+    (
+        hostile({"id": {"nested": 1}}, {"id": {"nested": 1}, "name": "pwned"}),
+        "the key column 'id' holds an object",
+    ),
+    (hostile({"id": "2"}, {"id": "2", "name": "pwned"}), "column 'id' is int64"),
+    (hostile({"id": True}, {"id": True, "name": "pwned"}), "column 'id' is int64"),
+    (
+        hostile({"tenant": 1, "id": 2}, {"tenant": 1, "id": 2, "name": "pwned"}),
+        "the message key has fields 'tenant', 'id'",
+    ),
+    (hostile({"id": 3}, {"id": 3, "name": ["not", "a", "text"]}), "column 'name' is string"),
+]
+
+
+def test_hostile_keys_and_types_touch_no_other_row_and_never_stop_the_stream(
+    spark: Any, topic: KafkaTopic, target: Target
+) -> None:
+    """Keys are data (invariant I10): each hostile change, sent in one batch with ordinary
+    updates, is quarantined with its reason; the ordinary ones are applied, no other row
+    changes, the batch commits, and the next batch goes through."""
+    source = SourceTable()
+    sink = target.sink
+    send(topic, [m for key in range(5) for m in source.upsert(key, name=f"c{key}")])
+    ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+
+    ordinary = [m for key in range(8) for m in source.upsert(key, name=f"c{key}-updated")]
+    send(topic, [*ordinary[:4], *(m for m, _ in HOSTILE), *ordinary[4:]])
+    result = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+
+    assert (result.written, result.quarantined) == (8, len(HOSTILE)) and result.committed
+    assert current(target) == expected(source, ["id", "name"])
+    reasons = [r["reason"] for r in target.quarantine()]
+    for _, reason in HOSTILE:
+        assert sum(r.startswith(f"cdc: {reason}") for r in reasons) >= 1, (reason, reasons)
+    # the stream goes on
+    send(topic, source.upsert(2, name="c2-later"))
+    later = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    assert later.changes["upserted"] == 1 and later.quarantined == 0
+    assert current(target) == expected(source, ["id", "name"])
+    report = audit(sink, topic.source)
+    assert report.ok, report.lines()
+
+
+@pytest.mark.parametrize("name", ["customer-id", "a b", "id IS NULL OR TRUE"])
+def test_a_key_column_of_any_name_a_column_can_have_is_merged_by_it(
+    spark: Any, topic: KafkaTopic, target: Target, name: str
+) -> None:
+    """Names are quoted wherever they meet an expression: a table keyed by an unusual name
+    takes updates and deletes of its own rows only."""
+
+    def change(op: str, key: int, lsn: int, value: str | None = None) -> Message:
+        row = {name: key, "v": value}
+        envelope = {
+            "op": op,
+            "before": row if op == "d" else None,
+            "after": None if op == "d" else row,
+            "source": {"lsn": lsn},
+        }
+        return json.dumps({name: key}).encode(), json.dumps(envelope).encode()
+
+    sink = target.sink
+    send(topic, [change("c", k, 10 + k, f"v{k}") for k in range(4)])
+    ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    send(topic, [change("u", 1, 20, "one"), change("d", 2, 21)])
+    result = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    assert result.quarantined == 0 and result.changes["deleted"] == 1
+    rows = {r[name]: r["v"] for r in target.rows()}
+    assert rows == {0: "v0", 1: "one", 3: "v3"}
+
+
+def test_the_same_changes_give_the_same_table_however_batched_or_partitioned(
+    spark: Any, topic: KafkaTopic, target: Target
+) -> None:
+    """Changes spread over the topic's three partitions, not by key (as after a topic gained
+    partitions), ingested in several batches of a few messages into the table, and in one
+    batch by another group into another table: both equal the source's state."""
+    import random
+
+    source = SourceTable()
+    rng = random.Random(44)
+    sent = []
+    for _ in range(60):
+        key = rng.randrange(8)
+        if key in source.rows and rng.random() < 0.3:
+            changes = source.delete(key)
+        else:
+            changes = source.upsert(key, name=f"n{rng.randrange(1000)}")
+        for key_bytes, value in changes:
+            partition = rng.randrange(3)
+            sent.append(
+                topic.producer.send(topic.name, key=key_bytes, value=value, partition=partition)
+            )
+    topic.producer.flush(10)
+    for future in sent:
+        future.get(10)
+    batches = 0
+    while (spec := plan_batch(topic.queue, max_messages=13)) is not None:
+        ingest(spark, spec, target.sink, source=topic.source, write_mode="upsert")
+        batches += 1
+    assert batches >= 4
+    assert current(target) == expected(source, ["id", "name"])
+    ingest_again(spark, topic, target.other)
+    other = {r["id"]: r["name"] for r in target.other_rows()}
+    assert other == {k: row["name"] for k, row in source.rows.items()}
+    assert audit(target.sink, topic.source).ok
+
+
 def ingest_again(spark: Any, topic: KafkaTopic, sink: str) -> None:
     """Another group ingests the whole topic into ``sink``, in one batch, with no crash."""
     queue = KafkaMessageQueue(topic.name)

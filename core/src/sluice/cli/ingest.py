@@ -64,6 +64,11 @@ class WriteMode(StrEnum):
     upsert = "upsert"
 
 
+class OnTruncate(StrEnum):
+    quarantine = "quarantine"
+    apply = "apply"
+
+
 def ingest(
     uri: Annotated[
         str,
@@ -183,6 +188,14 @@ def ingest(
             "id,tenant); default: the message keys' fields."
         ),
     ] = None,
+    on_truncate: Annotated[
+        OnTruncate,
+        typer.Option(
+            help="With --write-mode upsert: what a truncate of the source table does. "
+            "quarantine: set aside with its reason; apply: every row older than it is deleted "
+            "(Debezium sends truncates when skipped.operations leaves out 't')."
+        ),
+    ] = OnTruncate.quarantine,
 ) -> None:
     """Ingest the messages waiting now: plan one batch, write it to Parquet, then commit."""
     target = parse(uri, command="ingest")
@@ -195,7 +208,7 @@ def ingest(
         return
     key_columns = [c.strip() for k in key for c in k.split(",") if c.strip()] if key else None
     # only now: nothing waiting creates nothing
-    _check_sink(sink, partition_by, write_mode.value, key_columns)
+    _check_sink(sink, partition_by, write_mode.value, key_columns, on_truncate.value)
     from sluice.spark import ingest as run_ingest
 
     with _phases(spec) as (progress, say):
@@ -223,6 +236,7 @@ def ingest(
             partition_by=partition_by,
             write_mode=write_mode.value,
             key_columns=key_columns,
+            on_truncate=on_truncate.value,
         )
     if result.kind == "mqtt" and not (result.read or result.skipped):
         output.out().print(f"Nothing to ingest: the session's drain of '{spec.topic}' was empty.")
@@ -326,13 +340,14 @@ def _check_sink(
     partition_by: str | None = None,
     write_mode: str = "append",
     key_columns: list[str] | None = None,
+    on_truncate: str = "quarantine",
 ) -> None:
     from sluice.spark.sinks import open_sink
     from sluice.spark.sinks.upsert import upsert_sink
 
     opened = open_sink(sink, partition_by)
     if write_mode == "upsert":
-        upsert_sink(opened, key_columns)
+        upsert_sink(opened, key_columns, on_truncate=on_truncate)  # type: ignore[arg-type]
     opened.check()
 
 

@@ -72,11 +72,13 @@ def compact_delta(sink: DeltaSink, target: int, min_files: int, say: Progress) -
 
 
 def _unlogged_files(root: Path) -> list[Path]:
-    """Files a crash can leave that no commit names: a run's (under ``sluice/``) and a killed
+    """Files a crash can leave that no commit names: a run's (under ``sluice/``; an upsert's
+    staged messages under ``sluice-staged/``, which no commit ever names) and a killed
     compaction's (delta-rs writes an unpartitioned table's new files at its root before its
     commit; vacuum's default mode never looks at files the log does not name)."""
-    runs = root / "sluice"
-    found = sorted(p for p in runs.rglob("*") if p.is_file()) if runs.is_dir() else []
+    found: list[Path] = []
+    for runs in (root / "sluice", root / "sluice-staged"):
+        found += sorted(p for p in runs.rglob("*") if p.is_file()) if runs.is_dir() else []
     return found + sorted(p for p in root.glob("*.parquet") if p.is_file())
 
 

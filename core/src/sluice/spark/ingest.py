@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..batch import BatchSpec, OffsetRange
-from ..cdc import Decoders
+from ..cdc import Decoders, OnTruncate
 from ..errors import DataLossError
 from ..formats import ValueFormat
 from ..formats.plan import OnIncompatible
@@ -144,6 +144,7 @@ def ingest(
     partition_by: str | Sequence[str] | None = None,
     write_mode: WriteMode = "append",
     key_columns: Sequence[str] | None = None,
+    on_truncate: OnTruncate = "quarantine",
 ) -> IngestResult:
     """Read exactly the messages of ``spec``, write them to ``sink``, then commit or ack.
 
@@ -183,9 +184,12 @@ def ingest(
     URI's ``?partition_by=``. An existing table's spec is used as it is: a different one is
     refused. ``write_mode="upsert"`` reads a change data capture topic (Debezium JSON
     envelopes) into a current-state table, an Iceberg or Delta one, keyed by ``key_columns``
-    (default: the message keys' fields): each batch's last change per key is applied in the
-    batch's one commit, deletes remove rows, malformed envelopes are quarantined
-    (:mod:`sluice.cdc`, :mod:`.sinks.upsert`, docs/guides/cdc.md). Returns counts and ranges,
+    (default: the message keys' fields, fixed when the table is made): each batch's last
+    change per key in the source's order is applied in the batch's one commit, deletes remove
+    rows, and envelopes that cannot be applied (malformed, another key, a value of another
+    type than its column's) are quarantined; a truncate (``on_truncate="apply"``) deletes
+    every row older than it, else it is quarantined too (:mod:`sluice.cdc`,
+    :mod:`.sinks.upsert`, docs/guides/cdc.md). Returns counts and ranges,
     never payloads.
     """
     started = time.monotonic()
@@ -216,12 +220,14 @@ def ingest(
             schema_registry=schema_registry,
             on_incompatible=on_incompatible,
         )
-        upsert_sink(sink_opened, key_columns, decoders)
+        upsert_sink(sink_opened, key_columns, decoders, on_truncate)
         # the envelopes are staged as they came and read after staging
         value_format, key_format = "bytes", "bytes"
         value_schema = key_schema = schema_registry = None
     elif key_columns is not None:
         raise ConfigError("key_columns is only for write_mode='upsert'; leave it out.")
+    elif on_truncate != "quarantine":
+        raise ConfigError("on_truncate is only for write_mode='upsert'; leave it out.")
     formats = plan_formats(
         spec,
         value_format=value_format,

@@ -133,6 +133,12 @@ def parser() -> argparse.ArgumentParser:
         help="upsert: a Debezium topic kept as a current-state Iceberg or Delta table",
     )
     p.add_argument("--key-columns", help="upsert: the rows' key columns, e.g. 'id,tenant'")
+    p.add_argument(
+        "--on-truncate",
+        choices=("quarantine", "apply"),
+        default="quarantine",
+        help="upsert: a truncate set aside, or applied (every older row deleted)",
+    )
     p.add_argument("--chunk-size", type=int, default=100_000)
     p.add_argument("--max-value-bytes", type=int, default=1_000_000)
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
@@ -191,6 +197,7 @@ def _ingest(args: argparse.Namespace, source: str | dict[str, Any]) -> Any:
                 partition_by=args.partition_by,
                 write_mode=args.write_mode,
                 key_columns=args.key_columns.split(",") if args.key_columns else None,
+                on_truncate=args.on_truncate,
             )
     except KeyboardInterrupt:
         _say(log.state())

@@ -21,6 +21,7 @@ from dagster import (
 from pydantic import Field
 
 from sluice.batch import BatchSpec
+from sluice.cdc import OnTruncate
 from sluice.formats import KeyFormat, ValueFormat
 from sluice.quarantine import DEFAULT_MAX_QUARANTINED, check_limit, parse_limit
 from sluice.spark import IngestResult, ingest
@@ -160,6 +161,12 @@ class IngestSettings(StrictFields, Config):
         description="With write_mode 'upsert': the rows' key columns (default: the message "
         "keys' fields).",
     )
+    on_truncate: OnTruncate = Field(
+        default="quarantine",
+        description="With write_mode 'upsert': what a truncate of the source table does: "
+        "'quarantine' (set aside with its reason) or 'apply' (every row older than it is "
+        "deleted).",
+    )
 
     def resource_keys(self) -> set[str]:
         """The resources an ingest with these settings needs."""
@@ -243,6 +250,7 @@ def run_ingest(
             partition_by=config.partition_by or settings.partition_by,
             write_mode=settings.write_mode,
             key_columns=settings.key_columns,
+            on_truncate=settings.on_truncate,
         )
     except UNREACHABLE as exc:
         raise resource.unavailable(exc) from None

@@ -97,6 +97,7 @@ class BatchRecord:
     # change data capture: the delete markers this batch sets (key -> the delete's source
     # position) or drops (None), see sluice.spark.sinks.upsert
     cdc_markers: dict[str, int | None] = field(default_factory=dict)
+    cdc_truncated: int | None = None  # the source position of a truncate this batch applied
 
     @property
     def stream(self) -> StreamKey:
@@ -123,7 +124,20 @@ class BatchRecord:
             "planned_on": self.planned_on,
             "format_state": self.format_state,
             **({"cdc_markers": self.cdc_markers} if self.cdc_markers else {}),
+            **({"cdc_truncated": self.cdc_truncated} if self.cdc_truncated is not None else {}),
         }
+
+    def summary_json(self) -> dict[str, Any]:
+        """The record as a commit's own metadata carries it (an Iceberg snapshot's summary, a
+        Delta commit's ``commitInfo``): bounded, whatever the batch. MQTT message ids, the
+        quarantine's reasons and the delete markers stay in the record's file and the stream
+        state; their counts are here."""
+        stored = self.to_json()
+        stored["message_ids"], stored["quarantined_ids"] = [], {}
+        markers = stored.pop("cdc_markers", None)
+        if markers:
+            stored["cdc_marker_count"] = len(markers)
+        return stored
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BatchRecord:
@@ -147,6 +161,7 @@ class BatchRecord:
             planned_on=data.get("planned_on"),
             format_state=dict(data.get("format_state") or {}),
             cdc_markers=dict(data.get("cdc_markers") or {}),
+            cdc_truncated=data.get("cdc_truncated"),
         )
 
 
@@ -202,6 +217,7 @@ class StreamState:
     stale_commits: dict[int, int] = field(default_factory=dict)
     format_state: dict[str, Any] = field(default_factory=dict)  # see BatchRecord.format_state
     cdc_deleted: dict[str, int] = field(default_factory=dict)  # see BatchRecord.cdc_markers
+    cdc_truncated: int | None = None  # the position of the last truncate applied
 
     @property
     def held(self) -> Coverage:
@@ -237,6 +253,8 @@ class StreamState:
             self.broker_dropped = record.broker_dropped
         self.format_state.update(record.format_state)
         fold_markers(self.cdc_deleted, record.cdc_markers)
+        if record.cdc_truncated is not None:
+            self.cdc_truncated = max(record.cdc_truncated, self.cdc_truncated or 0)
         self.batches += 1
         return True
 
@@ -253,6 +271,7 @@ class StreamState:
             "stale_commits": {str(p): o for p, o in sorted(self.stale_commits.items())},
             **({"format_state": self.format_state} if self.format_state else {}),
             **({"cdc_deleted": self.cdc_deleted} if self.cdc_deleted else {}),
+            **({"cdc_truncated": self.cdc_truncated} if self.cdc_truncated is not None else {}),
         }
 
     @classmethod
@@ -269,6 +288,7 @@ class StreamState:
             stale_commits={int(p): int(o) for p, o in (data.get("stale_commits") or {}).items()},
             format_state=dict(data.get("format_state") or {}),
             cdc_deleted={k: int(p) for k, p in (data.get("cdc_deleted") or {}).items()},
+            cdc_truncated=data.get("cdc_truncated"),
         )
 
 

@@ -81,7 +81,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...cdc import POSITION_COLUMN, Reduced
+from ...cdc import POSITION_COLUMN, Reduced, TableShape
+from ...cdc.columns import quote as quote_name
 from ...errors import StreamStateError
 from ...queues.config import ConfigError
 from ..durable import sync_directory, sync_file
@@ -97,7 +98,16 @@ from .base import (
     rows_by_batch,
     stream_lock,
 )
-from .upsert import Plan, UpsertMode, conform, plan, positions_of, reduce_rows
+from .upsert import (
+    Held,
+    Plan,
+    UpsertMode,
+    conform,
+    merge_predicate,
+    plan,
+    truncated_rows_predicate,
+    unsent_columns,
+)
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -764,7 +774,10 @@ class DeltaSink(UpsertMode):
             run.changes = Reduced(list(self.key_columns or []))
             return run.changes
         messages = pa.concat_tables([pq.read_table(f) for f in files])
-        run.changes, bad = reduce_rows(messages, self.key_columns, self.decoders)
+        table = self._load(self.root)
+        schema = table.to_pyarrow_dataset().schema if table is not None else None
+        shape = TableShape(self.current_key_columns(), schema)
+        run.changes, bad = self.reduce(messages, shape)
         if bad.num_rows and run.quarantine is not None:
             run.quarantine.mkdir(parents=True, exist_ok=True)
             path = run.quarantine / "cdc-malformed.parquet"
@@ -772,20 +785,22 @@ class DeltaSink(UpsertMode):
             sync_file(path)
         return run.changes
 
-    def _plan(self, table: DeltaTable, changes: Reduced, deleted: dict[str, int]) -> Plan:
-        """:func:`.upsert.plan` against the table's rows of the changes' keys and the
-        stream's delete markers ``deleted``."""
+    def _plan(self, table: DeltaTable, changes: Reduced, state: StreamState) -> Plan:
+        """:func:`.upsert.plan` against the table's rows of the changes' keys (their positions,
+        and the columns the changes did not send) and the stream's markers in ``state``."""
+        deleted, truncated = state.cdc_deleted, state.cdc_truncated
         keys = changes.key_columns
-        if not changes.changes or not keys:
-            return plan(changes, {}, deleted)
-        first = [key[0] for key in changes.changes]
         dataset = table.to_pyarrow_dataset()
-        if POSITION_COLUMN not in dataset.schema.names:
-            return plan(changes, {}, deleted)
+        if not changes.changes or not keys or POSITION_COLUMN not in dataset.schema.names:
+            return plan(changes, {}, deleted, None, truncated)
+        first = changes.keys(list(changes.changes.values())).column(keys[0])
+        wanted = [*keys, POSITION_COLUMN, *unsent_columns(changes)]
         found = dataset.to_table(
-            columns=[*keys, POSITION_COLUMN], filter=pc.field(keys[0]).isin(first)
+            columns=[c for c in dict.fromkeys(wanted) if c in dataset.schema.names],
+            filter=pc.field(keys[0]).isin(first.cast(dataset.schema.field(keys[0]).type)),
         )
-        return plan(changes, positions_of(found, keys), deleted)
+        held = Held.of(found, keys)
+        return plan(changes, held.positions, deleted, held.values, truncated)
 
     def discard(self, staging: Staging) -> None:
         """Delete the run's files, but only if its commit is known not to have happened
@@ -844,9 +859,10 @@ class DeltaSink(UpsertMode):
             self._finish(slug, version, pending)
             state = StreamState.from_json(data["state"]) if data else StreamState()
             if changes is not None:
-                applying = self._plan(table, changes, state.cdc_deleted)
+                applying = self._plan(table, changes, state)
                 record.counts.update(applying.counts)
                 record.cdc_markers = applying.markers
+                record.cdc_truncated = applying.truncated_at
             check_publishable(state, record)
             state.fold(record)
             version += 1
@@ -898,8 +914,7 @@ class DeltaSink(UpsertMode):
         from deltalake import CommitProperties, Transaction
 
         stream = record.stream
-        stored = record.to_json()
-        stored["message_ids"], stored["quarantined_ids"] = [], {}
+        stored = record.summary_json()
         metadata = {
             f"{PREFIX}batch-id": record.batch_id,
             f"{PREFIX}run": record.run or "",
@@ -920,7 +935,7 @@ class DeltaSink(UpsertMode):
             max_commit_retries=0,
             app_transactions=[Transaction(app_id(stream), version, _now_ms())],
         )
-        if applying is not None and applying.applied:
+        if applying is not None and applying.changes_anything:
             _merge(table, applying, properties)
             return
         table.create_write_transaction(
@@ -952,24 +967,35 @@ class DeltaSink(UpsertMode):
 def _merge(table: DeltaTable, applying: Plan, properties: Any) -> None:
     """Apply ``applying`` in one merge commit (with ``properties``: the batch's metadata and
     ``txn``): a changed key's row replaced, a deleted key's row removed, a new key's row
-    inserted."""
+    inserted, and with a truncate every other row older than it removed. Column names come
+    from messages: every one is quoted, never spliced in as it is."""
     schema = table.to_pyarrow_dataset().schema
     reduced = applying.reduced
     upserts = [c for c in applying.applied if not c.deleted]
     deletes = [c for c in applying.applied if c.deleted]
-    rows = conform(Reduced(reduced.key_columns, {c.key: c for c in upserts}).rows(schema), schema)
+    rows = conform(reduced.rows(schema, upserts), schema)
     gone = conform(reduced.keys(deletes), schema)
     source = pa.concat_tables([rows, gone]).append_column(
         _DELETED, pa.array([False] * rows.num_rows + [True] * gone.num_rows)
     )
-    match = " AND ".join(f"t.{c} = s.{c}" for c in reduced.key_columns)
-    (
-        table.merge(source, match, source_alias="s", target_alias="t", commit_properties=properties)
-        .when_matched_delete(predicate=f"s.{_DELETED}")
-        .when_matched_update_all(predicate=f"NOT s.{_DELETED}", except_cols=[_DELETED])
-        .when_not_matched_insert_all(predicate=f"NOT s.{_DELETED}", except_cols=[_DELETED])
-        .execute()
+    deleted = f"s.{quote_name(_DELETED)}"
+    merger = (
+        table.merge(
+            source,
+            merge_predicate(reduced.key_columns),
+            source_alias="s",
+            target_alias="t",
+            commit_properties=properties,
+        )
+        .when_matched_delete(predicate=deleted)
+        .when_matched_update_all(predicate=f"NOT {deleted}", except_cols=[_DELETED])
+        .when_not_matched_insert_all(predicate=f"NOT {deleted}", except_cols=[_DELETED])
     )
+    if applying.truncate is not None:
+        merger = merger.when_not_matched_by_source_delete(
+            predicate=truncated_rows_predicate(applying.truncate, "t")
+        )
+    merger.execute()
 
 
 def _type_name(kind: Any) -> str:

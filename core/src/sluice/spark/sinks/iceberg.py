@@ -89,7 +89,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...cdc import JSON_ENVELOPES, POSITION_COLUMN, Decoders, Reduced
+from ...cdc import JSON_ENVELOPES, POSITION_COLUMN, Decoders, OnTruncate, Reduced, TableShape
 from ...queues.config import ConfigError
 from ..durable import local_target, sync_directory, sync_file
 from ..failpoints import failpoint
@@ -106,7 +106,7 @@ from .base import (
 )
 from .catalogs import catalog_error, load_iceberg_catalog
 from .s3 import is_s3
-from .upsert import CDC_PROPERTY, UpsertMode, apply_iceberg, plan_iceberg, reduce_rows
+from .upsert import CDC_PROPERTY, UpsertMode, apply_iceberg, plan_iceberg
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -331,7 +331,10 @@ class IcebergSink(UpsertMode):
         self._s3_filesystem: Any = None
 
     def upsert(
-        self, key_columns: Sequence[str] | None, decoders: Decoders = JSON_ENVELOPES
+        self,
+        key_columns: Sequence[str] | None,
+        decoders: Decoders = JSON_ENVELOPES,
+        on_truncate: OnTruncate = "quarantine",
     ) -> None:
         """:meth:`UpsertMode.upsert`, refused for a partitioned table."""
         if self.target.partitioning:
@@ -339,7 +342,7 @@ class IcebergSink(UpsertMode):
                 f"sink {self.location!r}: write_mode='upsert' does not partition the table "
                 "yet: leave partition_by out."
             )
-        super().upsert(key_columns, decoders)
+        super().upsert(key_columns, decoders, on_truncate)
 
     @property
     def partitioning(self) -> Partitioning:
@@ -764,7 +767,9 @@ class IcebergSink(UpsertMode):
             run.changes = Reduced(list(self.key_columns or []))
             return run.changes
         messages = _read_parquet(files, None, found)
-        run.changes, bad = reduce_rows(messages, self.key_columns, self.decoders)
+        table = self._load(self.target.table)
+        schema = table.schema().as_arrow() if table is not None else None
+        run.changes, bad = self.reduce(messages, TableShape(self.current_key_columns(), schema))
         if bad.num_rows:
             assert run.quarantine is not None  # set with run.data
             uri = f"{run.quarantine}/cdc-malformed.parquet"
@@ -873,9 +878,10 @@ class IcebergSink(UpsertMode):
         plan = None
         if changes is not None:
             self._check_kind(table)
-            plan = plan_iceberg(table, changes, state.cdc_deleted)
+            plan = plan_iceberg(table, changes, state.cdc_deleted, state.cdc_truncated)
             record.counts.update(plan.counts)
             record.cdc_markers = plan.markers
+            record.cdc_truncated = plan.truncated_at
         check_publishable(state, record)
         state.fold(record)
         text = json.dumps(state.to_json(), sort_keys=True)
@@ -884,8 +890,14 @@ class IcebergSink(UpsertMode):
         pending = {k: v for k, v in _pending(table).items() if k not in self._finished}
         pending[record.batch_id] = {"quarantine": quarantine}
         properties = {f"{PREFIX}pending": json.dumps(pending, sort_keys=True)}
-        if plan is not None and (plan.reduced.key_columns or CDC_PROPERTY not in table.properties):
-            # (no key columns yet: a first batch of tombstones or malformed envelopes only)
+        stored_keys = json.loads(table.properties.get(CDC_PROPERTY, "null"))
+        if (
+            plan is not None
+            and not stored_keys
+            and (plan.reduced.key_columns or stored_keys is None)
+        ):
+            # fixed once, by the first batch that has keys (a first batch of tombstones or
+            # malformed envelopes only leaves them to the next)
             properties[CDC_PROPERTY] = json.dumps(plan.reduced.key_columns)
         removed: list[str] = []
         written = None
@@ -929,8 +941,7 @@ class IcebergSink(UpsertMode):
 
     def _batch_summary(self, record: BatchRecord) -> dict[str, str]:
         stream = record.stream
-        stored = record.to_json()
-        stored["message_ids"], stored["quarantined_ids"] = [], {}
+        stored = record.summary_json()
         summary = {
             f"{PREFIX}batch-id": record.batch_id,
             f"{PREFIX}run": record.run or "",

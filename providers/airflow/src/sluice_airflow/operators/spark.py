@@ -148,6 +148,9 @@ class SparkIngestOperator(BaseOperator):
         (docs/guides/cdc.md).
     :param key_columns: with ``write_mode="upsert"``, the rows' key columns (default: the
         message keys' fields).
+    :param on_truncate: with ``write_mode="upsert"``, what a truncate of the source table
+        does: ``"quarantine"`` (default: set aside with its reason) or ``"apply"`` (every row
+        older than it is deleted).
     :param metrics: after each batch, measure the stream's lag and the age of its oldest
         waiting message (Kafka: one look at the broker) and send them with the batch's counts
         as Airflow metrics (:mod:`sluice_airflow.metrics`); False sends nothing.
@@ -197,6 +200,7 @@ class SparkIngestOperator(BaseOperator):
         partition_by: str | None = None,
         write_mode: Literal["append", "upsert"] = "append",
         key_columns: Sequence[str] | None = None,
+        on_truncate: Literal["quarantine", "apply"] = "quarantine",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -237,6 +241,7 @@ class SparkIngestOperator(BaseOperator):
         self.partition_by = partition_by
         self.write_mode = write_mode
         self.key_columns = list(key_columns) if key_columns is not None else None
+        self.on_truncate = on_truncate
         self._ingested: list[tuple[BatchSpec, dict[str, Any]]] = []  # for the lineage events
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
@@ -416,6 +421,7 @@ class SparkIngestOperator(BaseOperator):
             "partition_by": self.partition_by or None,
             "write_mode": self.write_mode,
             "key_columns": self.key_columns,
+            "on_truncate": self.on_truncate,
             **self.ingest_kwargs,
         }
 
