@@ -1,8 +1,9 @@
 """``sluice brokers up|down|status``: the embedded brokers, for trying Sluice out.
 
-noida-db (Kafka) and mosquitto (MQTT), or Tansu with ``--kafka tansu``, or Apache Kafka with
-``--kafka apache`` (one KRaft node, or ``--kafka-nodes 3`` for a three-node cluster), run
-detached (their own session, output to a log file) so they outlive the command. Their pids,
+Apache Kafka (one KRaft node, or ``--kafka-nodes 3`` for a three-node cluster; the broker
+Sluice's guarantees are tested on) and mosquitto (MQTT), or noida-db with ``--kafka noida``
+or Tansu with ``--kafka tansu``, run detached (their own session, output to a log file) so
+they outlive the command. Their pids,
 ports and working directories are kept in ``$SLUICE_HOME`` (default ``~/.sluice``), so any
 directory sees the same brokers; ``down`` stops them by pid, after checking that the pid is
 still the broker it started.
@@ -34,7 +35,7 @@ HOME_ENV = "SLUICE_HOME"
 STATE_FILE = "brokers.json"
 
 app = typer.Typer(
-    help="Start, stop and list embedded brokers: noida-db, Tansu or Apache Kafka (Kafka), "
+    help="Start, stop and list embedded brokers: Apache Kafka, noida-db or Tansu (Kafka), "
     "mosquitto (MQTT); with --s3 an S3 server (SeaweedFS), with --registry a stand-in "
     "Schema Registry, with --iceberg-rest Apache Iceberg's REST catalog test server.",
     no_args_is_help=True,
@@ -311,8 +312,12 @@ def _is_free(port: int) -> bool:
 @app.command()
 def up(
     kafka: Annotated[
-        KafkaBroker, typer.Option(help="Kafka-protocol broker to run (none: no Kafka).")
-    ] = KafkaBroker.noida,
+        KafkaBroker,
+        typer.Option(
+            help="Kafka-protocol broker to run: Apache Kafka (a JVM: Java 17+), the embedded "
+            "noida-db or Tansu, or none."
+        ),
+    ] = KafkaBroker.apache,
     mqtt: Annotated[bool, typer.Option(help="Run mosquitto for MQTT.")] = True,
     kafka_port: Annotated[
         int | None, typer.Option(help="Port for Kafka (default: last time's, else a free one).")
