@@ -96,6 +96,55 @@ def _size(location: str) -> int:
     return Path(location.removeprefix("file://")).stat().st_size
 
 
+def family_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The results as bench/results rows (:mod:`benchjson`): the commit metadata per batch on
+    each sink, against the same commit carrying its batch's markers; the stream state."""
+    from benchjson import row
+
+    command = (
+        f"bench/cdc_metadata.py --batches {args.batches} --keys-per-batch {args.keys_per_batch}"
+    )
+    first, last = rows[0], rows[-1]
+    out = []
+    for sink, name, field in (
+        ("iceberg", "Iceberg", "summary_bytes"),
+        ("delta", "Delta", "commit_bytes"),
+    ):
+        own = [r[sink][field] for r in rows]
+        carried = [r[sink][field] + r["markers_per_commit_before_bytes"] for r in rows]
+        out.append(
+            row(
+                f"{name}: a commit's own metadata (bytes), batch 1 to {last['batch']}",
+                f"{own[0]:,} -> {own[-1]:,} B ({last['markers']:,} markers held)",
+                f"carrying the batch's markers: {carried[-1]:,} B",
+                f"{own[-1] / own[0]:.2f}x from batch 1 to {last['batch']}",
+                "flat whatever the markers",
+                command,
+                {
+                    "unit": "bytes",
+                    "sides": ["the commit's own metadata", "carrying its batch's markers"],
+                    "values": {
+                        f"batch {r['batch']}": [a, b]
+                        for r, a, b in zip(rows, own, carried, strict=True)
+                    },
+                },
+            )
+        )
+    per_marker = last["delta"]["state_bytes"] / max(1, last["markers"])
+    out.append(
+        row(
+            f"the stream state holding the markers, after batch {last['batch']}",
+            f"{last['delta']['state_bytes']:,} B for {last['markers']:,} markers "
+            f"({per_marker:.1f} B each)",
+            f"after batch 1: {first['delta']['state_bytes']:,} B",
+            "-",
+            "grows with the keys deleted for good, not the history",
+            command,
+        )
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -145,7 +194,9 @@ def main() -> None:
             state = open_sink(sinks["delta"]).state(StreamKey("kafka", topic, "bench-delta"))
             markers = len(state.cdc_deleted)
             batch_markers = json.dumps(
-                {json.dumps([k]): 100_000_000 + k for k in range(args.keys_per_batch)} if number else {}
+                {json.dumps([k]): 100_000_000 + k for k in range(args.keys_per_batch)}
+                if number
+                else {}
             )
             row = {
                 "batch": number + 1,
@@ -173,12 +224,10 @@ def main() -> None:
             f"({last['delta']['state_bytes'] / max(1, last['markers']):.1f} bytes each there)."
         )
         if args.json:
-            args.json.write_text(
-                json.dumps(
-                    {"batches": args.batches, "keys_per_batch": args.keys_per_batch, "rows": rows},
-                    indent=2,
-                )
-            )
+            from benchjson import write
+
+            title = "Change data capture: metadata under delete-heavy batches"
+            write(args.json, "cdc_metadata", title, family_rows(rows, args), broker="Apache Kafka")
         spark.stop()
     finally:
         broker.stop()
