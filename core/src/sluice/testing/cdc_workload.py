@@ -283,11 +283,10 @@ class Workload:
         with self._transaction(dsn) as cur:
             self._touch_document(cur, body=False)  # the TOASTed body unchanged
         with self._transaction(dsn) as cur:  # by turns: a new document, a new body, neither
-            [
-                self._insert_document,
-                lambda c: self._touch_document(c, body=True),
-                lambda c: self._touch_document(c, body=False),
-            ][number % 3](cur)
+            if number % 3 == 0:
+                self._insert_document(cur)
+            else:
+                self._touch_document(cur, body=number % 3 == 1)
         if number == self.alter_round:
             with self._transaction(dsn) as cur:
                 self._run(cur, "ALTER TABLE orders ADD COLUMN note text")

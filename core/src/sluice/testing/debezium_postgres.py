@@ -229,11 +229,28 @@ class Capture:
         process.stop(signal.SIGQUIT)
         process.start(timeout)
         wait_until(lambda: _accepts(self.dsn), timeout, 0.2, "PostgreSQL to accept queries")
-        try:
-            self.wait_running(timeout)
-        except ConnectError:  # a task that gave up on PostgreSQL is restarted
+        self.recover(timeout)
+
+    def recover(self, timeout: float = 120.0) -> None:
+        """Wait until the connector runs, restarting its task if it failed (as an operator
+        does: a task that lost PostgreSQL while it started fails for good)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.wait_running(max(deadline - time.monotonic(), 1.0))
+                return
+            except ConnectError:
+                if time.monotonic() >= deadline:
+                    raise
             self.worker.restart_connector(self.name)
-            self.wait_running(timeout)
+            wait_until(self._not_failed, 30, 0.2, f"{self.name} to leave FAILED")
+
+    def _not_failed(self) -> bool:
+        try:
+            found = self.worker.status(self.name)
+        except ConnectError:
+            return False
+        return all(t["state"] != "FAILED" for t in found["tasks"])
 
     def fence(self, timeout: float = 120.0) -> int:
         """Write the fence row and wait until the connector has sent it and committed its
@@ -263,10 +280,21 @@ class Capture:
                 return lsn
         return None
 
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
+    def close(self, keep_worker: bool = False) -> None:
+        """Delete the connector and drop its replication slot (else PostgreSQL keeps the WAL
+        for it); stop the worker too unless ``keep_worker``."""
+        slot = self.worker_config.get("slot.name") if self.worker.pid else None
+        with contextlib.suppress(ConnectError):
             self.worker.delete_connector(self.name)
-        self.worker.close()
+        if slot:
+            drop = (
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name = %s AND NOT active"
+            )
+            with contextlib.suppress(TimeoutError):
+                wait_until(lambda: _query(self.dsn, drop, (slot,)), 30, 0.5, f"{slot} dropped")
+        if not keep_worker:
+            self.worker.close()
 
 
 def _accepts(dsn: str) -> bool:
