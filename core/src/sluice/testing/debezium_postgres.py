@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cdc_workload import FENCE, Workload
-from .kafka_connect import JSON_CONVERTER, ConnectError, ConnectPlugin, ConnectWorker, start_connect
+from .kafka_connect import (
+    JSON_CONVERTER,
+    ConnectError,
+    ConnectPlugin,
+    ConnectWorker,
+    connect_classpath,
+    start_connect,
+)
 from .postgres import PostgresServer, start_postgres
 from .waiting import wait_until
 
@@ -39,6 +46,7 @@ __all__ = [
     "Capture",
     "Converter",
     "connector_config",
+    "resolve_jars",
     "start_capture",
     "start_capture_postgres",
     "topic_messages",
@@ -381,3 +389,16 @@ def start_capture(
     worker.put_connector(name, config)
     capture.wait_running(timeout)
     return capture
+
+
+def resolve_jars() -> int:
+    """Resolve (download once) the jars of the Connect worker and of Debezium's connector;
+    how many there are."""
+    from .. import jars
+
+    worker = connect_classpath(DEBEZIUM_POSTGRES.kafka_version)
+    return len(worker) + len(jars.resolve(DEBEZIUM_POSTGRES.coordinates))
+
+
+if __name__ == "__main__":  # python -m sluice.testing.debezium_postgres: fetch the jars
+    print(f"{resolve_jars()} jars of Kafka Connect and Debezium in the cache")
