@@ -91,8 +91,8 @@ def main() -> None:
         worker = start_connect(kafka.bootstrap, [DEBEZIUM_POSTGRES])
         spark = spark_session("local[2]", "sluice-bench-debezium", {"spark.ui.enabled": "false"})
         print(
-            f"\n  {'seed':>4} {'converter':<10} {'messages':>8} {'batches':>7} {'kills s/c/p':>11} "
-            f"{'quar.':>5} {'mismatch':>8} {'audit':>5} {'seconds':>7}"
+            f"\n  {'seed':>4} {'converter':<10} {'messages':>8} {'resent':>6} {'batches':>7} "
+            f"{'kills s/c/p':>11} {'quar.':>5} {'mismatch':>8} {'audit':>5} {'seconds':>7}"
         )
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for converter in converters:
@@ -121,9 +121,9 @@ def main() -> None:
                     )
                     print(
                         f"  {seed:>4} {converter.name:<10} {figures.messages:>8} "
-                        f"{figures.batches:>7} {kills:>11} {figures.quarantined:>5} "
-                        f"{len(figures.mismatches):>8} {len(figures.audit_failures):>5} "
-                        f"{figures.seconds:>7.1f}",
+                        f"{figures.resent:>6} {figures.batches:>7} {kills:>11} "
+                        f"{figures.quarantined:>5} {len(figures.mismatches):>8} "
+                        f"{len(figures.audit_failures):>5} {figures.seconds:>7.1f}",
                         flush=True,
                     )
                 except Exception as exc:  # a run that breaks is a finding too
@@ -153,7 +153,8 @@ def main() -> None:
     print(
         f"\n  {len(runs)} runs: {ok} equal to the source, "
         f"{sum(1 for r in runs if r.get('error'))} errors; "
-        f"{sum(r.get('messages', 0) for r in runs):,} messages, "
+        f"{sum(r.get('messages', 0) for r in runs):,} messages "
+        f"({sum(r.get('resent', 0) for r in runs):,} sent again), "
         f"{sum(r.get('batches', 0) for r in runs)} batches, "
         f"{sum(_kills(r) for r in runs)} kills, "
         f"{total:.0f} s"
