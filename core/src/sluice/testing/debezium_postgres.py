@@ -140,8 +140,8 @@ def connector_config(
         "database.hostname": server.host,
         "database.port": str(server.port),
         "database.user": server.user,
-        # the tests' server trusts its local connections (no password is checked)
-        "database.password": "unused",
+        # a server that trusts its local connections checks no password
+        "database.password": getattr(server, "password", None) or "unused",
         "database.dbname": database,
         "topic.prefix": prefix,
         "plugin.name": "pgoutput",
