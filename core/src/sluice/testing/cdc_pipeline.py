@@ -153,9 +153,10 @@ class Figures:
 
 @dataclass(frozen=True)
 class Schedule:
-    """Where a run's faults fall: the round before which Connect is killed (and after whose
-    changes it is started again), the round after which PostgreSQL restarts, and the round
-    after which an ingest dies at ``point`` (of feed number ``feed``)."""
+    """Where a run's faults fall: the round after whose changes Connect is killed (it is
+    started again after the next round's changes and ingests), the round after which
+    PostgreSQL restarts, and the round after which an ingest dies at ``point`` (the first
+    ingest from feed number ``feed`` on with something to read)."""
 
     connect: int
     postgres: int
@@ -168,7 +169,8 @@ class Schedule:
         if rounds < 3:
             raise ValueError("a run with faults needs 3 rounds or more: one for each fault")
         rng = random.Random(f"faults-{seed}")
-        connect, postgres, sluice = rng.sample(range(rounds), 3)  # one fault a round
+        connect = rng.randrange(rounds - 1)  # Connect comes back a round later
+        postgres, sluice = rng.sample([r for r in range(rounds) if r != connect], 2)
         return cls(connect, postgres, sluice, rng.choice(CRASH_POINTS), rng.randrange(feeds))
 
 
@@ -228,20 +230,24 @@ def run_pipeline(
             figures.quarantined += result.quarantined
 
     try:
+        down = False
         for number in range(workload.rounds):
-            down = faults and number == schedule.connect
-            if down:
+            workload.run_round(capture.dsn)
+            if faults and number == schedule.connect:
+                # at once after the round's commits, while Debezium sends them: what it sent
+                # without committing its offsets it sends again
                 capture.kill_connect()
+                down = True
                 figures.connect_kills += 1
                 note(f"round {number}: Kafka Connect killed (SIGKILL)")
-            workload.run_round(capture.dsn)
             if faults and number == schedule.postgres:
-                capture.restart_postgres()
+                capture.restart_postgres(wait=not down)
                 figures.postgres_restarts += 1
                 note(f"round {number}: PostgreSQL restarted (immediate shutdown)")
             ingest_all(number)
-            if down:
+            if down and number > schedule.connect:  # a round's changes made while it was down
                 capture.restart_connect()
+                down = False
                 note(f"round {number}: Kafka Connect started again")
         capture.fence()
         ingest_all(workload.rounds)

@@ -227,17 +227,18 @@ class Capture:
     def restart_connect(self, timeout: float = 120.0) -> None:
         """Start the worker again; it resumes the connector from its committed offsets."""
         self.worker.restart(timeout)
-        self.wait_running(timeout)
+        self.recover(timeout)
 
-    def restart_postgres(self, timeout: float = 60.0) -> None:
+    def restart_postgres(self, timeout: float = 60.0, wait: bool = True) -> None:
         """Stop PostgreSQL at once (immediate shutdown: no checkpoint, crash recovery at the
-        next start), start it again on the same port and data, and wait until the connector
-        runs again (Debezium retries its connection by itself)."""
+        next start), start it again on the same port and data, and (``wait``: the worker
+        runs) wait until the connector runs again."""
         process = self.postgres.process
         process.stop(signal.SIGQUIT)
         process.start(timeout)
         wait_until(lambda: _accepts(self.dsn), timeout, 0.2, "PostgreSQL to accept queries")
-        self.recover(timeout)
+        if wait:
+            self.recover(timeout)
 
     def recover(self, timeout: float = 120.0) -> None:
         """Wait until the connector runs, restarting its task if it failed (as an operator
@@ -291,8 +292,9 @@ class Capture:
     def close(self, keep_worker: bool = False) -> None:
         """Delete the connector and drop its replication slot (else PostgreSQL keeps the WAL
         for it); stop the worker too unless ``keep_worker``."""
-        slot = self.worker_config.get("slot.name") if self.worker.pid else None
-        with contextlib.suppress(ConnectError):
+        slot = None
+        with contextlib.suppress(ConnectError):  # a worker killed and not started again
+            slot = self.worker_config.get("slot.name")
             self.worker.delete_connector(self.name)
         if slot:
             drop = (
