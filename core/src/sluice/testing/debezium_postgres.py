@@ -375,7 +375,7 @@ def start_capture(
 ) -> Capture:
     """Debezium's PostgreSQL connector capturing ``workload``'s tables (made already, with
     their first rows: the snapshot) in a Connect worker (``worker``, else a new one of its
-    own), running once this returns."""
+    own), its snapshot sent and committed, streaming once this returns."""
     prefix = prefix or f"cdc{uuid.uuid4().hex[:8]}"
     worker = worker or start_connect(bootstrap, [DEBEZIUM_POSTGRES], timeout=timeout)
     name = f"{prefix}-postgres"
@@ -390,6 +390,11 @@ def start_capture(
     capture = Capture(bootstrap, postgres, database, worker, workload, converter, prefix, name)
     worker.put_connector(name, config)
     capture.wait_running(timeout)
+    # A task reports RUNNING while its first snapshot still runs. A worker killed then takes
+    # a new snapshot on restart, from the slot it made the first time (no exported snapshot
+    # then), and deletes committed while that second snapshot ran never reached Kafka. The
+    # fence comes after the snapshot: the runs kill Connect only once it is done.
+    capture.fence(timeout)
     return capture
 
 
