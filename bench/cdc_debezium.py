@@ -40,8 +40,16 @@ from ingest import say
 
 
 def _kind(line: str) -> str:
-    """A finding without its examples: what differs, not in which rows."""
-    return line.split(": ", 1)[0] + ": " + line.split(": ", 1)[1].split(" rows differ")[0][-40:]
+    """A finding without its counts and examples: what differs, not in which rows."""
+    head, _, tail = line.partition(": ")
+    for words, kind in (
+        ("rows differ", "values differ"),
+        ("does not have", "rows the source does not have"),
+        ("missing from the lake", "rows missing from the lake"),
+    ):
+        if words in tail:
+            return f"{head}: {kind}"
+    return line
 
 
 def _kills(run: dict[str, Any]) -> int:
@@ -92,7 +100,7 @@ def main() -> None:
         spark = spark_session("local[2]", "sluice-bench-debezium", {"spark.ui.enabled": "false"})
         print(
             f"\n  {'seed':>4} {'converter':<10} {'messages':>8} {'resent':>6} {'batches':>7} "
-            f"{'kills s/c/p':>11} {'quar.':>5} {'mismatch':>8} {'audit':>5} {'seconds':>7}"
+            f"{'kills s/c/p':>11} {'quar.':>5} {'mismatch':>8} {'audit':>5} {'seconds':>7}  ops"
         )
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for converter in converters:
@@ -123,7 +131,8 @@ def main() -> None:
                         f"  {seed:>4} {converter.name:<10} {figures.messages:>8} "
                         f"{figures.resent:>6} {figures.batches:>7} {kills:>11} "
                         f"{figures.quarantined:>5} {len(figures.mismatches):>8} "
-                        f"{len(figures.audit_failures):>5} {figures.seconds:>7.1f}",
+                        f"{len(figures.audit_failures):>5} {figures.seconds:>7.1f}  "
+                        + " ".join(f"{op}:{n}" for op, n in sorted(figures.ops.items())),
                         flush=True,
                     )
                 except Exception as exc:  # a run that breaks is a finding too

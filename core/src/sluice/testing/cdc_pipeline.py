@@ -136,6 +136,7 @@ class Figures:
     converter: str
     messages: int = 0  # on the source tables' topics
     resent: int = 0  # of those, changes sent again (the same key, op and lsn as an earlier one)
+    ops: dict[str, int] = field(default_factory=dict)  # of those, how many of each op
     batches: int = 0  # ingests committed
     sluice_kills: int = 0
     connect_kills: int = 0
@@ -266,7 +267,7 @@ def run_pipeline(
                 lines = "; ".join(report.lines())
                 figures.audit_failures.append(f"{feed.kind} {feed.table}: {lines}")
         for table in TABLES:
-            messages, resent = _sent(capture.bootstrap, capture.topic(table))
+            messages, resent = _sent(capture.bootstrap, capture.topic(table), figures.ops)
             figures.messages += messages
             figures.resent += resent
     finally:
@@ -276,10 +277,10 @@ def run_pipeline(
     return figures
 
 
-def _sent(bootstrap: str, topic: str) -> tuple[int, int]:
+def _sent(bootstrap: str, topic: str, ops: dict[str, int]) -> tuple[int, int]:
     """(messages on ``topic``, changes among them sent again): a Connect worker killed
     before it committed its offsets, or PostgreSQL restarted before the slot saved its
-    position, sends changes again."""
+    position, sends changes again. Counts each op (``tombstone`` too) into ``ops``."""
     import json
 
     from .debezium_postgres import topic_records
@@ -289,9 +290,11 @@ def _sent(bootstrap: str, topic: str) -> tuple[int, int]:
     resent = 0
     for record in records:
         if record.value is None:
+            ops["tombstone"] = ops.get("tombstone", 0) + 1
             continue
         envelope = json.loads(record.value)
         envelope = envelope.get("payload", envelope) if "schema" in envelope else envelope
+        ops[str(envelope.get("op"))] = ops.get(str(envelope.get("op")), 0) + 1
         change = (record.key, envelope.get("op"), (envelope.get("source") or {}).get("lsn"))
         resent += change in seen
         seen.add(change)
