@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,9 +112,15 @@ def _accepts_queries(server: PostgresServer) -> bool:
     return True
 
 
-def start_postgres(port: int | None = None, timeout: float = 60.0) -> PostgresServer:
+def start_postgres(
+    port: int | None = None,
+    timeout: float = 60.0,
+    settings: Mapping[str, str] | None = None,
+) -> PostgresServer:
     """A fresh cluster in a temporary directory (removed on :meth:`PostgresServer.close`),
-    serving on ``port`` (a free one by default) of 127.0.0.1 once this returns."""
+    serving on ``port`` (a free one by default) of 127.0.0.1 once this returns.
+    ``settings``: server settings beside (or instead of) the defaults, e.g.
+    ``{"wal_level": "logical"}``."""
     bin_dir, user = _bin_dir(), _run_as()
     port = port or free_port()
     workdir = Path(tempfile.mkdtemp(prefix="sluice-postgres-"))
@@ -141,6 +148,7 @@ def start_postgres(port: int | None = None, timeout: float = 60.0) -> PostgresSe
         "synchronous_commit=off",
         "full_page_writes=off",
         "max_connections=200",
+        *(f"{name}={value}" for name, value in (settings or {}).items()),
     ):
         argv += ["-c", setting]
     process = BrokerProcess(
