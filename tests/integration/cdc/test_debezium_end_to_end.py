@@ -35,20 +35,6 @@ __all__ = ["sqlite_lake"]  # a fixture of the Iceberg tests, used here
 SEED = 44
 ROUNDS = 4
 
-#: What the lake held instead of the source on this branch, before the CDC core's changes of
-#: issue 44 (the test passes once they are in): with schemas, the int4 columns
-#: (customers.id, documents.revision, orders.customer_id) as int64, NUMERIC(12,2) and
-#: NUMERIC(10,3) as the base64 text of Debezium's unscaled bytes (-508113.36 as '/PiuOA=='),
-#: timestamptz as ISO text; with and without schemas, documents.body as
-#: '__debezium_unavailable_value' where the last update left the TOASTed body unchanged, and
-#: the rows of orders that TRUNCATE removed still there (the truncate is quarantined).
-KNOWN = (
-    "the CDC core does not yet decode Debezium's logical types from the schema (int4 lands "
-    "as int64, NUMERIC as base64 text of its unscaled bytes, timestamptz as text), keeps "
-    "__debezium_unavailable_value instead of the TOASTed value, and quarantines TRUNCATE "
-    "(the truncated orders stay in the lake)"
-)
-
 
 @pytest.fixture(scope="module")
 def capture_postgres() -> Iterator[PostgresServer]:
@@ -67,7 +53,6 @@ def connect_worker(apache_kafka_broker: BrokerProcess) -> Iterator[ConnectWorker
         yield worker
 
 
-@pytest.mark.xfail(reason=KNOWN, strict=False)
 @pytest.mark.parametrize("converter", list(CONVERTERS))
 def test_lake_tables_equal_the_source_tables_after_every_process_is_killed(
     spark: Any,

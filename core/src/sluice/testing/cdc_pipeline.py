@@ -201,7 +201,8 @@ def run_pipeline(
     figures = Figures(seed, capture.converter.name)
     schedule = Schedule.draw(seed, workload.rounds, len(feeds))
     source = f"kafka://{capture.bootstrap}"
-    options: dict[str, Any] = {"source": source, "write_mode": "upsert"}
+    # Debezium sends truncates here (skipped.operations=none): the lake applies them
+    options: dict[str, Any] = {"source": source, "write_mode": "upsert", "on_truncate": "apply"}
     for feed in feeds:
         feed.open(capture.bootstrap)
 
