@@ -586,7 +586,7 @@ class DeltaSink(UpsertMode):
         path = self._stream_dir(slug) / f"{version}.json"
         found: dict[str, BatchRecord] = {}
         commits: dict[str, int] = {}  # batch id -> the Delta version of its commit
-        for commit in table.history():
+        for commit in self.commit_infos(self.root):
             text = commit.get(f"{PREFIX}record")
             if text is None or f"{PREFIX}stream-version" not in commit:
                 continue
@@ -999,14 +999,37 @@ class DeltaSink(UpsertMode):
         """The run whose commit set the stream's ``txn`` to ``version``, as the log says
         (invariant I8: a commit whose answer was lost is resolved by reading the log): one of
         the commits after table version ``since``."""
-        newer = table.version() - since if since is not None else COMMIT_ATTEMPTS
-        for commit in table.history(limit=max(newer, 1)):
+        latest = table.version()
+        first = since + 1 if since is not None else max(latest - COMMIT_ATTEMPTS, 0)
+        for number in range(latest, first - 1, -1):
+            commit = self.commit_info(self.root, number) or {}
             if commit.get(f"{PREFIX}stream-version") != str(version):
                 continue
             text = commit.get(f"{PREFIX}record")
             if text and BatchRecord.from_json(json.loads(text)).stream.slug == slug:
                 return str(commit.get(f"{PREFIX}run"))
         return None
+
+    def commit_info(self, root: PurePath, version: int) -> dict[str, Any] | None:
+        """The ``commitInfo`` of Delta version ``version`` of the table at ``root``, with its
+        ``version`` (None: no such commit file, e.g. cleaned up). Read from the log file
+        itself, through the store (delta-rs's ``history()`` holds Python's GIL while it waits
+        on the network)."""
+        data = self.store.read_bytes(root / "_delta_log" / f"{version:020d}.json")
+        if data is None:
+            return None
+        for line in data.splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "commitInfo" in action:
+                return {**action["commitInfo"], "version": version}
+        return {"version": version}
+
+    def commit_infos(self, root: PurePath) -> list[dict[str, Any]]:
+        """The ``commitInfo`` of every commit file in the log of the table at ``root``,
+        newest first (as ``DeltaTable.history()``)."""
+        files = self.store.files(root / "_delta_log", ".json")
+        versions = sorted((int(p.stem) for p in files if p.stem.isdigit()), reverse=True)
+        return [c for v in versions if (c := self.commit_info(root, v)) is not None]
 
     def _commit_batch(
         self,

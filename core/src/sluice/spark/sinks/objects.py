@@ -102,6 +102,15 @@ class Objects:
             raise self._fail(exc, "GET", key) from None
         return data, str(answer.get("ETag"))
 
+    def get_bytes(self, key: str) -> bytes | None:
+        """The object at ``key``, None when there is none."""
+        try:
+            return bytes(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        except Exception as exc:
+            if _status(exc) == 404 or _code(exc) in ("NoSuchKey", "404"):
+                return None
+            raise self._fail(exc, "GET", key) from None
+
     def put_json(
         self, key: str, data: Any, *, if_none_match: bool = False, if_match: str | None = None
     ) -> str:

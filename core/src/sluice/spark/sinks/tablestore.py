@@ -78,6 +78,10 @@ class TableStore:
         """Write ``data`` at ``path``, replacing what is there."""
         raise NotImplementedError
 
+    def read_bytes(self, path: PurePath) -> bytes | None:
+        """The file's bytes, None when there is none."""
+        raise NotImplementedError
+
     def create_json(self, path: PurePath, data: Any) -> bool:
         """Write ``data`` at ``path`` unless a document is there (False then)."""
         raise NotImplementedError
@@ -179,6 +183,12 @@ class LocalStore(TableStore):
         sync_file(temporary)
         os.replace(temporary, target)
         sync_directory(target.parent)
+
+    def read_bytes(self, path: PurePath) -> bytes | None:
+        try:
+            return Path(path).read_bytes()
+        except FileNotFoundError:
+            return None
 
     def create_json(self, path: PurePath, data: Any) -> bool:
         if Path(path).exists():
@@ -345,6 +355,9 @@ class S3Store(TableStore):
             self._tags.pop(key, None)
         return data
 
+    def read_bytes(self, path: PurePath) -> bytes | None:
+        return self.objects.get_bytes(self.key(path))
+
     def write_json(self, path: PurePath, data: Any) -> None:
         """Replace the object this store last saw at ``path`` (read, or written), or whatever
         is there when it saw none: ``If-Match`` on its ETag, ``If-None-Match: *`` when there
@@ -398,11 +411,12 @@ class S3Store(TableStore):
         return sorted(
             self._path(k)
             for k in self.objects.keys(prefix)
-            if "/" not in k[len(prefix) :] and k.endswith(suffix)
+            if k[len(prefix) :] and "/" not in k[len(prefix) :] and k.endswith(suffix)
         )
 
     def tree(self, directory: PurePath) -> list[PurePath]:
-        return sorted(self._path(k) for k in self.objects.keys(self._prefix(directory)))
+        keys = self.objects.keys(self._prefix(directory))
+        return sorted(self._path(k) for k in keys if not k.endswith("/"))  # no folder markers
 
     def subdirectories(self, directory: PurePath) -> list[PurePath]:
         found = self.objects.children(self._prefix(directory))
