@@ -931,6 +931,7 @@ class DeltaSink(UpsertMode):
                 store.write_json(self._meta / CDC_FILE, {"key_columns": changes.key_columns})
         applying: Plan | None = None
         planned_at: int | None = None  # the table version the last commit attempt read
+        document: dict[str, Any] | None = None  # the state this run wrote
         for number in range(COMMIT_ATTEMPTS):
             table = self._load(self.root) or self._ensure(self.root, _BASE_SCHEMA)
             pending: dict[str, Any] | None
@@ -983,6 +984,8 @@ class DeltaSink(UpsertMode):
             )
         run.published = True
         _sync_log(store, self.root)
+        if not store.local and document is not None:
+            self._restore_state(slug, version, run.name, document)
         if changes is not None:
             store.sync_all()  # the merge's data files, which delta-rs does not sync
             if run.data is not None:
@@ -992,6 +995,19 @@ class DeltaSink(UpsertMode):
         with contextlib.suppress(OSError):  # the state it replaces (recover() removes leftovers)
             store.delete(self._stream_dir(slug) / f"{version - 1}.json")
         failpoint("publish.after_state")
+
+    def _restore_state(self, slug: str, version: int, run: str, document: Any) -> None:
+        """On an object store, after this run's commit named state ``version``: the state
+        object is this run's, or it is written again. (A run paused past its lease, then
+        resumed, can replace it before its own commit, which then fails: the log names this
+        run's commit, so this run's state is the stream's.)"""
+        path = self._stream_dir(slug) / f"{version}.json"
+        with contextlib.suppress(ValueError):
+            found = self.store.read_json(path) or {}
+            if (found.get("pending") or {}).get("run") == run:
+                return
+        log.warning("The state object %s was replaced by another run: written again.", path)
+        self.store.write_json(path, document)
 
     def _committed_by(
         self, table: DeltaTable, slug: str, version: int, since: int | None
