@@ -180,3 +180,21 @@ def test_stores_other_than_s3_are_refused_saying_why(store: str) -> None:
 def test_a_quarantine_in_another_bucket_is_refused() -> None:
     with pytest.raises(ConfigError, match="in the same bucket"):
         open_sink("delta://s3://bucket/t?quarantine=s3://other/q")
+
+
+def test_an_s3_location_names_both_tables_in_its_bucket() -> None:
+    from pathlib import PurePosixPath
+
+    from sluice.spark.sinks.delta import parse_delta_uri
+
+    target = parse_delta_uri("delta://s3://lake/a/readings?quarantine=s3://lake/bad")
+    assert (target.table, target.quarantine, target.bucket) == (
+        PurePosixPath("/lake/a/readings"),
+        PurePosixPath("/lake/bad"),
+        "lake",
+    )
+    assert target.uri(target.table) == "s3://lake/a/readings"
+    default = parse_delta_uri("delta://s3://lake/readings")
+    assert default.uri(default.quarantine) == "s3://lake/readings/_quarantine"
+    with pytest.raises(ConfigError, match="names no table in a bucket"):
+        parse_delta_uri("delta://s3://lake")

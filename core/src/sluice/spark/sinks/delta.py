@@ -12,7 +12,18 @@
 
 ``delta://PATH`` names the table's directory (``delta:///abs/path``, ``delta://relative/path``);
 a directory that already holds a ``_delta_log`` is a Delta table too, given as a path or a
-``file://`` URI. Local (or mounted) file systems only, for now.
+``file://`` URI. ``delta://s3://BUCKET/PATH`` is a table on S3 (or an S3-compatible server),
+with the credentials of the other S3 sinks (:class:`.s3.S3Settings`).
+
+Where the files are. The sink's own files go through a table store (:mod:`.tablestore`), so
+the protocol below reads the same on both: on a local file system a JSON file is replaced by
+``rename`` after ``fsync``, and the one run of a stream holds ``flock``; on S3 every JSON
+object is written with a conditional write (``If-None-Match: *``, or ``If-Match`` on the
+ETag the run read), the one run holds a lease object (:mod:`.lease`), and delta-rs commits
+each log entry with ``If-None-Match: *`` (``aws_conditional_put=etag``; delta-rs 1.x has no
+locking provider, and the settings that would ask for one or for an unsafe rename are
+refused: :func:`check_s3_commits`). A server that ignores conditional writes is refused by
+:meth:`DeltaSink.check`.
 
 Tables. Created on the first ingest from the good rows' schema: the payload fields, the message
 columns and a ``batch_id`` column (the quarantine table: the message columns, ``message_id``,
@@ -44,10 +55,14 @@ Commit protocol, kafka-delta-ingest's idempotent writes:
    run's (or an audit's) :meth:`DeltaSink.recover`, from the pending batch of each stream's
    state.
 
-One run per stream (I7): ``runs/<stream>.lock`` (``flock``, as the Parquet sink) from the first
-step to the offsets' commit; the ``txn`` version is a second fence. A commit whose outcome is
-unknown (an I/O error other than a conflict) deletes nothing (I8): the next run reads the log.
-Everything the commit depends on is synced first, and the commit's log file after (I9).
+One run per stream (I7): ``runs/<stream>.lock`` (``flock``, as the Parquet sink; on S3 the
+lease ``runs/<stream>.json``) from the first step to the offsets' commit; the ``txn`` version
+is a second fence. A commit whose outcome is unknown (an I/O error other than a conflict)
+deletes nothing (I8): the next run reads the log. A conflict after which the stream's state
+names this run's own batch is checked against the log: the commit that set the ``txn`` names
+its run (a commit whose answer was lost, retried by object_store, fails its own
+``If-None-Match`` and comes back as a conflict). Everything the commit depends on is synced
+first, and the commit's log file after (I9); on S3 an acknowledged write is durable.
 
 Reading: ``state()`` loads the log (delta-rs checkpoints every 100 commits, so bounded: I5) and
 reads one state file; ``find()`` one record file; ``records()`` and ``row_coordinates()`` (the
