@@ -152,6 +152,10 @@ _BASE_SCHEMA = pa.schema(
         (BATCH_COLUMN, pa.string()),
     ]
 )
+#: A new table's properties on an object store: a checkpoint every 10 commits (delta-rs's
+#: default is 100), since each load of the table GETs every commit after the last one
+#: (bench/delta_s3.py: a batch's GETs grow with the commits since the checkpoint).
+_S3_TABLE = {"delta.checkpointInterval": "10"}
 _QUARANTINE_SCHEMA = _BASE_SCHEMA.insert(8, pa.field("reason", pa.string()))
 _HINT = (
     "Write it as delta://PATH, e.g. delta://./data/readings or delta:///lake/readings, or "
@@ -526,6 +530,7 @@ class DeltaSink(UpsertMode):
                     schema=schema,
                     mode="ignore",
                     storage_options=self.store.storage_options,
+                    configuration=None if self.store.local else _S3_TABLE,
                 )
             table = self._load(path)
             if table is None:
