@@ -171,10 +171,16 @@ def _dagster_section() -> list[str]:
     lines = ["## Dagster resources", ""]
     try:
         resources = importlib.import_module("sluice_dagster.resources")
+        ops = importlib.import_module("sluice_dagster.ops")
     except ImportError:
         return [*lines, "TODO: install sluice-dagster to document its resources."]
-    for name in ("KafkaQueueResource", "MqttQueueResource", "SparkResource"):
-        cls = getattr(resources, name, None)
+    classes = [
+        getattr(resources, name, None)
+        for name in ("KafkaQueueResource", "MqttQueueResource", "SparkResource")
+    ]
+    # the settings of an ingest job, asset or op (make_ingest_job(..., **settings))
+    classes.append(getattr(ops, "IngestSettings", None))
+    for cls in classes:
         if cls is None:
             continue
         rows = []
@@ -192,7 +198,7 @@ def _dagster_section() -> list[str]:
                 ]
             )
         lines += [
-            f"`sluice_dagster.{name}`",
+            f"`sluice_dagster.{cls.__name__}`",
             "",
             *_table(["field", "type", "default", "meaning"], rows),
             "",

@@ -20,6 +20,8 @@ from sluice.testing.plugin import Broker
 from .conftest import SCHEMA, KafkaTopic, dataset_rows, open_topic, quarantine_rows, reading
 from .crashes import with_reader
 
+SCHEMA_FIELDS = [field.split()[0] for field in SCHEMA.split(", ")]
+
 BAD_VALUES: dict[str, bytes | None] = {
     "invalid JSON": b'{"device": "a", "temperature": ',
     "does not match the schema: 'temperature' is not double": b'{"temperature": "hot"}',
@@ -56,7 +58,8 @@ def test_good_rows_land_in_the_dataset_and_bad_ones_in_quarantine_with_their_rea
     rows = dataset_rows(tmp_path)
     assert sorted(r["temperature"] for r in rows) == [i / 10 for i in range(20)]
     assert {r["device"] for r in rows} == {f"dev-{i}" for i in range(7)}
-    assert all(r["topic"] == topic.name and r["message_id"] for r in rows)
+    # the schema's fields and Kafka's coordinates: the message itself only in the quarantine
+    assert all(set(r) == {*SCHEMA_FIELDS, "partition", "offset", "timestamp"} for r in rows)
     bad = quarantine_rows(tmp_path)
     assert sorted(r["reason"] for r in bad) == sorted(BAD_VALUES)
     assert {r["value"] for r in bad} == set(BAD_VALUES.values()), "the whole record is kept"
@@ -111,8 +114,10 @@ def test_a_batch_overlapping_one_written_but_not_committed_skips_its_part(
     result = ingest(spark, second, tmp_path, source=source)
 
     assert (result.written, result.skipped) == (8, 12)
-    ids = [r["message_id"] for r in dataset_rows(tmp_path)]
-    assert len(ids) == len(set(ids)) == 20
+    rows = dataset_rows(tmp_path)
+    assert {r["value"] for r in rows} == {reading(i) for i in range(20)}, "no schema: the value"
+    coordinates = [(r["partition"], r["offset"]) for r in rows]
+    assert len(coordinates) == len(set(coordinates)) == 20
 
 
 def test_reads_exactly_the_planned_ranges_and_commits_their_ends(
@@ -217,6 +222,7 @@ def test_payload_column_keeps_the_parsed_payload_as_one_struct(
         source=source,
         schema="offset INT, key STRING",
         payload_column="payload",
+        keep_message=["key"],
     )
     (row,) = dataset_rows(tmp_path)
     assert row["payload"] == {"offset": 7, "key": "a"}

@@ -196,19 +196,28 @@ def ingest(
             "(Debezium sends truncates when skipped.operations leaves out 't')."
         ),
     ] = OnTruncate.quarantine,
+    keep_message: Annotated[
+        str | None,
+        typer.Option(
+            help="Keep the message beside its fields (a bronze copy): all, none, or some of "
+            "key,value,topic,headers,message_id. Default: the table's own choice (none for a "
+            "new table); rows always have partition, offset and timestamp."
+        ),
+    ] = None,
 ) -> None:
     """Ingest the messages waiting now: plan one batch, write it to Parquet, then commit."""
     target = parse(uri, command="ingest")
     _check_uri(target)
     _check_before_spark(schema, payload_column)
     limit = _limit(max_quarantined)
+    keep = _keep(keep_message)
     spec = _plan(target, max_messages)
     if spec is None:
         output.out().print(f"Nothing to ingest: no messages waiting on '{target.topic}'.")
         return
     key_columns = [c.strip() for k in key for c in k.split(",") if c.strip()] if key else None
     # only now: nothing waiting creates nothing
-    _check_sink(sink, partition_by, write_mode.value, key_columns, on_truncate.value)
+    _check_sink(sink, partition_by, write_mode.value, key_columns, on_truncate.value, keep)
     from sluice.spark import ingest as run_ingest
 
     with _phases(spec) as (progress, say):
@@ -237,6 +246,7 @@ def ingest(
             write_mode=write_mode.value,
             key_columns=key_columns,
             on_truncate=on_truncate.value,
+            keep_message=keep,
         )
     if result.kind == "mqtt" and not (result.read or result.skipped):
         output.out().print(f"Nothing to ingest: the session's drain of '{spec.topic}' was empty.")
@@ -335,13 +345,24 @@ def _check_before_spark(schema: str | None, payload_column: str | None) -> None:
     parse_schema(schema, payload_column)
 
 
+def _keep(text: str | None) -> bool | list[str] | None:
+    """``--keep-message``, checked (a column that is not a message's is named)."""
+    from sluice.spark.layout import keep_of_text, normalize
+
+    keep = keep_of_text(text)
+    normalize(keep, "--keep-message")
+    return keep
+
+
 def _check_sink(
     sink: str,
     partition_by: str | None = None,
     write_mode: str = "append",
     key_columns: list[str] | None = None,
     on_truncate: str = "quarantine",
+    keep: bool | list[str] | None = None,
 ) -> None:
+    from sluice.spark.layout import resolve
     from sluice.spark.sinks import open_sink
     from sluice.spark.sinks.upsert import upsert_sink
 
@@ -349,6 +370,8 @@ def _check_sink(
     if write_mode == "upsert":
         upsert_sink(opened, key_columns, on_truncate=on_truncate)  # type: ignore[arg-type]
     opened.check()
+    if write_mode != "upsert":  # another choice than the table's, before Spark starts
+        resolve(keep, opened.kept_columns(), f"The sink {opened.location}")
 
 
 def _spark(master: str | None) -> Any:

@@ -11,8 +11,9 @@ instead of writing rows of nulls). A record that holds some of the fields is kep
 missing ones null, as Spark's ``from_json`` does: producers leave out empty optional fields
 and schemas grow fields that older records lack, so a partial match is normal data, while
 no match at all is a wrong schema. Keys are matched case-sensitively, as ``from_json`` does;
-keys the schema lacks are ignored. Good rows get the schema's fields as columns next to the
-message's own (:data:`MESSAGE_COLUMNS`).
+keys the schema lacks are ignored. Good rows get the schema's fields as columns next to those
+of the message's own columns (:data:`MESSAGE_COLUMNS`) that the table keeps
+(:attr:`Rules.message`, :mod:`.layout`); quarantined rows keep the whole message.
 
 Formats decoded in Python (avro, protobuf, json_schema, sparkplug_b: :mod:`.formats`) arrive
 here decoded, with the reason a record did not decode; ``string`` values become one text
@@ -31,11 +32,10 @@ from pyspark.sql.types import StructType
 
 from ..queues.config import ConfigError
 from .ddl import DDLError, parse_ddl
+from .layout import ID_COLUMN, MESSAGE_COLUMNS
 
 __all__ = ["MESSAGE_COLUMNS", "Classification", "Rules", "parse_schema"]
 
-MESSAGE_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
-ID_COLUMN = "message_id"
 REASON_COLUMN = "reason"
 KEY_DECODED_COLUMN = "key_decoded"
 _PARSED = "__sluice_parsed"  # also .formats.PARSED_COLUMN
@@ -58,6 +58,8 @@ class Rules:
     payload_column: str | None = None  # keep the parsed payload as one struct column
     key_format: str = "bytes"
     key_type: Any = None  # the decoded key's Spark type (key_format json: the key schema)
+    #: the message's own columns a good row carries (:func:`.layout.message_columns`)
+    message: tuple[str, ...] = (*MESSAGE_COLUMNS, ID_COLUMN)
 
     @property
     def decoded(self) -> bool:
@@ -112,7 +114,7 @@ class Classification:
 
     parsed: tuple[Column, ...]  # the message columns, message_id and the parsed payload
     result: tuple[Column, ...]  # payload fields, message columns, message_id and reason
-    good: tuple[str, ...]  # the dataset's columns (where reason is null)
+    good: tuple[str, ...]  # the dataset's columns (where reason is null): payload, Rules.message
     bad: tuple[str, ...]  # the quarantine's (where it is not)
 
     @classmethod
@@ -177,7 +179,7 @@ class Classification:
         return cls(
             parsed=tuple(parsed),
             result=(*payload, *key, *map(F.col, message), reason.alias(REASON_COLUMN)),
-            good=(*rules.payload_fields, *rules.key_fields, *message),
+            good=(*rules.payload_fields, *rules.key_fields, *rules.message),
             bad=(*message, REASON_COLUMN),
         )
 

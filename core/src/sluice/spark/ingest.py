@@ -19,6 +19,7 @@ The steps, and what a crash after each leaves (each step is a named failpoint, s
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -45,6 +46,7 @@ from ..queues.config import ConfigError
 from ..queues.envelope import MessageEnvelope
 from ..queues.uri import config_from_uri, queue_from_config
 from ..secrets import redact_uri
+from . import layout
 from .classify import Classification, Rules, parse_schema
 from .failpoints import failpoint
 from .formats import SPARKPLUG_STATE, Formats, format_task_errors, plan_formats
@@ -145,6 +147,7 @@ def ingest(
     write_mode: WriteMode = "append",
     key_columns: Sequence[str] | None = None,
     on_truncate: OnTruncate = "quarantine",
+    keep_message: layout.KeepMessage = None,
 ) -> IngestResult:
     """Read exactly the messages of ``spec``, write them to ``sink``, then commit or ack.
 
@@ -189,8 +192,13 @@ def ingest(
     rows, and envelopes that cannot be applied (malformed, another key, a value of another
     type than its column's) are quarantined; a truncate (``on_truncate="apply"``) deletes
     every row older than it, else it is quarantined too (:mod:`sluice.cdc`,
-    :mod:`.sinks.upsert`, docs/guides/cdc.md). Returns counts and ranges,
-    never payloads.
+    :mod:`.sinks.upsert`, docs/guides/cdc.md). A row holds the payload's fields and Kafka's
+    coordinates (partition, offset, timestamp); ``keep_message`` keeps the message beside them
+    for a bronze copy: ``True`` its key, value, topic, headers and message id, or a list of
+    those columns (``["key", "headers"]``), ``False`` none. An existing table keeps the choice
+    it was made with (left out: the table's own; a new table keeps none), and another one
+    given is a :class:`ConfigError` (:mod:`.layout`). Returns counts and ranges, never
+    payloads.
     """
     started = time.monotonic()
     if spec is None:
@@ -224,10 +232,16 @@ def ingest(
         # the envelopes are staged as they came and read after staging
         value_format, key_format = "bytes", "bytes"
         value_schema = key_schema = schema_registry = None
+        if keep_message is not None:
+            raise ConfigError(
+                "write_mode='upsert' keeps the changes' rows, not the messages: leave "
+                "keep_message out."
+            )
     elif key_columns is not None:
         raise ConfigError("key_columns is only for write_mode='upsert'; leave it out.")
     elif on_truncate != "quarantine":
         raise ConfigError("on_truncate is only for write_mode='upsert'; leave it out.")
+    layout.normalize(keep_message)  # a wrong column fails before the sink is touched
     formats = plan_formats(
         spec,
         value_format=value_format,
@@ -239,18 +253,23 @@ def ingest(
         on_incompatible=on_incompatible,
         max_value_bytes=max_value_bytes,
     )
+    sink_opened.check()
+    # upsert: the messages are staged whole, and read again as changes
+    kept = layout.FULL if upsert else _kept_columns(sink_opened, keep_message)
+    rules = Rules(
+        parse_schema(formats.payload_schema, payload_column),
+        formats.value_format,
+        max_value_bytes,
+        payload_column,
+        formats.key_format,
+        formats.key_type,
+    )
+    message = layout.message_columns(kept, spec.kind, parsed=bool(rules.payload_fields))
     job = _Job(
         spark=spark,
         spec=spec,
         config=config,
-        rules=Rules(
-            parse_schema(formats.payload_schema, payload_column),
-            formats.value_format,
-            max_value_bytes,
-            payload_column,
-            formats.key_format,
-            formats.key_type,
-        ),
+        rules=dataclasses.replace(rules, message=message),
         formats=formats,
         sink=sink_opened,
         dead_letter=dead_letter,
@@ -263,11 +282,19 @@ def ingest(
         upsert=upsert,
     )
     _check_partition_columns(job)
-    job.sink.check()
+    if not upsert and hasattr(job.sink, "keep_columns"):
+        job.sink.keep_columns(kept)
     job.report(IngestEvent("starting", 0, None, batch_id=spec.batch_id))
     result = job.run_kafka(mode) if spec.kind == "kafka" else job.run_mqtt()
     result.seconds = time.monotonic() - started
     return result
+
+
+def _kept_columns(sink: Sink, keep_message: layout.KeepMessage) -> tuple[str, ...]:
+    """The message columns the rows keep: ``keep_message``, or the table's recorded choice
+    (:func:`.layout.resolve`)."""
+    recorded = getattr(sink, "kept_columns", lambda: None)()
+    return layout.resolve(keep_message, recorded, f"The sink {sink.location}")
 
 
 def _check_upsert(spec: BatchSpec, schema: Any, payload_column: str | None) -> None:
@@ -357,6 +384,13 @@ def _check_partition_columns(job: _Job) -> None:
         return
     columns = [*job.classification.good, "batch_id"]
     for term in requested.terms:
+        if term.column in layout.KEEPABLE and term.column not in columns:
+            raise ConfigError(
+                f"partition_by {str(requested)!r}: the rows keep no {term.column!r} column "
+                f"(for {term}): a table keeps the message's own columns only when asked. Give "
+                f"keep_message=[{term.column!r}] (a new table only), or partition by another "
+                f"of the rows' columns: {', '.join(columns)}."
+            )
         if term.column not in columns:
             raise ConfigError(
                 f"partition_by {str(requested)!r}: the rows have no column {term.column!r} "

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import durable
+from . import durable, layout
 from .durable import local_target
 from .failpoints import is_armed
 from .fingerprints import message_fingerprint
@@ -88,11 +88,16 @@ def write_outcomes_in_jvm(
     try:
         with session_conf(spark, _PARQUET_SETTINGS):
             observed = cached.observe(observation, *_measures(partitions))
-            observed.filter(~bad).select(good_columns).write.parquet(_uri(attempts["good"]))
+            encoded = layout.spark_writer_options()
+            observed.filter(~bad).select(good_columns).write.options(**encoded).parquet(
+                _uri(attempts["good"])
+            )
             seen = observation.get
             written = [("good", name) for name in _parquet_names(attempts["good"])]
             if seen["bad"]:
-                cached.filter(bad).select(bad_columns).write.parquet(_uri(attempts["bad"]))
+                cached.filter(bad).select(bad_columns).write.options(**encoded).parquet(
+                    _uri(attempts["bad"])
+                )
                 written += [("bad", name) for name in _parquet_names(attempts["bad"])]
         offsets = _offsets(attempts, written)
         _check_counts(offsets, seen)

@@ -139,6 +139,11 @@ def parser() -> argparse.ArgumentParser:
         default="quarantine",
         help="upsert: a truncate set aside, or applied (every older row deleted)",
     )
+    p.add_argument(
+        "--keep-message",
+        help="keep the message beside its fields: all, none, or columns (key,value,topic,"
+        "headers,message_id); default: the table's own choice",
+    )
     p.add_argument("--chunk-size", type=int, default=100_000)
     p.add_argument("--max-value-bytes", type=int, default=1_000_000)
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
@@ -164,6 +169,7 @@ def _ingest(args: argparse.Namespace, source: str | dict[str, Any]) -> Any:
     from sluice.batch import BatchSpec
     from sluice.quarantine import parse_limit
     from sluice.spark.ingest import ingest
+    from sluice.spark.layout import keep_of_text
     from sluice.spark.progress import ProgressLog, sigterm_interrupts
     from sluice.spark.session import spark_session
 
@@ -198,6 +204,7 @@ def _ingest(args: argparse.Namespace, source: str | dict[str, Any]) -> Any:
                 write_mode=args.write_mode,
                 key_columns=args.key_columns.split(",") if args.key_columns else None,
                 on_truncate=args.on_truncate,
+                keep_message=keep_of_text(args.keep_message),
             )
     except KeyboardInterrupt:
         _say(log.state())

@@ -38,18 +38,20 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import durable, fingerprints, partitioning
+from . import durable, fingerprints, layout, partitioning
 from .durable import sync_directory
 from .failpoints import is_armed
 from .partitioning import Partitioning
 
-# The writing tasks call fingerprints.message_fingerprint and split rows by partition
-# (partitioning.Partitioning.split): pickled by value, they need no Sluice on the executors.
+# The writing tasks call fingerprints.message_fingerprint, split rows by partition
+# (partitioning.Partitioning.split) and choose encodings (layout.arrow_writer_options):
+# pickled by value, they need no Sluice on the executors.
 with contextlib.suppress(ImportError):
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(fingerprints)  # type: ignore[no-untyped-call]
     cloudpickle.register_pickle_by_value(partitioning)  # type: ignore[no-untyped-call]
+    cloudpickle.register_pickle_by_value(layout)  # type: ignore[no-untyped-call]
 
 __all__ = [
     "ATTEMPTS_DIR",
@@ -156,6 +158,7 @@ def write_outcomes(
         durable.ENABLED,
         targets.filesystem,
         targets.partitioning,
+        layout.arrow_writer_options,
     )
     try:
         with session_conf(frame.sparkSession, arrow_settings(batch_rows(largest_message))):
@@ -283,13 +286,15 @@ def _task_writer(
     sync: bool = True,
     filesystem: Any = None,
     partitions: Partitioning | None = None,
+    encodings: Callable[[pa.Schema], dict[str, Any]] = lambda schema: {},
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function every task runs. It imports nothing of Sluice (cloudpickle ships it, and
     ``fingerprint``, by value), so driver-mode ingests need no Sluice on the executors.
     ``lost``: a marker file; the first task to create it dies after writing its files (the
     ``task.lost`` failpoint). ``sync``: fsync the files written (:mod:`.durable`).
     ``filesystem``: the pyarrow file system of ``attempts`` (None: the one their URIs name).
-    ``partitions``: the good rows' partition spec (a file per partition value and task)."""
+    ``partitions``: the good rows' partition spec (a file per partition value and task).
+    ``encodings``: the ``ParquetWriter`` options of a file's schema (:mod:`.layout`)."""
     columns = {"good": good_columns, "bad": bad_columns}
     spec = partitions or Partitioning()
 
@@ -366,7 +371,10 @@ def _task_writer(
                                 target.create_dir(path, recursive=True)
                             paths[key] = (target, f"{path}/{name}")
                             writers[key] = pq.ParquetWriter(
-                                f"{path}/{name}", part.schema, filesystem=target
+                                f"{path}/{name}",
+                                part.schema,
+                                filesystem=target,
+                                **encodings(part.schema),
                             )
                         writers[key].write_table(part)
                         counts[key] = counts.get(key, 0) + part.num_rows

@@ -167,6 +167,13 @@ class IngestSettings(StrictFields, Config):
         "'quarantine' (set aside with its reason) or 'apply' (every row older than it is "
         "deleted).",
     )
+    keep_message: bool | list[str] | None = Field(
+        default=None,
+        description="Keep the message beside its fields, a bronze copy: true (its key, value, "
+        "topic, headers and message id), a list of those columns, or false. None: the table's "
+        "own choice, none for a new table. Rows always have partition, offset and timestamp; "
+        "another choice than an existing table's fails the run.",
+    )
 
     def resource_keys(self) -> set[str]:
         """The resources an ingest with these settings needs."""
@@ -251,6 +258,7 @@ def run_ingest(
             write_mode=settings.write_mode,
             key_columns=settings.key_columns,
             on_truncate=settings.on_truncate,
+            keep_message=settings.keep_message,
         )
     except UNREACHABLE as exc:
         raise resource.unavailable(exc) from None

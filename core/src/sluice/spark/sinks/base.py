@@ -16,7 +16,7 @@ import hashlib
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,6 +316,15 @@ class Sink(Protocol):
 
     def check(self) -> None:
         """Raise ``ConfigError`` saying what to fix when the sink cannot be written."""
+
+    def kept_columns(self) -> tuple[str, ...] | None:
+        """The message columns the table's rows keep (:mod:`sluice.spark.layout`), as recorded
+        when it was made (a table made before that was recorded: the whole message); None:
+        no table yet."""
+
+    def keep_columns(self, kept: Sequence[str]) -> None:
+        """Record that the rows keep the message columns ``kept``, unless the table has its
+        choice recorded (an ingest calls it after :meth:`kept_columns`, before it writes)."""
 
     def exclusive(self, stream: StreamKey) -> AbstractContextManager[None]:
         """Hold the stream for one run (invariant I7): a second run of the same stream gets

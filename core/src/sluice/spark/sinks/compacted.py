@@ -139,7 +139,10 @@ def slices(batch: dict[str, Any], quarantined: bool) -> list[Slice]:
 # order): one read per file, for as many files as a merged directory has partitions.
 @functools.lru_cache(maxsize=64)
 def _read_file(path: str, columns: tuple[str, ...] | None, mtime_ns: int) -> pa.Table:
-    return pq.read_table(path, columns=list(columns) if columns is not None else None)
+    """The file's ``columns`` (None: all) that it has."""
+    file = pq.ParquetFile(path)
+    present = None if columns is None else [c for c in columns if c in file.schema_arrow.names]
+    return file.read(columns=present)
 
 
 def rows(

@@ -8,6 +8,7 @@
     <table>/_sluice/streams/<stream>/<n>.json         the stream's state after its batch n
     <table>/_sluice/batches/<batch>.json              each published batch's record (the audit)
     <table>/_sluice/dead_letters/<batch>.json         how far a batch's dead letters got
+    <table>/_sluice/message_columns.json              the message columns its rows keep
     <table>/_sluice/runs/<stream>.lock                held by the one run of a stream (I7)
 
 ``delta://PATH`` names the table's directory (``delta:///abs/path``, ``delta://relative/path``);
@@ -25,9 +26,12 @@ locking provider, and the settings that would ask for one or for an unsafe renam
 refused: :func:`check_s3_commits`). A server that ignores conditional writes is refused by
 :meth:`DeltaSink.check`.
 
-Tables. Created on the first ingest from the good rows' schema: the payload fields, the message
-columns and a ``batch_id`` column (the quarantine table: the message columns, ``message_id``,
-``reason`` and ``batch_id``); every field nullable, unpartitioned (a batch's rows are found by
+Tables. Created on the first ingest from the good rows' schema: the payload fields, Kafka's
+coordinates (partition, offset, timestamp), the message columns the rows keep
+(``keep_message``, :mod:`..layout`: recorded in ``message_columns.json`` before the table is
+made; a table without that file was made before the choice existed and keeps the whole
+message) and a ``batch_id`` column (the quarantine table: the whole message, ``reason`` and
+``batch_id``); every field nullable, unpartitioned (a batch's rows are found by
 the ``batch_id`` statistics of their files, one batch per file). A new field in a later batch
 is added (its own metadata commit); a field whose type changes is refused with a
 :class:`ConfigError` naming it.
@@ -85,7 +89,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
@@ -99,6 +103,7 @@ from ...cdc import POSITION_COLUMN, Reduced, TableShape
 from ...cdc.columns import quote as quote_name
 from ...errors import StreamStateError
 from ...queues.config import ConfigError
+from .. import layout
 from ..failpoints import failpoint
 from ..writing import WriteTargets
 from .base import (
@@ -148,6 +153,8 @@ PREFIX = "sluice."
 _COORDINATES = {"partition": pa.int32(), "offset": pa.int64(), "message_id": pa.string()}
 #: A current-state table's key columns (``{"key_columns": [...]}``), in the ``_sluice`` directory.
 CDC_FILE = "cdc.json"
+#: The message columns the rows keep (``{"keep_message": [...]}``), in the ``_sluice`` directory.
+COLUMNS_FILE = "message_columns.json"
 _DELETED = "_sluice_deleted"  # the merge source's column: the change deletes its key's row
 _BASE_SCHEMA = pa.schema(
     [
@@ -432,6 +439,32 @@ class DeltaSink(UpsertMode):
         self.store: TableStore = store or LocalStore()
         self._finished: set[str] = set()  # pending batches this object finished
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
+        self._kept: tuple[str, ...] | None = None  # the message columns the rows keep
+
+    def kept_columns(self) -> tuple[str, ...] | None:
+        """The message columns the table's rows keep (:mod:`..layout`): as recorded, or the
+        whole message for a table made before they were recorded; None: no table yet."""
+        if self._load(self.root) is None:
+            return None
+        stored = self.store.read_json(self._meta / COLUMNS_FILE)
+        return layout.FULL if stored is None else tuple(stored["keep_message"])
+
+    def keep_columns(self, kept: Sequence[str]) -> None:
+        """Record the message columns the rows keep: before the table is made (so a table
+        without the record is one made before it existed), kept from then on."""
+        self._kept = tuple(sorted(kept))
+        document = {"keep_message": list(self._kept)}
+        if self._load(self.root) is None:
+            self.store.write_json(self._meta / COLUMNS_FILE, document)
+        else:
+            self.store.create_json(self._meta / COLUMNS_FILE, document)
+
+    def _base_schema(self, kind: str) -> pa.Schema:
+        """The table's columns before any payload field: those of the message it keeps."""
+        if self._kept is None:
+            return _BASE_SCHEMA
+        columns = layout.message_columns(self._kept, kind)
+        return pa.schema([f for f in _BASE_SCHEMA if f.name in (*columns, BATCH_COLUMN)])
 
     def current_key_columns(self) -> list[str] | None:
         """A current-state table's key columns (None: the table appends messages)."""
@@ -968,7 +1001,7 @@ class DeltaSink(UpsertMode):
         planned_at: int | None = None  # the table version the last commit attempt read
         document: dict[str, Any] | None = None  # the state this run wrote
         for number in range(COMMIT_ATTEMPTS):
-            table = self._load(self.root) or self._ensure(self.root, _BASE_SCHEMA)
+            table = self._load(self.root) or self._ensure(self.root, self._base_schema(stream.kind))
             pending: dict[str, Any] | None
             try:
                 version, data = self._stream_doc(table, slug)

@@ -5,9 +5,11 @@ The catalog is configured the pyiceberg way (``.pyiceberg.yaml``, or
 catalog on SQLite or PostgreSQL, REST, Glue, Hive... Quarantined rows go to a second table,
 ``<TABLE>__quarantine`` unless ``?quarantine=NAMESPACE.OTHER`` names another.
 
-Tables. Created on the first ingest from the good rows' schema: the payload fields, the
-message columns (key, value, topic, partition, offset, timestamp, headers, message_id) and a
-``batch_id`` column (the quarantine table: the message columns, ``reason`` and ``batch_id``).
+Tables. Created on the first ingest from the good rows' schema: the payload fields, Kafka's
+coordinates (partition, offset, timestamp), the message columns the rows keep
+(``keep_message``, :mod:`..layout`: recorded in the table's property ``sluice.keep-message``;
+a table without it was made before the choice existed and keeps the whole message) and a
+``batch_id`` column (the quarantine table: the whole message, ``reason`` and ``batch_id``).
 Every field is optional. A new field in a later batch is added (``union_by_name``); a field
 whose type changes is refused with a :class:`ConfigError` naming it. A scan of one batch is
 pruned by the ``batch_id`` column's statistics (kept in full: every data file holds one batch).
@@ -91,6 +93,7 @@ import pyarrow.parquet as pq
 
 from ...cdc import JSON_ENVELOPES, POSITION_COLUMN, Decoders, OnTruncate, Reduced, TableShape
 from ...queues.config import ConfigError
+from .. import layout
 from ..durable import local_target, sync_directory, sync_file
 from ..failpoints import failpoint
 from ..partitioning import Partitioning, PartitionSpecError
@@ -135,6 +138,8 @@ INLINE_LIMIT = 4096
 #: Commit attempts on conflicts before giving up.
 COMMIT_ATTEMPTS = 30
 PREFIX = "sluice."
+#: The table property recording the message columns its rows keep (:mod:`..layout`).
+KEEP_PROPERTY = f"{PREFIX}keep-message"
 TABLE_PROPERTIES = {
     "commit.retry.num-retries": "0",
     f"write.metadata.metrics.column.{BATCH_COLUMN}": "full",
@@ -329,6 +334,7 @@ class IcebergSink(UpsertMode):
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
         self._s3: S3Settings | None = None
         self._s3_filesystem: Any = None
+        self._kept: tuple[str, ...] | None = None  # recorded in a table this sink makes
 
     def upsert(
         self,
@@ -418,6 +424,26 @@ class IcebergSink(UpsertMode):
                 "check its configuration and that you may create namespaces and tables in it.",
             ) from None
 
+    def kept_columns(self) -> tuple[str, ...] | None:
+        """The message columns the table's rows keep (:mod:`..layout`): its recorded choice,
+        the whole message for a table made before it was recorded; None: no table yet."""
+        table = self._load(self.target.table)
+        if table is None:
+            return None
+        stored = table.properties.get(KEEP_PROPERTY)
+        return layout.FULL if stored is None else layout.record_of_json(stored)
+
+    def keep_columns(self, kept: Sequence[str]) -> None:
+        """The message columns to record in the table when this sink makes it."""
+        self._kept = tuple(sorted(kept))
+
+    def _base_schema(self, kind: str) -> pa.Schema:
+        """The main table's columns before any payload field: those of the message it keeps."""
+        if self._kept is None:
+            return _BASE_SCHEMA
+        columns = layout.message_columns(self._kept, kind)
+        return pa.schema([f for f in _BASE_SCHEMA if f.name in (*columns, BATCH_COLUMN)])
+
     def _check_kind(self, table: Table) -> None:
         """A current-state table (upsert) is never appended to, nor the other way round; its
         key columns stay the ones it was made with."""
@@ -460,7 +486,10 @@ class IcebergSink(UpsertMode):
         table = self._load(identifier)
         if table is None:
             self.catalog.create_namespace_if_not_exists(identifier[:-1])
-            table = self._create(identifier, schema, wanted, properties)
+            made = dict(properties)
+            if main and self._kept is not None and not self.upserting:
+                made[KEEP_PROPERTY] = layout.record_json(self._kept)
+            table = self._create(identifier, schema, wanted, made)
         if main:
             self._spec = self._table_spec(table)
             properties.update(_partition_properties(self._spec))
@@ -655,7 +684,12 @@ class IcebergSink(UpsertMode):
         if key not in self._coordinates:
             by_batch: dict[str, pa.Table] = {}
             if table is not None and snapshot is not None:
-                rows = table.scan(selected_fields=(BATCH_COLUMN, *_COORDINATES)).to_arrow()
+                names = table.schema().column_names
+                present = [c for c in (BATCH_COLUMN, *_COORDINATES) if c in names]
+                rows = table.scan(selected_fields=tuple(present)).to_arrow()
+                for name, kind in _COORDINATES.items():  # message_id: a table may keep none
+                    if name not in present:
+                        rows = rows.append_column(name, pa.nulls(rows.num_rows, kind))
                 rows = rows.select([BATCH_COLUMN, *_COORDINATES]).cast(
                     pa.schema([(BATCH_COLUMN, pa.string()), *_COORDINATES.items()])
                 )
@@ -869,8 +903,10 @@ class IcebergSink(UpsertMode):
     ) -> Table:
         from pyiceberg.exceptions import CommitFailedException
 
-        table = self._load(self.target.table) or self._ensure(self.target.table, _BASE_SCHEMA)
         stream = record.stream
+        table = self._load(self.target.table) or self._ensure(
+            self.target.table, self._base_schema(stream.kind)
+        )
         try:
             state = self._state(table, stream)
         except FileNotFoundError:  # a newer commit replaced it: this table is stale

@@ -12,6 +12,7 @@
     <sink>/_sluice/lock                             serialises publishes
     <sink>/_sluice/runs/<stream>.lock               held by the one run of a stream (I7)
     <sink>/_sluice/partitioning.json                the dataset's partition spec, if any
+    <sink>/_sluice/message_columns.json             the message columns its rows keep
 
 Partitioned (``partition_by="day(timestamp),bucket(16,device)"``, :mod:`..partitioning`), a
 batch's good rows are in hive-style directories inside it, one file per partition value and
@@ -34,6 +35,10 @@ outlive the rows after a power loss.
 One run per stream (I7): an ingest holds ``runs/<stream>.lock`` (``flock``, released by the
 kernel when the process dies) from its first step to its commit; a second run of the stream
 gets :class:`ConcurrentIngestError` at once and touches nothing.
+
+The message columns the rows keep (``keep_message``, :mod:`..layout`) are recorded before
+the first batch is written (``message_columns.json``); a dataset without that file and with
+batches was written before the choice existed, and keeps the whole message.
 
 Spark and pyarrow ignore names starting with ``_``, so ``spark.read.parquet(sink)`` reads
 exactly the published good rows, with
@@ -59,6 +64,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...queues.config import ConfigError
+from .. import layout
 from ..durable import sync_directory, sync_file
 from ..failpoints import failpoint
 from ..partitioning import Partitioning, PartitionSpecError
@@ -78,6 +84,7 @@ __all__ = ["RECORD_FILE", "ParquetSink", "local_path", "parquet_rows"]
 
 RECORD_FILE = "_sluice_batch.json"
 QUARANTINE_DIR = "_quarantine"
+COLUMNS_FILE = "message_columns.json"
 
 
 def local_path(location: str | os.PathLike[str], what: str = "sink") -> Path:
@@ -172,6 +179,29 @@ class ParquetSink:
             _write_json(self._meta / "partitioning.json", {"partition_by": str(given)})
         return given
 
+    def kept_columns(self) -> tuple[str, ...] | None:
+        """The message columns the dataset's rows keep (:mod:`..layout`): as recorded, or the
+        whole message for a dataset written before they were recorded; None: no batch yet."""
+        if not self._has_batches():
+            return None
+        recorded = _read_json(self._meta / COLUMNS_FILE)
+        return layout.FULL if recorded is None else tuple(recorded["keep_message"])
+
+    def keep_columns(self, kept: Sequence[str]) -> None:
+        """Record the message columns the rows keep: the choice of the dataset's first batch
+        (a run that published nothing leaves it to the next), kept from then on."""
+        path = self._meta / COLUMNS_FILE
+        if path.exists() and self._has_batches():
+            return
+        self._meta.mkdir(parents=True, exist_ok=True)
+        _write_json(path, {"keep_message": sorted(kept)})
+
+    def _has_batches(self) -> bool:
+        return (
+            any(self.root.glob("batch_id=*"))
+            or next(compacted.entries(self.root), None) is not None
+        )
+
     def check(self) -> None:
         """Create the sink directory if needed and write a probe file in it (permissions
         alone say little: root passes every check, and /proc refuses root)."""
@@ -232,12 +262,10 @@ class ParquetSink:
         if not (self.output_dir(batch_id) / RECORD_FILE).exists():
             merged = compacted.rows(self.root, batch_id, quarantined, list(_COORDINATES))
             if merged is not None:
-                return merged
+                return with_coordinates(merged)
         directory = self.quarantine_dir(batch_id) if quarantined else self.output_dir(batch_id)
         files = good_files(directory) if not quarantined else sorted(directory.glob("*.parquet"))
-        if not files:
-            return pa.table({c: pa.array([], t) for c, t in _COORDINATES.items()})
-        return pa.concat_tables(pq.read_table(f, columns=list(_COORDINATES)) for f in files)
+        return coordinates_of([pq.ParquetFile(f) for f in files])
 
     # ---- writing -----------------------------------------------------------------------
 
@@ -376,3 +404,23 @@ class ParquetSink:
 
 
 _COORDINATES = {"partition": pa.int32(), "offset": pa.int64(), "message_id": pa.string()}
+
+
+def coordinates_of(files: Sequence[pq.ParquetFile]) -> pa.Table:
+    """``partition``, ``offset`` and ``message_id`` of the rows of ``files``; a column a file
+    lacks (``message_id`` of a table that keeps no message id) is null."""
+    tables = [
+        with_coordinates(f.read(columns=[c for c in _COORDINATES if c in f.schema_arrow.names]))
+        for f in files
+    ]
+    if not tables:
+        return pa.table({c: pa.array([], t) for c, t in _COORDINATES.items()})
+    return pa.concat_tables(tables)
+
+
+def with_coordinates(table: pa.Table) -> pa.Table:
+    """``table``'s coordinate columns (:func:`coordinates_of`), the missing ones null."""
+    for name, kind in _COORDINATES.items():
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, kind))
+    return table.select(list(_COORDINATES)).cast(pa.schema(_COORDINATES.items()))

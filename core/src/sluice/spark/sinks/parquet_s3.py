@@ -44,8 +44,8 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import layout
 from ..failpoints import failpoint
 from ..writing import WriteTargets
 from .base import (
@@ -65,7 +66,7 @@ from .base import (
 )
 from .lease import Lease, hold
 from .objects import Objects, PreconditionFailed
-from .parquet import _COORDINATES, QUARANTINE_DIR, RECORD_FILE
+from .parquet import COLUMNS_FILE, QUARANTINE_DIR, RECORD_FILE, coordinates_of
 from .s3 import S3Settings, StoreError, split_s3
 
 __all__ = ["S3ParquetSink", "S3Staging"]
@@ -196,10 +197,27 @@ class S3ParquetSink:
     def row_coordinates(self, batch_id: str, quarantined: bool) -> pa.Table:
         manifest = self._manifest(batch_id) or {"batch_id": batch_id}
         kind = "quarantine" if quarantined else "data"
-        table = self._read(self._files(manifest, kind), list(_COORDINATES))
-        if table is None:
-            return pa.table({c: pa.array([], t) for c, t in _COORDINATES.items()})
-        return table
+        filesystem = self.filesystem()
+        return coordinates_of(
+            [pq.ParquetFile(p, filesystem=filesystem) for p in self._files(manifest, kind)]
+        )
+
+    def kept_columns(self) -> tuple[str, ...] | None:
+        """The message columns the rows keep (:meth:`.parquet.ParquetSink.kept_columns`)."""
+        if next(self.records(), None) is None:
+            return None
+        data, _ = self.objects.get_json(self._key("_sluice", COLUMNS_FILE))
+        return layout.FULL if data is None else tuple(data["keep_message"])
+
+    def keep_columns(self, kept: Sequence[str]) -> None:
+        """Record the message columns the rows keep: the first batch's choice, kept."""
+        first = next(self.records(), None) is None
+        with suppress(PreconditionFailed):
+            self.objects.put_json(
+                self._key("_sluice", COLUMNS_FILE),
+                {"keep_message": sorted(kept)},
+                if_none_match=not first,
+            )
 
     def output_location(self, batch_id: str) -> str:
         return self._uri(self._batch(batch_id))

@@ -151,6 +151,10 @@ class SparkIngestOperator(BaseOperator):
     :param on_truncate: with ``write_mode="upsert"``, what a truncate of the source table
         does: ``"quarantine"`` (default: set aside with its reason) or ``"apply"`` (every row
         older than it is deleted).
+    :param keep_message: keep the message beside its fields, a bronze copy: ``True`` (its key,
+        value, topic, headers and message id), a list of those columns, or ``False``. None
+        (default): the table's own choice, none for a new table. Rows always have partition,
+        offset and timestamp; another choice than an existing table's fails the task.
     :param metrics: after each batch, measure the stream's lag and the age of its oldest
         waiting message (Kafka: one look at the broker) and send them with the batch's counts
         as Airflow metrics (:mod:`sluice_airflow.metrics`); False sends nothing.
@@ -201,6 +205,7 @@ class SparkIngestOperator(BaseOperator):
         write_mode: Literal["append", "upsert"] = "append",
         key_columns: Sequence[str] | None = None,
         on_truncate: Literal["quarantine", "apply"] = "quarantine",
+        keep_message: bool | Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -242,6 +247,9 @@ class SparkIngestOperator(BaseOperator):
         self.write_mode = write_mode
         self.key_columns = list(key_columns) if key_columns is not None else None
         self.on_truncate = on_truncate
+        self.keep_message = (
+            list(keep_message) if isinstance(keep_message, (list, tuple)) else keep_message
+        )
         self._ingested: list[tuple[BatchSpec, dict[str, Any]]] = []  # for the lineage events
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
@@ -422,6 +430,7 @@ class SparkIngestOperator(BaseOperator):
             "write_mode": self.write_mode,
             "key_columns": self.key_columns,
             "on_truncate": self.on_truncate,
+            "keep_message": self.keep_message,
             **self.ingest_kwargs,
         }
 
@@ -571,6 +580,12 @@ def submit_arguments(spec: BatchSpec, sink: str, options: Mapping[str, Any]) -> 
         flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
         if name == "max_quarantined" and value is None:
             args += [flag, "none"]
+            continue
+        if name == "keep_message":  # all, none or columns; None: the table's choice
+            from sluice.spark.layout import keep_text
+
+            text = keep_text(value)
+            args += [flag, text] if text is not None else []
             continue
         if value is None or value is False:
             continue
