@@ -26,7 +26,10 @@ times:
       schema, write.parquet, then a commit of the offsets with kafka-python (no quarantine,
       no exactly-once machinery: malformed values become null columns);
   (k) sluice.spark.ingest with options.reader "spark" (Spark's Kafka source, as (j) reads);
-and prints messages/s and the ratios. Then it ingests a batch of --big messages in driver mode in
+  (l) as (i) with keep_message=True: the whole message kept beside the fields (a bronze copy);
+and prints messages/s and the ratios, and each side's bytes on disk per message (the Parquet
+files of its last round, data and quarantine) with, for (i) and (l), the bytes of each column.
+Then it ingests a batch of --big messages in driver mode in
 a child process and prints that process's peak RSS (Python driver, and the Spark JVM beside it).
 The SparkSession is started before anything is timed. Every side then runs --warm-rounds
 untimed rounds (default 1: the JVM's just-in-time compiler is still warming up; the first
@@ -257,6 +260,7 @@ def sluice_ingest(
     mode: str,
     out: Path,
     reader: str | None = "kafka-python",
+    keep_message: bool | None = None,
 ) -> float:
 
     from sluice.batch import BatchSpec, OffsetRange
@@ -274,7 +278,9 @@ def sluice_ingest(
 
     started = time.monotonic()
     source = f"kafka://{bootstrap}" + (f"?reader={reader}" if reader else "")
-    result = ingest(spark, spec, out, source=source, schema=SCHEMA, mode=mode)
+    result = ingest(
+        spark, spec, out, source=source, schema=SCHEMA, mode=mode, keep_message=keep_message
+    )
     elapsed = time.monotonic() - started
     assert result.written + result.quarantined == count, result.to_dict()
     assert result.quarantined == count // 100, result.to_dict()
@@ -329,8 +335,9 @@ def spark_job(spark: Any, bootstrap: str, topic: str, count: int, out: Path) -> 
 
 def plain_task_writer(good: list[str], bad: list[str], out: str) -> Any:
     """What an at-least-once pipeline's Spark tasks do: write their good rows and their bad
-    rows to Parquet straight into place, one file per output per task; no attempt
-    directories, no offsets or fingerprints reported, no fsync."""
+    rows to Parquet straight into place, one file per output per task (encoded as Sluice's);
+    no attempt directories, no offsets or fingerprints reported, no fsync."""
+    from sluice.spark.layout import arrow_writer_options
 
     def write(batches: Any) -> Any:
         import uuid
@@ -355,7 +362,11 @@ def plain_task_writer(good: list[str], bad: list[str], out: str) -> Any:
                         continue
                     if kind not in writers:
                         os.makedirs(f"{out}/{kind}", exist_ok=True)
-                        writers[kind] = pq.ParquetWriter(f"{out}/{kind}/{name}", part.schema)
+                        writers[kind] = pq.ParquetWriter(
+                            f"{out}/{kind}/{name}",
+                            part.schema,
+                            **arrow_writer_options(part.schema),
+                        )
                     writers[kind].write_table(part)
                     rows += part.num_rows
         finally:
@@ -382,6 +393,7 @@ def at_least_once(
     from sluice.spark.formats import plan_formats
     from sluice.spark.ingest import MIN_ROWS_PER_TASK, source_config
     from sluice.spark.kafka_source import DEFAULT_CHUNK_BYTES, commit_offsets, reader_kwargs
+    from sluice.spark.layout import message_columns
     from sluice.spark.reading import chunks_on_driver
     from sluice.spark.records import RAW_SCHEMA_DDL, largest_message_bytes
     from sluice.spark.writing import arrow_settings, batch_rows, session_conf
@@ -397,7 +409,11 @@ def at_least_once(
     config = source_config(spec, f"kafka://{bootstrap}?reader={reader}")
     kwargs = reader_kwargs(config)
     formats = plan_formats(spec, schema=parse_schema(SCHEMA))
-    rules = Rules(parse_schema(formats.payload_schema), formats.value_format)
+    rules = Rules(
+        parse_schema(formats.payload_schema),
+        formats.value_format,
+        message=message_columns((), "kafka"),  # the default table's columns, as (e) writes
+    )
     classification = Classification.of(rules)
     scratch = out / "_scratch"
     scratch.mkdir(parents=True)
@@ -475,7 +491,7 @@ def main() -> None:
         help="untimed rounds over every side first (the JVM's compiler warms up over several)",
     )
     parser.add_argument(
-        "--sides", default="abcdefghijk", help="which sides to run (letters; default all)"
+        "--sides", default="abcdefghijkl", help="which sides to run (letters; default all)"
     )
     parser.add_argument(
         "--json", metavar="PATH", help="also write the results (bench/results/ingest.json)"
@@ -543,6 +559,9 @@ def main() -> None:
             "i": lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "auto", out, None),
             "j": lambda out: spark_job(spark, broker.bootstrap, topic, n, out),
             "k": lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "auto", out, "spark"),
+            "l": lambda out: sluice_ingest(
+                spark, broker.bootstrap, topic, n, "auto", out, None, keep_message=True
+            ),
             "g": without_fsync(
                 lambda out: sluice_ingest(
                     spark, broker.bootstrap, topic, n, "driver", out, "confluent"
@@ -584,13 +603,14 @@ def main() -> None:
             "i": "sluice ingest, no options (mode and reader auto)",
             "j": "by hand: Spark job, Kafka source + from_json",
             "k": "sluice ingest, reader spark (Kafka source)",
+            "l": "as (i), keep_message=True (a bronze copy)",
         }
         print()
         print(
             f"{n:,} messages of ~{len(reading(0))} bytes, {PARTITIONS} partitions, "
             f"{os.cpu_count()} cores"
         )
-        for key in [k for k in "abcdefghijk" if k in runs]:
+        for key in [k for k in "abcdefghijkl" if k in runs]:
             each = " ".join(f"{t:.2f}" for t in runs[key])
             print(
                 f"  ({key}) {labels[key]:<46} {rate[key]:>8,.0f} msg/s  (median of {each} s; "
@@ -608,7 +628,8 @@ def main() -> None:
             ("driver, confluent / bare loop", "e", "a", "stretch goal >= 0.9"),
             ("executors, confluent / bare loop", "f", "a", ""),
             ("fsync's cost: with / without (e/g)", "g", "e", "time ratio"),
-            ("exactly-once / at-least-once (e/h)", "h", "e", "time ratio, goal <= 1.10"),
+            ("exactly-once / at-least-once (e/h)", "h", "e", "time ratio, goal <= 1.05"),
+            ("no options / hand-written Spark job", "i", "j", "goal >= 1.0"),
             ("reader spark / hand-written Spark job", "k", "j", "goal >= 0.95"),
             ("reader spark / driver, confluent", "k", "e", "goal >= 1.5 at 2,000,000"),
             ("reader spark / driver, kafka-python", "k", "b", ""),
@@ -623,8 +644,29 @@ def main() -> None:
                 f"  {label + f' ({side}/{base})':<46} {rate[side] / rate[base]:.2f}   "
                 f"(per round, median {paired:.2f})   {goal}"
             )
+        last = {key: work / f"{key}-{args.repeats}" for key in runs}
+        on_disk = {key: disk_bytes(path) / n for key, path in last.items() if disk_bytes(path)}
+        print("  bytes on disk per message (Parquet files of the last round, with quarantine):")
+        for key, each in on_disk.items():
+            print(f"  ({key}) {labels[key]:<46} {each:>8.1f} B/msg")
+        sizes = [
+            ("bytes on disk: no options / Spark job", "i", "j", "goal <= 1.1"),
+            ("bytes on disk: reader spark / Spark job", "k", "j", "goal <= 1.1"),
+            ("bytes on disk: keep_message=True / no options", "l", "i", ""),
+        ]
+        for label, side, base, goal in sizes:
+            if side in on_disk and base in on_disk:
+                ratio = on_disk[side] / on_disk[base]
+                print(f"  {label + f' ({side}/{base})':<46} {ratio:.2f}   {goal}")
+        for key in ("i", "l"):
+            if key in last and disk_bytes(last[key]):
+                columns = column_bytes(last[key])
+                shown = ", ".join(f"{c} {b / n:.2f}" for c, b in columns.items())
+                print(f"  ({key}) bytes per message by column: {shown}")
         if args.json:
-            json_results(args.json, n, args, runs, rate, labels, ratios, broker_label(broker_name))
+            json_results(
+                args.json, n, args, runs, rate, labels, ratios, broker_label(broker_name), on_disk
+            )
 
         if args.big:
             # Not on noida-db: 0.2.3 stops answering fetches from the start of a log this
@@ -656,6 +698,30 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def disk_bytes(path: Path) -> int:
+    """Bytes of the Parquet files under ``path`` (data and quarantine; not Spark's .crc files,
+    nor Sluice's own small JSON files)."""
+    return sum(f.stat().st_size for f in path.rglob("*.parquet")) if path.exists() else 0
+
+
+def column_bytes(path: Path) -> dict[str, int]:
+    """Compressed bytes of each top-level column of the good rows' files under ``path``."""
+    import pyarrow.parquet as pq
+
+    found: dict[str, int] = {}
+    for file in path.rglob("*.parquet"):
+        if "_quarantine" in file.parts:
+            continue
+        metadata = pq.read_metadata(file)
+        for group in range(metadata.num_row_groups):
+            row_group = metadata.row_group(group)
+            for i in range(row_group.num_columns):
+                column = row_group.column(i)
+                name = column.path_in_schema.split(".")[0]
+                found[name] = found.get(name, 0) + column.total_compressed_size
+    return found
+
+
 def json_results(
     path: str,
     n: int,
@@ -665,6 +731,7 @@ def json_results(
     labels: dict[str, str],
     ratios: list[tuple[str, str, str, str]],
     broker: str,
+    on_disk: dict[str, float] | None = None,
 ) -> None:
     """``--json``: one row per ratio of the sides that ran (the printed table), with a chart
     of the two sides' throughput."""
@@ -695,6 +762,22 @@ def json_results(
                 chart,
             )
         )  # fmt: skip
+    for side, base in (("i", "j"), ("k", "j")):
+        if on_disk and side in on_disk and base in on_disk:
+            chart = {
+                "unit": "B/msg",
+                "sides": [f"({side}) {labels[side]}", f"({base}) {labels[base]}"],
+                "values": {f"{n:,}": [on_disk[side], on_disk[base]]},
+            }
+            rows.append(
+                row(
+                    f"bytes on disk per message, {side}/{base}, {n:,} messages",
+                    f"{side}: {on_disk[side]:.1f} B/msg", f"{base}: {on_disk[base]:.1f} B/msg",
+                    f"{on_disk[side] / on_disk[base]:.2f}x bytes", "<= 1.1",
+                    f"bench/ingest.py --broker {args.broker} --messages {n} --sides {args.sides}",
+                    chart,
+                )
+            )  # fmt: skip
     write(path, "ingest", "Ingest throughput (warm session)", rows, broker)
 
 

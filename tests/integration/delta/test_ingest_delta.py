@@ -192,3 +192,34 @@ def test_files_of_sparks_own_writer_land_in_the_table_as_the_other_readers_do(
     assert written_by == {"parquet-mr"}
     assert plan_batch(topic.queue) is None
     assert audit(f"delta://{table}", topic.source).ok
+
+
+def test_a_lean_table_keeps_its_columns_and_a_full_one_the_message(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    """The default table holds the fields, Kafka's coordinates and batch_id; the choice is
+    recorded beside the table before it is made, followed on append and refused when
+    contradicted; keep_message=True gives the whole message."""
+    lean, full = tmp_path / "lean", tmp_path / "full"
+    topic.send([reading(i) for i in range(20)] + BAD)
+    first = topic.plan()
+    ingest(spark, first, f"delta://{lean}", source=topic.source, schema=SCHEMA)
+    ingest(spark, first, f"delta://{full}", source=topic.source, schema=SCHEMA, keep_message=True)
+
+    fields = [f.split()[0] for f in SCHEMA.split(", ")]
+    coordinates = ["partition", "offset", "timestamp"]
+    assert open_delta(lean).schema().to_arrow().names == [*fields, *coordinates, "batch_id"]
+    message = ["key", "value", "topic", *coordinates, "headers", "message_id"]
+    assert open_delta(full).schema().to_arrow().names == [*fields, *message, "batch_id"]
+    assert {r["value"] for r in delta_rows(lean / "_quarantine")} == set(BAD)
+    recorded = json.loads((lean / "_sluice" / "message_columns.json").read_text())
+    assert recorded == {"keep_message": []}
+
+    topic.send([reading(i) for i in range(20, 30)])
+    second = topic.plan()
+    with pytest.raises(ConfigError, match="made with keep_message=False"):
+        ingest(spark, second, f"delta://{lean}", source=topic.source, keep_message=True)
+    ingest(spark, second, f"delta://{lean}", source=topic.source, schema=SCHEMA)
+    rows = delta_rows(lean)
+    assert len(rows) == 30 and set(rows[0]) == {*fields, *coordinates, "batch_id"}
+    assert_exactly_once(audit(f"delta://{lean}", topic.source), 32)

@@ -249,3 +249,41 @@ def test_files_of_sparks_own_writer_land_in_the_table_as_the_other_readers_do(
         assert audit(sqlite_lake.sink(), topic.source).ok
     finally:
         topic.close()
+
+
+def test_a_lean_table_records_its_columns_and_a_full_one_keeps_the_message(
+    spark: Any, topic: KafkaTopic, sqlite_lake: Lake
+) -> None:
+    """The default table holds the fields, Kafka's coordinates and batch_id, and records the
+    choice in a property when it is made; append follows it, another is refused; a table
+    without the property (made before) keeps the whole message."""
+    lean, full = sqlite_lake.sink("lean"), sqlite_lake.sink("full")
+    topic.send([reading(i) for i in range(20)] + BAD)
+    first = topic.plan()
+    ingest(spark, first, lean, source=topic.source, schema=SCHEMA)
+    ingest(spark, first, full, source=topic.source, schema=SCHEMA, keep_message=True)
+
+    fields = [f.split()[0] for f in SCHEMA.split(", ")]
+    coordinates = ["partition", "offset", "timestamp"]
+    table = sqlite_lake.table("lean")
+    assert table.schema().as_arrow().names == [*fields, *coordinates, "batch_id"]
+    assert table.properties[iceberg.KEEP_PROPERTY] == "[]"
+    message = ["key", "value", "topic", *coordinates, "headers", "message_id"]
+    assert sqlite_lake.table("full").schema().as_arrow().names == [*fields, *message, "batch_id"]
+    assert {r["value"] for r in table_rows(sqlite_lake, "lean__quarantine")} == set(BAD)
+
+    topic.send([reading(i) for i in range(20, 30)])
+    second = topic.plan()
+    with pytest.raises(ConfigError, match=r"made with keep_message=False.*\['key'\] was given"):
+        ingest(spark, second, lean, source=topic.source, schema=SCHEMA, keep_message=["key"])
+    ingest(spark, second, lean, source=topic.source, schema=SCHEMA)
+    assert len(table_rows(sqlite_lake, "lean")) == 30
+    assert audit(lean, topic.source).ok
+
+    # a table made before the property existed
+    with sqlite_lake.table("full").transaction() as transaction:
+        transaction.remove_properties(iceberg.KEEP_PROPERTY)
+    with pytest.raises(ConfigError, match="made with keep_message=True"):
+        ingest(spark, second, full, source=topic.source, schema=SCHEMA, keep_message=False)
+    ingest(spark, second, full, source=topic.source, schema=SCHEMA)
+    assert {r["value"] for r in table_rows(sqlite_lake, "full")} >= {reading(25)}

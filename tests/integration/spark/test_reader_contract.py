@@ -109,7 +109,9 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
         for reader in ALL_READERS:  # the same ranges, each reader with a group of its own
             own = dataclasses.replace(spec, group_id=f"{unique_name}-{reader}")
             source = with_reader(f"kafka://{apache_kafka_broker.bootstrap}", reader)
-            result = ingest(spark, own, tmp_path / reader, source=source, schema=SCHEMA)
+            result = ingest(
+                spark, own, tmp_path / reader, source=source, schema=SCHEMA, keep_message=True
+            )
             assert result.committed
             found[reader] = (rows_of(tmp_path / reader), result.written, result.quarantined)
     finally:
@@ -155,7 +157,9 @@ def test_a_compacted_topic_gives_the_same_rows_and_quarantine_on_every_reader(
         for reader in ALL_READERS:
             own = dataclasses.replace(spec, group_id=f"{unique_name}-{reader}")
             source = with_reader(topic.source, reader)
-            result = ingest(spark, own, tmp_path / reader, source=source, schema=SCHEMA)
+            result = ingest(
+                spark, own, tmp_path / reader, source=source, schema=SCHEMA, keep_message=True
+            )
             assert result.committed and result.commits == {0: 18}, reader
             assert result.lost == [], f"{reader}: a compaction gap is not a loss"
             found[reader] = (rows_of(tmp_path / reader), result.written, result.quarantined)

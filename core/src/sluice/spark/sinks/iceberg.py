@@ -160,7 +160,7 @@ _BASE_SCHEMA = pa.schema(
 )
 _HINT = (
     "Write it as iceberg://CATALOG/NAMESPACE.TABLE, e.g. iceberg://lake/sensors.readings, "
-    "optionally ?quarantine=NAMESPACE.TABLE and ?partition_by=day(timestamp),bucket(16,key)."
+    "optionally ?quarantine=NAMESPACE.TABLE and ?partition_by=day(timestamp),bucket(16,device)."
 )
 
 
