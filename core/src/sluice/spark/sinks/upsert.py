@@ -40,6 +40,7 @@ __all__ = [
     "UpsertMode",
     "UpsertSink",
     "apply_iceberg",
+    "check_key_columns",
     "conform",
     "marker_key",
     "plan",
@@ -104,6 +105,15 @@ def upsert_sink(
             f"{UPSERT_SINKS}; the sink {where} is a Parquet dataset, which only appends. "
             "Ingest into one of those, or leave write_mode at 'append'."
         )
+    check_key_columns(key_columns)
+    sink.upsert(list(key_columns) if key_columns is not None else None, decoders)
+    return sink
+
+
+def check_key_columns(key_columns: Sequence[str] | None) -> None:
+    """The one rule for ``key_columns``, wherever it is given (an in-process ingest, the
+    Airflow operator before it submits, the submitted script): None means the message keys'
+    fields; anything else must name columns, and an empty list is a :class:`ConfigError`."""
     if key_columns is not None and (
         isinstance(key_columns, str) or not key_columns or not all(key_columns)
     ):
@@ -111,8 +121,6 @@ def upsert_sink(
             f"key_columns must be a list of column names, e.g. ['id'], not {key_columns!r} "
             "(or None: the message keys' fields)"
         )
-    sink.upsert(list(key_columns) if key_columns is not None else None, decoders)
-    return sink
 
 
 def reduce_rows(
