@@ -131,9 +131,7 @@ def _in_handshake(chain: list[BaseException]) -> bool:
 
 
 @contextlib.contextmanager
-def explained_bootstrap(
-    kwargs: Mapping[str, Any], what: str, tls_switched_by: Sequence[str] = ()
-) -> Iterator[None]:
+def explained_bootstrap(kwargs: Mapping[str, Any], what: str) -> Iterator[None]:
     """Build a kafka-python client of ``kwargs`` in the block (one bootstrap, no retry loop of
     its own): a bootstrap timeout whose failures :func:`session_advice` explains becomes a
     ``ConnectionError`` that says why, ``what`` naming the client ("Reading topic 'orders'")."""
@@ -141,7 +139,7 @@ def explained_bootstrap(
         try:
             yield
         except KafkaTimeoutError as exc:
-            advice = session_advice(kwargs, failures, tls_switched_by)
+            advice = session_advice(kwargs, failures)
             if advice is None:
                 raise
             raise ConnectionError(f"{what}: cannot connect to Kafka ({exc}). {advice}") from None
