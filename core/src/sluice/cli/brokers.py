@@ -168,12 +168,12 @@ def _start_registry(port: int | None = None, workdir: Path | None = None) -> Bro
     import sys
 
     from sluice.brokers import free_port
-    from sluice.testing.schema_registry import BANNER
+    from sluice.registry_server import BANNER
 
     assert workdir is not None
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    module = "sluice.testing.schema_registry"
+    module = "sluice.registry_server"
     _progress(BANNER)
     registry = BrokerProcess(
         name=REGISTRY,

@@ -388,7 +388,7 @@ class _AvroPayloads:
 
     def __init__(self, topic: str) -> None:
         from ..formats.encode import Encoder
-        from .schema_registry import start_schema_registry
+        from ..registry_server import start_schema_registry
 
         self.registry = start_schema_registry()
         self.encoder = Encoder("avro", topic, json.dumps(AVRO_SCHEMA), self.registry.url)
