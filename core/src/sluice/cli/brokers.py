@@ -192,9 +192,9 @@ ICEBERG_REST = "iceberg-rest"
 
 
 def _start_iceberg_rest(port: int | None = None, workdir: Path | None = None) -> BrokerProcess:
-    """Apache Iceberg's REST catalog test server (:mod:`sluice.testing.rest_catalog`): its
+    """Apache Iceberg's REST catalog test server (:mod:`sluice.rest_catalog_server`): its
     warehouse ``s3://lake/warehouse`` on the S3 server ``--s3`` started, else a directory."""
-    from sluice.testing.rest_catalog import ICEBERG_VERSION, start_rest_catalog
+    from sluice.rest_catalog_server import ICEBERG_VERSION, start_rest_catalog
 
     assert workdir is not None
     workdir.mkdir(parents=True, exist_ok=True)
