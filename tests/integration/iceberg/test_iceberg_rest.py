@@ -16,9 +16,6 @@ its warehouse on the S3 server), where a REST catalog fails differently from a S
 
 from __future__ import annotations
 
-import os
-import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,6 @@ from pyiceberg.exceptions import CommitStateUnknownException
 
 from sluice.audit import audit
 from sluice.batch import plan_batch
-from sluice.s3server import S3Server
 from sluice.spark import ingest
 from sluice.testing.rest_catalog import RestCatalogServer
 from sluice.testing.s3proxy import S3Proxy
@@ -174,58 +170,3 @@ def test_the_rest_catalog_keeps_its_tables_across_a_restart_on_loopback_without_
         if c.status == psutil.CONN_LISTEN
     ]
     assert listening and all(a.ip.removeprefix("::ffff:") == "127.0.0.1" for a in listening)
-
-
-def guide_rest_blocks() -> tuple[str, str]:
-    """The Iceberg guide's REST configuration: its ``.pyiceberg.yaml`` and its variables."""
-    guide = (Path(__file__).parents[3] / "docs" / "guides" / "iceberg.md").read_text()
-    blocks = re.findall(r"```text\n(.*?)```", guide, re.S)
-    (yaml,) = [b for b in blocks if b.startswith("catalog:") and "type: rest" in b]
-    (variables,) = [b for b in blocks if "PYICEBERG_CATALOG__LAKE__TYPE=rest" in b]
-    return yaml, variables
-
-
-def test_the_guides_rest_configuration_ingests_as_written(
-    spark: Any,
-    topic: KafkaTopic,
-    rest_catalog: RestCatalogServer,
-    s3_server: S3Server,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The Iceberg guide's two ways, with this session's addresses (and keys) put in: the
-    ``.pyiceberg.yaml`` ingests one batch, the variables (keys in AWS_*) the next."""
-    yaml, variables = guide_rest_blocks()
-    ours = {"http://127.0.0.1:8181": rest_catalog.uri, "http://127.0.0.1:9000": s3_server.endpoint}
-    for theirs, mine in ours.items():
-        assert theirs in yaml and theirs in variables
-        yaml, variables = yaml.replace(theirs, mine), variables.replace(theirs, mine)
-    yaml = re.sub(r"(s3\.access-key-id:) \.\.\..*", rf"\1 {s3_server.access_key}", yaml)
-    yaml = re.sub(r"(s3\.secret-access-key:) \.\.\..*", rf"\1 {s3_server.secret_key}", yaml)
-    for name in [n for n in os.environ if n.startswith(("PYICEBERG_", "AWS_"))]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    (tmp_path / ".pyiceberg.yaml").write_text(yaml)
-    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
-    namespace = f"ns_{uuid.uuid4().hex[:8]}"
-    sink = f"iceberg://lake/{namespace}.readings"
-    options = {"source": topic.source, "schema": SCHEMA}
-    topic.send([reading(i) for i in range(10)])
-    assert ingest(spark, topic.plan(), sink, **options).written == 10
-
-    (tmp_path / ".pyiceberg.yaml").unlink()
-    for line in variables.strip().splitlines():
-        name, _, value = line.removeprefix("export ").partition("=")
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
-    topic.send([reading(10 + i) for i in range(10)])
-    assert ingest(spark, topic.plan(), sink, **options).written == 10
-
-    assert_exactly_once(audit(sink, topic.source), 20)
-    catalog = configure_rest(monkeypatch, rest_catalog).catalog
-    table = catalog.load_table(f"{namespace}.readings")
-    assert table.metadata_location.startswith(rest_catalog.warehouse)
-    assert len(table.scan().to_arrow()) == 20
