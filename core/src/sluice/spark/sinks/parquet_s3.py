@@ -1,38 +1,44 @@
 """The Parquet dataset sink on S3 (``s3://BUCKET/PREFIX``): the local layout, committed by one
-conditional object write, where a file system would rename a directory.
+conditional object write, where a file system would rename a directory; each batch's files
+appear at once, as multipart uploads completed after the commit.
 
 ::
 
-    <prefix>/batch_id=<id>/part-*.parquet              the batch's good rows
-    <prefix>/batch_id=<id>/_quarantine/part-*.parquet  its bad rows
-    <prefix>/batch_id=<id>/_sluice_batch.json          its manifest: the record and its files
-    <prefix>/_sluice/staging/<id>-<run>/               a run's files until its commit
-    <prefix>/_sluice/streams/<stream>/log/<n>.json     batch n of the stream: THE COMMIT
-    <prefix>/_sluice/streams/<stream>/state.json       the state folded up to some n
-    <prefix>/_sluice/runs/<stream>.json                the lease of the one run (I7)
-    <prefix>/_sluice/dead_letters/<id>.json            how far a batch's dead letters got
+    <prefix>/batch_id=<id>/part-<run>.parquet              the batch's good rows: ONE object
+    <prefix>/batch_id=<id>/_quarantine/part-<run>.parquet  its bad rows: one object
+    <prefix>/batch_id=<id>/_sluice_batch.json              its manifest: the record and its files
+    <prefix>/_sluice/staging/<id>-<run>/                   a run's task files until it finishes
+    <prefix>/_sluice/streams/<stream>/log/<n>.json         batch n of the stream: THE COMMIT
+    <prefix>/_sluice/streams/<stream>/state.json           the state folded up to some n
+    <prefix>/_sluice/runs/<stream>.json                    the lease of the one run (I7)
+    <prefix>/_sluice/dead_letters/<id>.json                how far a batch's dead letters got
 
-Commit protocol. A run holds its stream's lease (:mod:`.lease`) and writes its files to its
-own staging prefix. It planned on the stream's state after ``n`` batches; its commit point
-(invariant I2) is ONE write: the log entry ``n + 1`` (the record and the staged files' names),
-created with ``If-None-Match: *``. Exactly one run can create entry ``n + 1``: a run that
-lost its lease, or any run that planned on an older state, is refused there
-(:class:`ConcurrentIngestError`) and deletes only its own staging. Then the run *finishes*
-the batch, each step idempotent: it copies the staged files into ``batch_id=<id>/``, writes
-the manifest, writes the state with entry ``n + 1`` folded in (``If-Match``: a newer state
-is never replaced by an older one) and deletes its staging. Whoever comes next (an ingest's
-:meth:`~S3ParquetSink.recover`, an audit) finishes an entry a crash left unfinished.
+Commit protocol. A run holds its stream's lease (:mod:`.lease`) and its writing tasks write
+their files to its own staging prefix. Before its commit it *assembles* the batch's objects
+(:mod:`.uploads`): one multipart upload per object, holding the staged files' rows (copied by
+the server from a single file, or merged by this process from several), not completed, so
+invisible to every reader. It planned on the stream's state after ``n`` batches; its commit
+point (invariant I2) is ONE write: the log entry ``n + 1`` (the record, the uploads: key,
+upload id, parts, the staged files they hold), created with ``If-None-Match: *``. Exactly one
+run can create entry ``n + 1``: a run that lost its lease, or any run that planned on an older
+state, is refused there (:class:`ConcurrentIngestError`), aborts its uploads and deletes its
+staging. Then the run *finishes* the batch, each step idempotent: it completes the uploads
+(the quarantine's first, then the good rows'), writes the manifest, writes the state with
+entry ``n + 1`` folded in (``If-Match``: a newer state is never replaced by an older one) and
+deletes its staging. Whoever comes next (an ingest's :meth:`~S3ParquetSink.recover`, an audit,
+``sluice.read_dataset``) finishes an entry a crash left unfinished; the next run of a batch
+that never committed aborts the uploads it left (:meth:`~S3ParquetSink.stage`), and so does
+``sluice expire`` for batches never run again.
 
 A stream's state is the last state object plus the log entries after it: reading it is one
 GET of the state and one GET that finds no next entry, whatever the history (I5).
 
-What readers see. Sluice's readers (``sluice audit``, :func:`sluice.read_dataset`) read the
-batches whose manifest exists, and only the files it lists: a batch entirely, or not at all.
-A plain reader of the prefix (pyarrow, Spark, DuckDB) skips ``_``-names, so it never sees
-staging or uncommitted runs; but it lists ``batch_id=*/`` as the files are copied in, so for
-the moment of that copy (and, after a crash inside it, until the next ingest or audit of the
-sink finishes it) it can see part of a committed batch. Readers that must never see that
-use :func:`sluice.read_dataset`, or an Iceberg table.
+What readers see. A plain reader of the prefix (pyarrow, Spark, Trino, DuckDB over
+``batch_id=*/*.parquet``) sees a committed batch's good rows whole or not at all: they are one
+object, which S3 shows only once complete; it never sees a batch that did not commit (its
+uploads are never completed) nor staging (``_``-names). Sluice's readers (``sluice audit``,
+:func:`sluice.read_dataset`) read the batches whose manifest exists, and only the files it
+lists.
 
 Object stores acknowledge a write once it is durable (I9): no ``fsync`` here.
 """
@@ -45,6 +51,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +62,7 @@ import pyarrow.parquet as pq
 
 from ...queues.config import ConfigError
 from ..failpoints import failpoint
-from ..writing import WriteTargets
+from ..writing import ATTEMPTS_DIR, WriteTargets
 from .base import (
     BatchRecord,
     ConcurrentIngestError,
@@ -68,12 +75,15 @@ from .lease import Lease, hold
 from .objects import Objects, PreconditionFailed
 from .parquet import _COORDINATES, QUARANTINE_DIR, RECORD_FILE
 from .s3 import S3Settings, StoreError, s3_error, split_s3
+from .uploads import Pending, assemble, complete
 
 __all__ = ["S3ParquetSink", "S3Staging"]
 
 log = logging.getLogger(__name__)
 
 _KINDS = {"data": "", "quarantine": f"{QUARANTINE_DIR}/"}
+#: Completions sent at once (a batch's partition directories).
+_COMPLETIONS = 16
 
 
 @dataclass
@@ -81,6 +91,7 @@ class _Run:
     name: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     committing: bool = False  # the commit was sent: its outcome may be unknown
     published: bool = False
+    uploads: list[Pending] = field(default_factory=list)  # its batch's objects, assembled
 
 
 @dataclass(frozen=True)
@@ -244,11 +255,14 @@ class S3ParquetSink:
 
     def stage(self, batch_id: str) -> Staging:
         """A fresh staging prefix. Under a lease taken from a run that ended (released, or
-        died on this machine), what earlier runs of this batch staged is theirs and dead:
-        :meth:`recover` already finished any that committed, so it is deleted."""
+        died on this machine), what earlier runs of this batch staged and assembled is theirs
+        and dead: :meth:`recover` already finished any that committed, so it is deleted (its
+        uploads aborted)."""
         leftovers = self._key("_sluice", "staging") + f"/{batch_id}-"
         if all(lease.clean for lease in self._leases.values()):
             self.objects.delete_prefix(leftovers)
+            for key, upload, _ in self.objects.uploads(f"{self._batch(batch_id)}/"):
+                self.objects.abort_upload(key, upload)
         run = _Run()
         scratch = Path(tempfile.mkdtemp(prefix="sluice-s3-"))
         prefix = f"{leftovers}{run.name}"
@@ -263,12 +277,40 @@ class S3ParquetSink:
         )
 
     def _staged(self, staging: S3Staging, kind: str) -> list[str]:
+        """The run's staged files of ``kind``, relative to its directory (a partition
+        directory's with it; not the writing tasks' attempts)."""
         base = f"{staging.prefix}/{kind}/"
         return sorted(
             k[len(base) :]
             for k in self.objects.keys(base)
-            if k.endswith(".parquet") and "/" not in k[len(base) :]
+            if k.endswith(".parquet") and not k[len(base) :].startswith(ATTEMPTS_DIR)
         )
+
+    def _assemble(self, staging: S3Staging) -> dict[str, list[str]]:
+        """The batch's objects as uploads not yet completed (:mod:`.uploads`): one per
+        partition directory of its good rows, one of its quarantined rows, each named by the
+        run; the manifest's ``files``."""
+        files: dict[str, list[str]] = {}
+        batch = self._batch(staging.batch_id)
+        filesystem = self.filesystem()
+        for kind, directory in _KINDS.items():
+            groups: dict[str, list[str]] = {}
+            for name in self._staged(staging, kind):
+                groups.setdefault(name.rpartition("/")[0], []).append(name)
+            for folder, names in sorted(groups.items()):
+                name = f"{folder}/" if folder else ""
+                name += f"part-{staging.run.name}.parquet"
+                sources = [f"{staging.prefix}/{kind}/{n}" for n in names]
+                key = f"{batch}/{directory}{name}"
+                pending = assemble(self.objects, filesystem, kind, name, key, sources)
+                staging.run.uploads.append(pending)
+                files.setdefault(kind, []).append(name)
+        return files
+
+    def _abort(self, staging: S3Staging) -> None:
+        for pending in staging.run.uploads:
+            self.objects.abort_upload(pending.key, pending.upload)
+        staging.run.uploads.clear()
 
     def _staged_rows(self, staging: S3Staging, kind: str) -> int:
         filesystem = self.filesystem()
@@ -308,6 +350,7 @@ class S3ParquetSink:
             )
             return
         try:
+            self._abort(s3)
             self.objects.delete_prefix(s3.prefix + "/")
         except StoreError as exc:
             log.warning("Could not delete the staging of batch %s: %s", s3.batch_id, exc)
@@ -318,7 +361,6 @@ class S3ParquetSink:
         record.published_at = time.time()
         record.run = s3.run.name
         stream = record.stream
-        files = {kind: self._staged(s3, kind) for kind in _KINDS}
         state, number, _ = self._state(stream)
         try:
             lease = self._leases.get(stream)
@@ -332,8 +374,18 @@ class S3ParquetSink:
         except ConcurrentIngestError:
             self.discard(staging)
             raise
+        try:
+            files = self._assemble(s3)
+        except BaseException:
+            self.discard(staging)
+            raise
         failpoint("publish.after_intent")
-        entry = {"record": record.to_json(), "files": files, "staging": s3.prefix}
+        entry = {
+            "record": record.to_json(),
+            "files": files,
+            "staging": s3.prefix,
+            "objects": [p.to_json() for p in s3.run.uploads],
+        }
         position = number + 1
         s3.run.committing = True
         try:
@@ -362,14 +414,33 @@ class S3ParquetSink:
         batch = self._batch(record.batch_id)
         manifest_key = f"{batch}/{RECORD_FILE}"
         if not self.objects.exists(manifest_key):
-            for kind, names in entry["files"].items():
-                for name in names:
-                    source = f"{entry['staging']}/{kind}/{name}"
-                    self.objects.copy(source, f"{batch}/{_KINDS[kind]}{name}")
+            if "objects" in entry:
+                self._complete([Pending.from_json(p) for p in entry["objects"]])
+            else:  # committed by an earlier version, which copied the files one by one
+                for kind, names in entry["files"].items():
+                    for name in names:
+                        source = f"{entry['staging']}/{kind}/{name}"
+                        self.objects.copy(source, f"{batch}/{_KINDS[kind]}{name}")
             manifest = {**record.to_json(), "files": entry["files"]}
             self.objects.put_json(manifest_key, manifest)
         self._save_state(stream, position)
         self.objects.delete_prefix(entry["staging"] + "/")
+
+    def _complete(self, objects: list[Pending]) -> None:
+        """Make a committed batch's objects appear: its quarantined rows first (a reader that
+        sees a good row of the batch can find its bad rows), then every partition directory's
+        good rows at once (one completion each, sent together)."""
+        filesystem = self.filesystem()
+        for pending in objects:
+            if pending.kind == "quarantine":
+                complete(self.objects, filesystem, pending)
+        data = [p for p in objects if p.kind == "data"]
+        if len(data) == 1:
+            complete(self.objects, filesystem, data[0])
+        elif data:
+            with ThreadPoolExecutor(min(len(data), _COMPLETIONS)) as pool:
+                for done in [pool.submit(complete, self.objects, filesystem, p) for p in data]:
+                    done.result()
 
     def _save_state(self, stream: StreamKey, position: int) -> None:
         """Fold the log up to ``position`` into the state object, unless it is there already
