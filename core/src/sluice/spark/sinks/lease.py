@@ -1,9 +1,10 @@
 """One run per stream on an object store (invariant I7): a lease object taken and renewed
 with conditional writes, where a local file system has ``flock``.
 
-The lease is a small JSON object (``run``, host, pid, process start, ``expires``). ``run``
-is the run's own token (a random id): a conditional write whose answer was lost (the PUT
-landed, the client's retry then fails its own condition) is recognised by it, at the lease's
+The lease is a small JSON object (``run``, host, pid, process start, ``since``,
+``expires``). ``run`` is the run's own token (a random id): a conditional write whose
+answer was lost (the PUT landed, the client's retry then fails its own condition) is
+recognised by it, at the lease's
 creation, at a renewal and at the release, and never taken for another run's. A run
 creates it with ``If-None-Match: *``, or replaces it with ``If-Match`` on the ETag it read
 when the holder released it, let it expire, or is a dead process of this machine (same host
@@ -94,12 +95,19 @@ class Lease:
     run: str = field(default_factory=lambda: uuid.uuid4().hex)
     etag: str | None = None
     lost: bool = False
+    since: float = field(default_factory=time.time)  # when it was taken (expiry keeps younger)
     #: the run it took the stream from had ended (released, or dead): its leftovers are dead
     clean: bool = True
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def _body(self, released: bool = False) -> dict[str, Any]:
-        return {"run": self.run, **_me(), "expires": time.time() + TTL, "released": released}
+        return {
+            "run": self.run,
+            **_me(),
+            "since": self.since,
+            "expires": time.time() + TTL,
+            "released": released,
+        }
 
     def acquire(self) -> None:
         for _ in range(3):

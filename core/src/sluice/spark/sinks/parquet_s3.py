@@ -434,6 +434,7 @@ class S3ParquetSink:
         for pending in objects:
             if pending.kind == "quarantine":
                 complete(self.objects, filesystem, pending)
+        failpoint("publish.midway")
         data = [p for p in objects if p.kind == "data"]
         if len(data) == 1:
             complete(self.objects, filesystem, data[0])
