@@ -247,3 +247,10 @@ class Objects:
             if _status(exc) == 404:
                 return None
             raise self._fail(exc, "HEAD", key) from None
+
+    def listing(self, prefix: str) -> Iterator[tuple[str, int, float]]:
+        """(key, size, last modified: seconds since the epoch) of every object under
+        ``prefix``."""
+        for page in self._pages(prefix, delimiter=None):
+            for item in page.get("Contents", []) or []:
+                yield str(item["Key"]), int(item["Size"]), item["LastModified"].timestamp()

@@ -141,7 +141,10 @@ def _merge(
 ) -> list[tuple[int, str]]:
     """The row groups of ``sources``, in order, written as one Parquet file into the upload
     (one row group in memory at a time)."""
-    files = [pq.ParquetFile(filesystem.open_input_file(f"{objects.bucket}/{s}")) for s in sources]
+    files = [
+        pq.ParquetFile(filesystem.open_input_file(f"{objects.bucket}/{s}"), pre_buffer=True)
+        for s in sources
+    ]
     schema = pa.unify_schemas([f.schema_arrow for f in files])
     sink = _Parts(objects, key, upload)
     with pq.ParquetWriter(sink, schema) as writer:
