@@ -9,13 +9,18 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
+import pytest
 
 from sluice.audit import audit
 from sluice.batch import plan_batch
+from sluice.queues import ConfigError
 from sluice.spark import ingest
+from sluice.spark.failpoints import armed
+from sluice.spark.sinks.s3 import StoreError
 from sluice.testing.plugin import S3Bucket
 
 from ..spark.conftest import SCHEMA, KafkaTopic, reading
+from ..spark.crashes import assert_exactly_once
 from .conftest import rows
 
 BAD = [b"not json", b'{"temperature": "warm"}']
@@ -60,3 +65,58 @@ def test_kafka_batches_land_whole_in_an_s3_dataset_that_plain_readers_read_too(
     assert plan_batch(topic.queue) is None
     report = audit(sink, topic.source)
     assert report.ok, "\n".join(report.lines())
+
+
+def test_a_partitioned_dataset_on_s3_is_one_object_per_batch_and_directory(
+    spark: Any, topic: KafkaTopic, s3_bucket: S3Bucket
+) -> None:
+    """``partition_by`` on S3: a batch's good rows are one object per hive directory (the
+    writing tasks' files of a directory merged), completed together after the commit. When
+    one directory's completion fails, a plain reader sees the batch's other directories,
+    whole, and not that one, until the batch is finished (here by the audit)."""
+    from ..iceberg.test_partitioned_iceberg import DAYS
+    from ..iceberg.test_partitioned_iceberg import SCHEMA as TIMED
+    from ..iceberg.test_partitioned_iceberg import reading as timed_reading
+    from .test_plain_readers import duckdb_for
+
+    sink, proxy = s3_bucket.uri("lake"), s3_bucket.proxy
+    options = {"source": topic.source, "schema": TIMED, "partition_by": "day(ts)"}
+    topic.send([timed_reading(i) for i in range(30)] + [b"not json"])
+    first = ingest(spark, topic.plan(), sink, mode="executors", **options)
+
+    days = [d.isoformat() for d in DAYS]
+    objects = sorted(
+        k.split(f"batch_id={first.batch_id}/", 1)[1]
+        for k in s3_bucket.keys(f"lake/batch_id={first.batch_id}/")
+        if k.endswith(".parquet")
+    )
+    run = objects[0].rsplit("/", 1)[1]
+    assert objects == sorted([f"_quarantine/{run}"] + [f"ts_day={d}/{run}" for d in days])
+    duckdb = duckdb_for(s3_bucket)
+
+    def per_day() -> dict[str, int]:
+        query = (
+            f"select ts_day, count(*) from read_parquet('{sink}/batch_id=*/*/*.parquet', "
+            "hive_partitioning=true) group by ts_day"
+        )
+        return {str(day): rows for day, rows in duckdb.execute(query).fetchall()}
+
+    assert per_day() == dict.fromkeys(days, 10)
+
+    def fail_one_directory() -> None:  # after the quarantine's completion: the good rows'
+        proxy.fail("503", "POST", f"ts_day(=|%3D){days[0]}/", times=100)
+
+    topic.send([timed_reading(i) for i in range(30, 60)])
+    second = topic.plan()
+    with armed("publish.midway", fail_one_directory), pytest.raises(StoreError):
+        ingest(spark, second, sink, **options)
+    proxy.clear()
+    assert per_day() == {days[0]: 10, days[1]: 20, days[2]: 20}, "the others whole, not it"
+    audit(sink, topic.source)  # it finishes the batch first
+    assert per_day() == dict.fromkeys(days, 20)
+    ingest(spark, second, sink, **options)  # finds it published: commits its offsets
+    assert_exactly_once(audit(sink, topic.source), 61)
+    assert plan_batch(topic.queue) is None
+
+    with pytest.raises(ConfigError, match="is partitioned by day"):
+        ingest(spark, topic.plan(), sink, **{**options, "partition_by": "bucket(4,device)"})

@@ -5,6 +5,7 @@ appear at once, as multipart uploads completed after the commit.
 ::
 
     <prefix>/batch_id=<id>/part-<run>.parquet              the batch's good rows: ONE object
+    <prefix>/batch_id=<id>/<key>=<value>/part-<run>.parquet  partitioned: one per directory
     <prefix>/batch_id=<id>/_quarantine/part-<run>.parquet  its bad rows: one object
     <prefix>/batch_id=<id>/_sluice_batch.json              its manifest: the record and its files
     <prefix>/_sluice/staging/<id>-<run>/                   a run's task files until it finishes
@@ -36,9 +37,13 @@ GET of the state and one GET that finds no next entry, whatever the history (I5)
 What readers see. A plain reader of the prefix (pyarrow, Spark, Trino, DuckDB over
 ``batch_id=*/*.parquet``) sees a committed batch's good rows whole or not at all: they are one
 object, which S3 shows only once complete; it never sees a batch that did not commit (its
-uploads are never completed) nor staging (``_``-names). Sluice's readers (``sluice audit``,
-:func:`sluice.read_dataset`) read the batches whose manifest exists, and only the files it
-lists.
+uploads are never completed) nor staging (``_``-names). Partitioned (``partition_by``, as a
+local dataset: :mod:`.parquet`), a batch is one object per partition directory: their
+completions are sent together, so for about one request's time (and after a crash among
+them, until the batch is finished) a reader of the whole prefix can see some of the batch's
+directories and not others; each directory's rows of the batch whole or not at all.
+Sluice's readers (``sluice audit``, :func:`sluice.read_dataset`) read the batches whose
+manifest exists, and only the files it lists.
 
 Object stores acknowledge a write once it is durable (I9): no ``fsync`` here.
 """
@@ -50,7 +55,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -62,6 +67,7 @@ import pyarrow.parquet as pq
 
 from ...queues.config import ConfigError
 from ..failpoints import failpoint
+from ..partitioning import Partitioning, PartitionSpecError
 from ..writing import ATTEMPTS_DIR, WriteTargets
 from .base import (
     BatchRecord,
@@ -105,12 +111,58 @@ class S3Staging(Staging):
 class S3ParquetSink:
     """A Parquet dataset under ``s3://BUCKET/PREFIX`` (see the module docstring)."""
 
-    def __init__(self, location: str, settings: S3Settings | None = None) -> None:
+    def __init__(
+        self,
+        location: str,
+        partition_by: str | Sequence[str] | Partitioning | None = None,
+        settings: S3Settings | None = None,
+    ) -> None:
         self.bucket, self.prefix = split_s3(location)
         self.location = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         self.settings = settings or S3Settings.resolve()
         self.objects = Objects(self.settings, self.bucket)
         self._leases: dict[StreamKey, Lease] = {}
+        try:
+            self.partitioning = Partitioning.parse(partition_by)
+        except PartitionSpecError as exc:
+            raise ConfigError(f"sink {self.location}: {exc}") from None
+
+    def dataset_partitioning(self, adopt: bool = False) -> Partitioning:
+        """The dataset's partition spec, as the local sink's
+        (:meth:`.parquet.ParquetSink.dataset_partitioning`): the recorded one
+        (``_sluice/partitioning.json``, created once with ``If-None-Match``), else the one
+        given, which ``adopt`` records unless the dataset holds unpartitioned batches."""
+        key = self._key("_sluice", "partitioning.json")
+        given = self.partitioning
+        for _ in range(2):
+            recorded, _ = self.objects.get_json(key)
+            if recorded is not None:
+                spec = Partitioning.parse(recorded["partition_by"])
+                if given and given != spec:
+                    raise ConfigError(
+                        f"The dataset {self.location} is partitioned by {spec}, and "
+                        f"partition_by={given} was given. A dataset keeps one directory layout: "
+                        f"give partition_by={spec} (or none: the dataset's own is used), or "
+                        "write to another prefix."
+                    )
+                return spec
+            if not given:
+                return given
+            if any(True for _ in self.records()):
+                raise ConfigError(
+                    f"The dataset {self.location} holds unpartitioned batches, and "
+                    f"partition_by={given} was given. A dataset keeps one directory layout "
+                    "(readers such as Spark refuse a mix): give no partition_by, or write to "
+                    "another prefix."
+                )
+            if not adopt:
+                return given
+            try:
+                self.objects.put_json(key, {"partition_by": str(given)}, if_none_match=True)
+                return given
+            except PreconditionFailed:
+                continue  # another run recorded one first: compare with it
+        raise ConfigError(f"The partition spec of {self.location} ({key}) cannot be read.")
 
     # ---- keys ----------------------------------------------------------------------------
 
@@ -133,7 +185,9 @@ class S3ParquetSink:
 
     def check(self) -> None:
         """The bucket exists, the credentials may list, write and delete under the prefix, and
-        the server honours ``If-None-Match`` (else the sink could not fence two runs)."""
+        the server honours ``If-None-Match`` (else the sink could not fence two runs), and
+        a partition spec given is the dataset's."""
+        self.dataset_partitioning()
         probe = self._key("_sluice", f"probe-{uuid.uuid4().hex[:12]}")
         client = self.settings.client(attempts=2)
         try:
@@ -270,10 +324,16 @@ class S3ParquetSink:
 
     def targets(self, staging: Staging, good: pa.Schema, bad: pa.Schema) -> WriteTargets:
         prefix = _staging(staging).prefix
+        spec = self.dataset_partitioning(adopt=True)
+        try:
+            spec.check(good, "the batch's rows")
+        except PartitionSpecError as exc:
+            raise ConfigError(f"sink {self.location}: {exc}") from None
         return WriteTargets(
             self._uri(f"{prefix}/data"),
             self._uri(f"{prefix}/quarantine"),
             filesystem=self.settings.filesystem(),
+            partitioning=spec,
         )
 
     def _staged(self, staging: S3Staging, kind: str) -> list[str]:
