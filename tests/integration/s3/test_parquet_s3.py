@@ -96,7 +96,7 @@ def test_a_partitioned_dataset_on_s3_is_one_object_per_batch_and_directory(
 
     def per_day() -> dict[str, int]:
         query = (
-            f"select ts_day, count(*) from read_parquet('{sink}/batch_id=*/*/*.parquet', "
+            f"select ts_day, count(*) from read_parquet('{sink}/batch_id=*/ts_day=*/*.parquet', "
             "hive_partitioning=true) group by ts_day"
         )
         return {str(day): rows for day, rows in duckdb.execute(query).fetchall()}
@@ -118,5 +118,6 @@ def test_a_partitioned_dataset_on_s3_is_one_object_per_batch_and_directory(
     assert_exactly_once(audit(sink, topic.source), 61)
     assert plan_batch(topic.queue) is None
 
+    topic.send([timed_reading(60)])
     with pytest.raises(ConfigError, match="is partitioned by day"):
         ingest(spark, topic.plan(), sink, **{**options, "partition_by": "bucket(4,device)"})
