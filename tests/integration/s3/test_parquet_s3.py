@@ -65,6 +65,20 @@ def test_kafka_batches_land_whole_in_an_s3_dataset_that_plain_readers_read_too(
     assert plan_batch(topic.queue) is None
     report = audit(sink, topic.source)
     assert report.ok, "\n".join(report.lines())
+    for result, quarantined in ((first, 1), (second, 0)):  # one object each, whatever the tasks
+        inside = [
+            k for k in keys if f"/batch_id={result.batch_id}/" in k and k.endswith(".parquet")
+        ]
+        assert len([k for k in inside if "/_quarantine/" not in k]) == 1, inside
+        assert len([k for k in inside if "/_quarantine/" in k]) == quarantined, inside
+
+    stray = f"lake/readings/batch_id={second.batch_id}/part-by-hand.parquet"
+    s3_bucket.client().copy_object(
+        Bucket=s3_bucket.name, Key=stray, CopySource={"Bucket": s3_bucket.name, "Key": inside[0]}
+    )
+    report = audit(sink, topic.source)
+    assert not report.ok and report.unlisted == [f"s3://{s3_bucket.name}/{stray}"]
+    assert "in no committed batch" in "\n".join(report.problems())
 
 
 def test_a_partitioned_dataset_on_s3_is_one_object_per_batch_and_directory(

@@ -251,6 +251,31 @@ class S3ParquetSink:
                 if manifest:
                     yield BatchRecord.from_json(manifest)
 
+    def unlisted(self) -> list[str]:
+        """``s3://`` URIs of the Parquet objects in batch directories that no committed
+        batch's manifest lists (:func:`sluice.audit.audit` reports them): what a plain reader
+        would see of no committed batch. Nothing of Sluice's own writes them: a run's objects
+        appear only after its commit."""
+        root = f"{self.prefix}/" if self.prefix else ""
+        listed: dict[str, set[str]] = {}
+        found = []
+        for key in self.objects.keys(root):
+            inside = key[len(root) :]
+            if not inside.startswith("batch_id=") or not key.endswith(".parquet"):
+                continue
+            directory, _, name = inside.partition("/")
+            batch = directory.removeprefix("batch_id=")
+            if batch not in listed:
+                manifest = self._manifest(batch) or {}
+                listed[batch] = {
+                    f"{_KINDS[kind]}{n}"
+                    for kind, names in manifest.get("files", {}).items()
+                    for n in names
+                }
+            if name not in listed[batch]:
+                found.append(self._uri(key))
+        return found
+
     def published_files(self, quarantined: bool = False) -> list[str]:
         """``bucket/key`` of every file of the committed batches (for :func:`read_dataset`)."""
         found = []
