@@ -187,7 +187,6 @@ class S3ParquetSink:
         """The bucket exists, the credentials may list, write and delete under the prefix, and
         the server honours ``If-None-Match`` (else the sink could not fence two runs), and
         a partition spec given is the dataset's."""
-        self.dataset_partitioning()
         probe = self._key("_sluice", f"probe-{uuid.uuid4().hex[:12]}")
         client = self.settings.client(attempts=2)
         try:
@@ -215,6 +214,7 @@ class S3ParquetSink:
                 client.delete_object(Bucket=self.bucket, Key=probe)
             except Exception as exc:
                 raise s3_error(exc, self.settings, self.location, "delete in") from None
+        self.dataset_partitioning()  # another spec than the dataset's fails here
 
     # ---- reading -------------------------------------------------------------------------
 
