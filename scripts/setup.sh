@@ -47,4 +47,9 @@ else
     say "warning: Apache Kafka's jars could not be fetched (see above); tests on Apache Kafka will fail until they are"
   fi
 fi
+# Kafka Connect and Debezium's PostgreSQL connector (the real change data capture tests), the
+# same way.
+if ! $UV run --locked --all-packages python -m sluice.testing.debezium_postgres >/dev/null; then
+  say "warning: the jars of Kafka Connect and Debezium could not be fetched (see above)"
+fi
 say "ready: .venv has sluice-core, sluice-airflow, sluice-dagster and the dev tools"

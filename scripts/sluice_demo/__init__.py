@@ -1,6 +1,6 @@
 """The Sluice demo (``make demo``): IoT readings from Kafka and MQTT into Parquet, end to end.
 
-1. starts the embedded brokers (noida-db for Kafka, mosquitto for MQTT, as ``sluice brokers
+1. starts the embedded brokers (Apache Kafka, mosquitto for MQTT, as ``sluice brokers
    up`` does) with their state in ``$SLUICE_HOME/demo`` (default ``~/.sluice/demo``);
 2. starts one local SparkSession (``local[2]``) and a throwaway Airflow home (sqlite, in
    ``$SLUICE_HOME/demo/airflow-<pid>``);

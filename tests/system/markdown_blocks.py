@@ -15,7 +15,8 @@ it is run; ``docs-test`` and ``readme-test`` are the same directive:
 Every other block of a runnable language is run as written. Only ``text`` and ``mermaid``
 blocks are not code; a file's content (``json``, ``yaml``) is allowed only with ``save-as``; a
 block without a language, or in another language, is an error, so no block can be left out by
-accident.
+accident. A block indented under a content tab (``=== "pip"``, ``=== "uv"``) is a block like
+any other: every tab's block runs, in the page's order.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import psutil
 RUNNABLE = ("bash", "sh", "console", "python")
 NOT_CODE = ("text", "mermaid")
 FILES = ("json", "yaml")  # only as the content of a file the text asks the user to save
-_FENCE = re.compile(r"^```(\S*)\s*$")
+_FENCE = re.compile(r"^((?:    )*)```(\S*)\s*$")  # at the margin, or indented under a tab
 _DIRECTIVE = re.compile(r"^<!--\s*(?:docs|readme)-test:\s*(save-as|expect|until)\s+(.+?)\s*-->$")
 
 
@@ -79,10 +80,11 @@ def parse(text: str, source: str = "README.md") -> list[Block]:
         if not fence:
             index += 1
             continue
-        end = next((j for j in range(index + 1, len(lines)) if lines[j] == "```"), None)
+        indent = fence.group(1)
+        end = next((j for j in range(index + 1, len(lines)) if lines[j] == f"{indent}```"), None)
         if end is None:
             raise BlockError(f"{source}:{index + 1}: the block is never closed")
-        lang = fence.group(1)
+        lang = fence.group(2)
         if lang not in RUNNABLE + NOT_CODE + FILES:
             raise BlockError(
                 f"{source}:{index + 1} ({section}): a block in {lang or 'no language'!r}. "
@@ -96,7 +98,7 @@ def parse(text: str, source: str = "README.md") -> list[Block]:
                 line=index + 1,
                 section=section,
                 lang=lang,
-                code="\n".join(lines[index + 1 : end]) + "\n",
+                code="\n".join(line.removeprefix(indent) for line in lines[index + 1 : end]) + "\n",
                 directive=directive,
                 argument=argument,
                 before=prose,
@@ -362,6 +364,30 @@ def write_pip_shim(folder: Path, python: str) -> None:
         shim = folder / name
         shim.write_text(PIP_SHIM.format(python=python))
         shim.chmod(0o755)
+
+
+UV_SHIM = '''\
+#!{python}
+"""`uv` for the docs tests: `uv sync --all-packages` checks that the workspace venv (the
+clone's .venv) is in sync with the lock file, changing nothing: `uv sync --check`."""
+import os, subprocess, sys
+
+args = sys.argv[1:]
+allowed = {{"--all-packages", "--locked"}}
+if args[:1] != ["sync"] or "--all-packages" not in args or set(args[1:]) - allowed:
+    sys.exit(f"docs-test uv: only 'uv sync --all-packages' is supported, got {{args}}")
+check = [{uv!r}, "sync", "--all-packages", "--locked", "--check", "--inexact", "--offline"]
+env = {{**os.environ, "UV_PROJECT_ENVIRONMENT": {venv!r}}}
+sys.exit(subprocess.run(check, env=env, check=False).returncode)
+'''
+
+
+def write_uv_shim(folder: Path, python: str, uv: str, venv: Path) -> None:
+    """Put the ``uv`` of :data:`UV_SHIM` in ``folder``: it checks ``venv`` with ``uv``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shim = folder / "uv"
+    shim.write_text(UV_SHIM.format(python=python, uv=uv, venv=str(venv)))
+    shim.chmod(0o755)
 
 
 def clean_environment(base: Mapping[str, str]) -> dict[str, str]:

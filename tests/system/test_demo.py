@@ -191,18 +191,18 @@ def test_demo_ingests_both_sources_prints_the_summary_and_stops_its_brokers(
         assert image.format == "PNG" and image.width > 300 and image.height > 200
 
     started = {int(pid) for pid in re.findall(r"\(pid (\d+)\)", stdout)}
-    assert len(started) == 3, stdout  # noida-db, mosquitto and seaweedfs
+    assert len(started) == 3, stdout  # Apache Kafka, mosquitto and seaweedfs
     assert not [pid for pid in started if alive(pid)]
     state = json.loads((tmp_path / "home" / "demo" / "brokers.json").read_text())
     assert state["brokers"] == []
     assert not list((tmp_path / "home" / "demo").glob("airflow-*")), "its Airflow home is gone"
-    assert "Stopped noida" in stdout and "mosquitto" in stdout and "seaweedfs" in stdout
+    assert "Stopped kafka" in stdout and "mosquitto" in stdout and "seaweedfs" in stdout
 
 
 def wait_for_brokers(
     proc: subprocess.Popen[str], state: Path, others: Collection[int] = ()
 ) -> list[int]:
-    """The pids of the demo's three brokers (noida-db, mosquitto, seaweedfs; not
+    """The pids of the demo's three brokers (Apache Kafka, mosquitto, seaweedfs; not
     ``others``), once all run."""
 
     def pids() -> list[int] | None:

@@ -22,6 +22,9 @@ them at the end. Pages use topics and consumer groups of their own.
 its editable installs with copies, under other running tests, and needs the network). A
 ``pip`` placed first on ``PATH`` checks instead that each path is a project of this clone and
 that the venv has that project installed from exactly that path; it refuses anything else.
+Likewise a ``uv`` first on ``PATH`` takes only ``uv sync --all-packages`` and checks that the
+venv is in sync with the lock file (``uv sync --check``), changing nothing; the clone's
+``.venv`` is the workspace venv, as after ``uv sync``.
 
 Bash blocks run with ``bash`` (``set -eo pipefail``: any failing command fails the test),
 python blocks with the venv's ``python``, an Airflow DAG is saved where the text says and run
@@ -38,6 +41,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -57,6 +61,7 @@ from .markdown_blocks import (
     parse,
     running,
     write_pip_shim,
+    write_uv_shim,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.mqtt]
@@ -65,9 +70,10 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 VENV_BIN = Path(sys.executable).parent
-#: The fixed ports of the pages: Kafka, MQTT, S3, the stand-in Schema Registry, and the Dagster
-#: UI of ``dagster dev``.
-PORTS = (19092, 11883, 19000, 18081, 3000)
+#: The fixed ports of the pages: Kafka, MQTT, S3, the stand-in Schema Registry, the Iceberg
+#: REST catalog, the Dagster UI of ``dagster dev``, and the Spark clusters and Connect page's
+#: standalone master, its web UI and its worker's, and Connect server.
+PORTS = (19092, 11883, 19000, 18081, 18181, 3000, 17077, 18080, 18082, 15002)
 BLOCK_TIMEOUT = 420.0
 
 
@@ -135,6 +141,7 @@ def clone_like(folder: Path) -> Path:
     ).stdout.split()
     for top in sorted({path.split("/", 1)[0] for path in tracked}):
         (folder / top).symlink_to(ROOT / top)
+    (folder / ".venv").symlink_to(VENV_BIN.parent)  # what `uv sync` made
     return folder
 
 
@@ -149,6 +156,10 @@ def new_user(tmp_path: Path, sluice_home: Path) -> Session:
         home.mkdir()
     scratch = tmp_path / "scratch"
     write_pip_shim(scratch / "bin", sys.executable)
+    uv = shutil.which("uv") or shutil.which("uv", path=str(VENV_BIN))
+    if uv is None:
+        pytest.fail("uv is missing: make setup installs it")
+    write_uv_shim(scratch / "bin", sys.executable, uv, VENV_BIN.parent)
     env = clean_environment(os.environ)
     env.update(
         {

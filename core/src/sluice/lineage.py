@@ -130,7 +130,8 @@ def sink_dataset(sink: str | os.PathLike[str]) -> SinkDataset:
     if is_delta(sink):
         from .spark.sinks.delta import parse_delta_uri
 
-        return SinkDataset(path_dataset(parse_delta_uri(sink).table), "delta")
+        target = parse_delta_uri(sink)
+        return SinkDataset(path_dataset(target.uri(target.table)), "delta")
     return SinkDataset(path_dataset(sink), "parquet")
 
 
@@ -208,11 +209,10 @@ def written_schema(sink: str | os.PathLike[str], output: str | None) -> list[tup
         table = load_iceberg_catalog(target.catalog).load_table(target.table)
         return [(f.name, str(f.field_type)) for f in table.schema().fields]
     if is_delta(sink):
-        from deltalake import DeltaTable
+        from .spark.sinks.delta import DeltaSink
 
-        from .spark.sinks.delta import parse_delta_uri
-
-        fields = DeltaTable(str(parse_delta_uri(sink).table)).schema().fields
+        opened = DeltaSink(sink)
+        fields = opened.open_table(opened.root).schema().fields
         return [(f.name, str(f.type)) for f in fields]
     if not output or not Path(output).is_dir():
         return []

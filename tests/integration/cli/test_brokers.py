@@ -54,7 +54,7 @@ def _accepts(url: str) -> bool:
 
 
 def test_up_status_down_through_the_console_script(home: Path) -> None:
-    up = _sluice(home, "brokers", "up")
+    up = _sluice(home, "brokers", "up", "--kafka", "noida")
     assert up.returncode == 0, up.stderr
     urls = re.findall(r"at ((?:kafka|mqtt)://127\.0\.0\.1:\d+)", up.stdout)
     assert [u.split(":")[0] for u in urls] == ["kafka", "mqtt"]
@@ -63,7 +63,7 @@ def test_up_status_down_through_the_console_script(home: Path) -> None:
     published = run("publish", f"{urls[0]}/demo", "--sample", "iot", "--count", "3")
     assert "Published 3 messages" in assert_ok(published)
 
-    again = _sluice(home, "brokers", "up")
+    again = _sluice(home, "brokers", "up", "--kafka", "noida")
     assert again.returncode == 0 and "already runs" in again.stdout
 
     status = _sluice(home, "brokers", "status")
@@ -166,7 +166,7 @@ def test_registry_is_a_stand_in_said_plainly_that_an_avro_publish_and_ingest_use
 ) -> None:
     """`sluice brokers up --registry` (issue 37, finding 10): the stand-in registry runs as a
     process of its own, says what it is, and serves the formats' round trip."""
-    up = _sluice(home, "brokers", "up", "--no-mqtt", "--registry")
+    up = _sluice(home, "brokers", "up", "--kafka", "noida", "--no-mqtt", "--registry")
     assert up.returncode == 0, up.stderr
     assert "stand-in Schema Registry" in up.stderr and "lost when it stops" in up.stderr
     registry = next(e for e in _entries(home) if e.name == "registry")

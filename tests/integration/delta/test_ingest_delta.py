@@ -27,20 +27,21 @@ from tests.unit.cli.runner import assert_ok, run
 from ..spark.conftest import SCHEMA, KafkaTopic, reading
 from ..spark.crashes import assert_exactly_once
 from ..spark.test_crash_matrix import BAD
+from .conftest import open_delta
 
 
-def delta_rows(path: Path) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    rows: list[dict[str, Any]] = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+def delta_rows(path: Path | str) -> list[dict[str, Any]]:
+    """Every row of the table at ``path`` (a local path, or an ``s3://`` URI)."""
+    rows: list[dict[str, Any]] = open_delta(path).to_pyarrow_table().to_pylist()
     return rows
 
 
-def commits(path: Path) -> list[dict[str, Any]]:
+def commits(path: Path | str) -> list[dict[str, Any]]:
     """The commitInfo of each commit of the table that names a batch, oldest first."""
-    from deltalake import DeltaTable
+    from sluice.spark.sinks.delta import DeltaSink
 
-    found = [c for c in DeltaTable(str(path)).history() if "sluice.batch-id" in c]
+    sink = DeltaSink(f"delta://{path}")
+    found = [c for c in sink.commit_infos(sink.root) if "sluice.batch-id" in c]
     return list(reversed(found))
 
 

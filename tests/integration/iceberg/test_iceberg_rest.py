@@ -3,8 +3,9 @@ its warehouse on the S3 server), where a REST catalog fails differently from a S
 
 - a commit whose answer is lost: a proxy in front of the server forwards the commit's POST
   and drops the connection before the answer (the commit happened), or answers 500 without
-  forwarding it (it did not). The sink deletes nothing (invariant I8), the rerun resolves the
-  outcome by reading the catalog, and ``sluice audit`` finds every message once;
+  forwarding it (it did not), or the server is paused as the POST reaches it and the request
+  times out (``connection.timeout``). The sink deletes nothing (invariant I8), the rerun
+  resolves the outcome by reading the catalog, and ``sluice audit`` finds every message once;
 - the Iceberg guide's REST configuration (``.pyiceberg.yaml``, and the variables) ingests as
   written;
 - the server keeps its tables across a restart (its catalog is a SQLite file), listens on
@@ -33,6 +34,7 @@ from sluice.s3server import S3Server
 from sluice.spark import ingest
 from sluice.testing.rest_catalog import RestCatalogServer
 from sluice.testing.s3proxy import S3Proxy
+from sluice.testing.waiting import wait_until
 
 from ..spark.conftest import SCHEMA, KafkaTopic, reading
 from ..spark.crashes import assert_exactly_once
@@ -92,6 +94,50 @@ def test_a_rest_commit_whose_answer_is_lost_is_resolved_by_reading_the_catalog(
     rows = table_rows(lake)
     assert sorted(r["temperature"] for r in rows) == [i / 10 for i in range(400)]
     assert all(file_exists(lake, f) for f in data_files(lake))
+    assert len(table_rows(lake, "readings__quarantine")) == 2
+    assert [s["sluice.batch-id"] for s in sluice_summaries(lake)] == [spec.batch_id]
+    assert plan_batch(topic.queue) is None
+    assert_exactly_once(audit(sink, topic.source), 402)
+
+
+def test_a_commit_to_a_paused_rest_catalog_times_out_as_one_of_unknown_outcome(
+    spark: Any,
+    topic: KafkaTopic,
+    rest_catalog: RestCatalogServer,
+    rest_proxy: S3Proxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server paused (SIGSTOP) just as the commit's POST reaches it: pyiceberg's REST
+    client set no timeout, so the ingest waited as long as the catalog did. Now the request
+    gives up after the catalog's ``connection.timeout``, as a commit of unknown outcome: no
+    file deleted, no offset committed. Resumed, the server commits what it held; the rerun
+    reads the catalog, finds the batch and only finishes it."""
+    lake = configure_rest(monkeypatch, rest_catalog, rest_proxy.endpoint, connection__timeout="2")
+    topic.send([reading(i) for i in range(400)] + BAD)
+    spec, sink = topic.plan(), lake.sink()
+    options = {"source": topic.source, "schema": SCHEMA}
+    commit = rf"namespaces/{lake.namespace}/tables/readings$"
+    rest_proxy.on("POST", commit, rest_catalog.process.pause)
+
+    try:
+        with pytest.raises(CommitStateUnknownException) as failed:
+            ingest(spark, spec, sink, **options)
+    finally:
+        rest_catalog.process.resume()
+
+    message = str(failed.value)
+    assert f"did not answer POST /v1/namespaces/{lake.namespace}/tables/readings within 2 s" in (
+        message
+    )
+    assert "catalog property connection.timeout" in message and "outcome is unknown" in message
+    assert rest_proxy.injected == [f"on POST namespaces/{lake.namespace}/tables/readings"]
+    assert plan_batch(topic.queue) is not None, "no offset was committed"
+    wait_until(lambda: len(table_rows(lake)) == 400, 60, 0.2, "the held commit to land")
+    assert all(file_exists(lake, f) for f in data_files(lake)), "no file was deleted"
+
+    again = ingest(spark, spec, sink, **options)
+
+    assert again.written == 0, "the rerun found the batch in the catalog"
     assert len(table_rows(lake, "readings__quarantine")) == 2
     assert [s["sluice.batch-id"] for s in sluice_summaries(lake)] == [spec.batch_id]
     assert plan_batch(topic.queue) is None

@@ -58,33 +58,39 @@ def iceberg_target(lake: Lake, name: str) -> Target:
     )
 
 
-def delta_target(path: Path) -> Target:
-    from deltalake import DeltaTable
+def delta_target(path: Path | str) -> Target:
+    """A Delta table at ``path``: a local directory, or ``s3://...`` on the test's S3 server."""
+    from ..delta.conftest import open_delta
 
-    def rows(where: Path) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = DeltaTable(str(where)).to_pyarrow_table().to_pylist()
+    def rows(where: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = open_delta(where).to_pyarrow_table().to_pylist()
         return found
 
     def batches() -> list[str]:
-        history = reversed(DeltaTable(str(path)).history())
+        from sluice.spark.sinks.delta import DeltaSink
+
+        sink = DeltaSink(f"delta://{path}")
+        history = reversed(sink.commit_infos(sink.root))
         return [h["sluice.batch-id"] for h in history if "sluice.batch-id" in h]
 
     return Target(
         "delta",
         f"delta://{path}",
-        lambda: rows(path),
-        lambda: rows(path / "_quarantine"),
+        lambda: rows(str(path)),
+        lambda: rows(f"{path}/_quarantine"),
         batches,
-        lambda key: DeltaTable(str(path)).delete(f"id = {key}"),
+        lambda key: open_delta(path).delete(f"id = {key}"),
         f"delta://{path}_other",
-        lambda: rows(Path(f"{path}_other")),
+        lambda: rows(f"{path}_other"),
     )
 
 
-@pytest.fixture(params=["iceberg", "delta"])
+@pytest.fixture(params=["iceberg", "delta", "delta-s3"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
     if request.param == "iceberg":
         return iceberg_target(request.getfixturevalue("sqlite_lake"), "customers")
+    if request.param == "delta-s3":  # a current-state table on the tests' S3 server
+        return delta_target(request.getfixturevalue("s3_bucket").uri("customers"))
     return delta_target(tmp_path / "customers")
 
 
@@ -420,9 +426,15 @@ def ingest_again(spark: Any, topic: KafkaTopic, sink: str) -> None:
 #: (failpoint, whether ``sluice compact`` and ``sluice expire`` run days later, between the
 #: crash and the rerun)
 CRASH_CASES = [(p, False) for p in KAFKA_POINTS] + [("commit.before", True)]
+#: ... on each kind of table, and a Delta table on S3 at the points of its commit
+TARGET_CASES = [(*case, kind) for kind in ("iceberg", "delta") for case in CRASH_CASES] + [
+    ("publish.after_intent", False, "delta-s3"),
+    ("publish.after_rename", False, "delta-s3"),
+    ("commit.before", True, "delta-s3"),
+]
 
 
-@pytest.mark.parametrize(("point", "maintained"), CRASH_CASES)
+@pytest.mark.parametrize(("point", "maintained", "target"), TARGET_CASES, indirect=["target"])
 def test_a_cdc_ingest_killed_at_each_failpoint_then_rerun_gives_the_state_of_no_crash(
     spark: Any, topic: KafkaTopic, target: Target, point: str, maintained: bool
 ) -> None:

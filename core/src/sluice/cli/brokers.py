@@ -1,8 +1,9 @@
 """``sluice brokers up|down|status``: the embedded brokers, for trying Sluice out.
 
-noida-db (Kafka) and mosquitto (MQTT), or Tansu with ``--kafka tansu``, or Apache Kafka with
-``--kafka apache`` (one KRaft node, or ``--kafka-nodes 3`` for a three-node cluster), run
-detached (their own session, output to a log file) so they outlive the command. Their pids,
+Apache Kafka (one KRaft node, or ``--kafka-nodes 3`` for a three-node cluster; the broker
+Sluice's guarantees are tested on) and mosquitto (MQTT), or noida-db with ``--kafka noida``
+or Tansu with ``--kafka tansu``, run detached (their own session, output to a log file) so
+they outlive the command. Their pids,
 ports and working directories are kept in ``$SLUICE_HOME`` (default ``~/.sluice``), so any
 directory sees the same brokers; ``down`` stops them by pid, after checking that the pid is
 still the broker it started.
@@ -34,9 +35,9 @@ HOME_ENV = "SLUICE_HOME"
 STATE_FILE = "brokers.json"
 
 app = typer.Typer(
-    help="Start, stop and list embedded brokers: noida-db, Tansu or Apache Kafka (Kafka), "
+    help="Start, stop and list embedded brokers: Apache Kafka, noida-db or Tansu (Kafka), "
     "mosquitto (MQTT); with --s3 an S3 server (SeaweedFS), with --registry a stand-in "
-    "Schema Registry.",
+    "Schema Registry, with --iceberg-rest Apache Iceberg's REST catalog test server.",
     no_args_is_help=True,
 )
 
@@ -66,6 +67,8 @@ class Entry(BrokerAddress):
     def kind(self) -> str:
         if self.name == REGISTRY:
             return "Schema Registry"
+        if self.name == ICEBERG_REST:
+            return "Iceberg REST catalog"
         if self.scheme == "http":
             return "S3"
         return "Kafka" if self.scheme.startswith("kafka") else "MQTT"
@@ -165,12 +168,12 @@ def _start_registry(port: int | None = None, workdir: Path | None = None) -> Bro
     import sys
 
     from sluice.brokers import free_port
-    from sluice.testing.schema_registry import BANNER
+    from sluice.registry_server import BANNER
 
     assert workdir is not None
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    module = "sluice.testing.schema_registry"
+    module = "sluice.registry_server"
     _progress(BANNER)
     registry = BrokerProcess(
         name=REGISTRY,
@@ -182,6 +185,39 @@ def _start_registry(port: int | None = None, workdir: Path | None = None) -> Bro
         identity=module,
     )
     return registry.start()
+
+
+#: The Iceberg REST catalog's entry name (``--iceberg-rest``).
+ICEBERG_REST = "iceberg-rest"
+
+
+def _start_iceberg_rest(port: int | None = None, workdir: Path | None = None) -> BrokerProcess:
+    """Apache Iceberg's REST catalog test server (:mod:`sluice.testing.rest_catalog`): its
+    warehouse ``s3://lake/warehouse`` on the S3 server ``--s3`` started, else a directory."""
+    from sluice.testing.rest_catalog import ICEBERG_VERSION, start_rest_catalog
+
+    assert workdir is not None
+    workdir.mkdir(parents=True, exist_ok=True)
+    entries, _ = _load()
+    s3 = next((e for e in entries if e.kind == "S3" and running(e)), None)
+    _progress(
+        f"Starting Apache Iceberg {ICEBERG_VERSION}'s REST catalog test server (a JVM; its "
+        "jars, about 145 MB, are fetched from Maven Central the first time)..."
+    )
+    if s3 is None:
+        server = start_rest_catalog((workdir / "warehouse").as_uri(), port=port, workdir=workdir)
+    else:
+        server = start_rest_catalog(
+            f"s3://{S3_BUCKET}/warehouse",
+            s3_endpoint=s3.url,
+            s3_credentials={
+                "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+                "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+            },
+            port=port,
+            workdir=workdir,
+        )
+    return server.process
 
 
 def _progress(line: str) -> None:
@@ -229,6 +265,7 @@ def _start(name: str, port: int | None) -> Entry:
         "mosquitto": start_mosquitto,
         "seaweedfs": _start_s3,
         REGISTRY: _start_registry,
+        ICEBERG_REST: _start_iceberg_rest,
     }
     workdir = home() / name
     try:
@@ -275,8 +312,12 @@ def _is_free(port: int) -> bool:
 @app.command()
 def up(
     kafka: Annotated[
-        KafkaBroker, typer.Option(help="Kafka-protocol broker to run (none: no Kafka).")
-    ] = KafkaBroker.noida,
+        KafkaBroker,
+        typer.Option(
+            help="Kafka-protocol broker to run: Apache Kafka (a JVM: Java 17+), the embedded "
+            "noida-db or Tansu, or none."
+        ),
+    ] = KafkaBroker.apache,
     mqtt: Annotated[bool, typer.Option(help="Run mosquitto for MQTT.")] = True,
     kafka_port: Annotated[
         int | None, typer.Option(help="Port for Kafka (default: last time's, else a free one).")
@@ -312,6 +353,18 @@ def up(
         int | None,
         typer.Option(help="Port for the registry (default: last time's, else a free one)."),
     ] = None,
+    iceberg_rest: Annotated[
+        bool,
+        typer.Option(
+            help="Run Apache Iceberg's REST catalog test server, its warehouse "
+            f"s3://{S3_BUCKET}/warehouse with --s3, else a local directory (for trying "
+            "Iceberg REST catalogs: not a catalog for real work)."
+        ),
+    ] = False,
+    iceberg_rest_port: Annotated[
+        int | None,
+        typer.Option(help="Port for the REST catalog (default: last time's, else a free one)."),
+    ] = None,
 ) -> None:
     """Start the brokers in the background and print the URIs to use."""
     entries, _ = _load()
@@ -336,6 +389,8 @@ def up(
         wanted.append(("seaweedfs", s3_port))
     if registry:
         wanted.append((REGISTRY, registry_port))
+    if iceberg_rest:
+        wanted.append((ICEBERG_REST, iceberg_rest_port))
     _print_usage(start(wanted))
 
 
@@ -382,7 +437,7 @@ def _print_usage(entries: list[Entry]) -> None:
     kafka = next((e for e in entries if e.kind == "Kafka"), None)
     bootstrap = ",".join(f"{e.host}:{e.port}" for e in entries if e.kind == "Kafka")
     mqtt = next((e for e in entries if e.kind == "MQTT"), None)
-    if kafka is None and mqtt is None and not any(e.kind == "S3" for e in entries):
+    if kafka is None and mqtt is None and not any(e.scheme == "http" for e in entries):
         return
     console.print("\nTry:")
     if kafka is not None:
@@ -402,6 +457,12 @@ def _print_usage(entries: list[Entry]) -> None:
         console.print(
             f"  export AWS_ENDPOINT_URL={s3.url} AWS_ACCESS_KEY_ID={S3_ACCESS_KEY} "
             f"AWS_SECRET_ACCESS_KEY={S3_SECRET_KEY} AWS_REGION=us-east-1  # bucket s3://{S3_BUCKET}"
+        )
+    rest = next((e for e in entries if e.name == ICEBERG_REST), None)
+    if rest is not None:
+        console.print(
+            f"  export PYICEBERG_CATALOG__REST__TYPE=rest PYICEBERG_CATALOG__REST__URI={rest.url}"
+            "  # sink iceberg://rest/NAMESPACE.TABLE"
         )
     console.print("Stop them with: sluice brokers down")
 

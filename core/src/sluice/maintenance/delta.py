@@ -11,14 +11,17 @@
   commit removed, older than the cutoff) and the log's clean-up. Files of crashed runs (under
   ``sluice/`` in each table, never in the log) and of killed compactions (at the table's root,
   not in the log) are removed only when they are older than the minimum age and than the
-  start of every run lock held now, as for Parquet datasets; the quarantine files a stream's
-  pending batch names are kept, whatever their age.
+  start of every run lock held now (on S3: every live lease), as for Parquet datasets; the
+  quarantine files a stream's pending batch names are kept, whatever their age.
+
+Both work on a local table and on one on S3 (:mod:`sluice.spark.sinks.tablestore`): delta-rs
+commits there with ``If-None-Match: *`` as an ingest does.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from pathlib import PurePath
 from typing import Any
 
 from ..spark.failpoints import failpoint
@@ -26,12 +29,12 @@ from ..spark.sinks.delta import DeltaSink
 from . import CompactionResult, ExpiryResult, Progress
 
 
-def _tables(sink: DeltaSink) -> list[tuple[str, Any]]:
+def _tables(sink: DeltaSink) -> list[tuple[str, PurePath, Any]]:
     found = []
     for name, path in (("table", sink.target.table), ("quarantine", sink.target.quarantine)):
         table = sink._load(path)
         if table is not None:
-            found.append((name, table))
+            found.append((name, path, table))
     return found
 
 
@@ -46,9 +49,10 @@ def compact_delta(sink: DeltaSink, target: int, min_files: int, say: Progress) -
     tables = _tables(sink)
     if not tables:
         raise ConfigError(f"{sink.location}: no Delta table there yet: give the sink of an ingest.")
+    sink.check_store()
     result = CompactionResult(sink.location)
     failpoint("compact.before_commit")
-    for name, table in tables:
+    for name, _, table in tables:
         before = len(table.file_uris())
         result.files_before += before
         if before < min_files:
@@ -71,32 +75,34 @@ def compact_delta(sink: DeltaSink, target: int, min_files: int, say: Progress) -
     return result
 
 
-def _unlogged_files(root: Path) -> list[Path]:
+def _unlogged_files(sink: DeltaSink, root: PurePath) -> list[PurePath]:
     """Files a crash can leave that no commit names: a run's (under ``sluice/``; an upsert's
     staged messages under ``sluice-staged/``, which no commit ever names) and a killed
     compaction's (delta-rs writes an unpartitioned table's new files at its root before its
     commit; vacuum's default mode never looks at files the log does not name)."""
-    found: list[Path] = []
-    for runs in (root / "sluice", root / "sluice-staged"):
-        found += sorted(p for p in runs.rglob("*") if p.is_file()) if runs.is_dir() else []
-    return found + sorted(p for p in root.glob("*.parquet") if p.is_file())
+    store = sink.store
+    runs = store.tree(root / "sluice") + store.tree(root / "sluice-staged")
+    return runs + store.files(root, ".parquet")
 
 
 def expire_delta(
     sink: DeltaSink, age: float, floor: float, dry_run: bool, say: Progress, now: float
 ) -> ExpiryResult:
-    from .parquet import _held_since
-
     result = ExpiryResult(sink.location, dry_run=dry_run)
+    if _tables(sink):
+        sink.check_store()
     sink.recover()
     # A pending batch's quarantine files are in no log until its quarantine commit, which
     # recover() (here, or in the batch's rerun) makes from them: never orphans.
     pending = sink.pending_files()
     hours = math.ceil(age / 3600)
-    held = _held_since(sink.root / "_sluice" / "runs")
-    oldest_live = min(held.values(), default=now)
+    store = sink.store
+    held = store.held_since(sink.root / "_sluice" / "runs", now)
+    # to the whole second below: S3 lists a file's time in whole seconds, so one written in
+    # the second its run's lease was taken would look older than the lease
+    oldest_live = math.floor(min(held, default=now))
     orphan_before = min(now - max(age, floor), oldest_live)
-    for name, table in _tables(sink):
+    for name, root, table in _tables(sink):
         removed = table.vacuum(
             retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False
         )
@@ -104,21 +110,20 @@ def expire_delta(
         result.paths += [str(p) for p in removed]
         if not dry_run:
             table.cleanup_metadata()
-        root = Path(table.table_uri.removeprefix("file://"))
-        known = {Path(u.removeprefix("file://")) for u in table.file_uris()}
+        known = {store.path(u) for u in table.file_uris()}
         tombstoned = table.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False)
-        known |= {root / p for p in tombstoned}
-        for path in _unlogged_files(root):
+        known |= {store.path(p) if "://" in p else root / p for p in tombstoned}
+        for path in _unlogged_files(sink, root):
             if path in known or path in pending:
                 continue
-            stamp = path.stat().st_mtime
-            if stamp >= orphan_before:
+            info = store.info(path)
+            if info.modified >= orphan_before:
                 result.kept_young += 1
                 continue
             result.orphans_deleted += 1
-            result.bytes_deleted += path.stat().st_size
-            result.paths.append(str(path))
+            result.bytes_deleted += info.size
+            result.paths.append(store.uri(path))
             if not dry_run:
-                path.unlink()
+                store.delete(path)
         say(f"{name}: vacuumed files removed before {hours} h ago, and crashed runs' files")
     return result

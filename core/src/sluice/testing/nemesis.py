@@ -388,7 +388,7 @@ class _AvroPayloads:
 
     def __init__(self, topic: str) -> None:
         from ..formats.encode import Encoder
-        from .schema_registry import start_schema_registry
+        from ..registry_server import start_schema_registry
 
         self.registry = start_schema_registry()
         self.encoder = Encoder("avro", topic, json.dumps(AVRO_SCHEMA), self.registry.url)
@@ -1520,7 +1520,7 @@ def _delta_rows(sink: str) -> tuple[list[str | None], list[bytes | None]]:
     good: list[str | None] = []
     bad: list[bytes | None] = []
     for path, column, into in ((target.table, "id", good), (target.quarantine, "value", bad)):
-        if (path / "_delta_log").is_dir():
+        if (Path(path) / "_delta_log").is_dir():
             into += (
                 DeltaTable(str(path)).to_pyarrow_table(columns=[column]).column(column).to_pylist()
             )

@@ -21,14 +21,15 @@ adds no fixtures to other projects.
 - ``s3_server``: SeaweedFS serving S3 on loopback, one per test session
   (:mod:`sluice.s3server`); ``s3_proxy``: a counting, fault-injecting proxy in front of it
   (:mod:`sluice.testing.s3proxy`), cleared for each test; ``s3_bucket``: a fresh bucket, with
-  the standard ``AWS_*`` variables pointing at the proxy for the test.
+  the standard ``AWS_*`` variables pointing at the proxy for the test. ``moto_s3_server``,
+  ``moto_s3_bucket``: the same on moto's S3 server, a second S3 implementation.
 - ``postgres_server``: a PostgreSQL server of the tests' own (:mod:`.postgres`), one per test
   session, with a database ``test``.
 - ``rest_catalog``: an Apache Iceberg REST catalog server of the tests' own
   (:mod:`.rest_catalog`), one per test session, its warehouse in a bucket of ``s3_server``.
 - ``unique_name``: a fresh topic / group / client id for one test.
 - ``schema_registry``: a stand-in Schema Registry on a free port for one test
-  (:mod:`sluice.testing.schema_registry`).
+  (:mod:`sluice.registry_server`).
 - ``spark``: one local SparkSession for the whole test session (it takes ~6 s to start).
 
 Every broker is stopped by its pid when its scope ends.
@@ -273,12 +274,9 @@ class S3Bucket:
             token = page["NextContinuationToken"]
 
 
-@pytest.fixture
-def s3_bucket(s3_server: S3Server, s3_proxy: S3Proxy, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
-    """A fresh bucket; ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``
-    and ``AWS_REGION`` point at it (through the proxy) for the test, no profile is read."""
-    bucket = S3Bucket(f"t-{uuid.uuid4().hex[:16]}", s3_server, s3_proxy)
-    s3_server.create_bucket(bucket.name)
+def _bucket(server: S3Server, proxy: S3Proxy, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
+    bucket = S3Bucket(f"t-{uuid.uuid4().hex[:16]}", server, proxy)
+    server.create_bucket(bucket.name)
     for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
@@ -287,6 +285,39 @@ def s3_bucket(s3_server: S3Server, s3_proxy: S3Proxy, monkeypatch: pytest.Monkey
     for name, value in bucket.environment().items():
         monkeypatch.setenv(name, value)
     return bucket
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server, s3_proxy: S3Proxy, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
+    """A fresh bucket; ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``
+    and ``AWS_REGION`` point at it (through the proxy) for the test, no profile is read."""
+    return _bucket(s3_server, s3_proxy, monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def moto_s3_server() -> Iterator[S3Server]:
+    from ..s3server import start_moto
+
+    yield from _session_broker(start_moto)  # type: ignore[misc]
+
+
+@pytest.fixture(scope="session")
+def _moto_session_proxy(moto_s3_server: S3Server) -> Iterator[S3Proxy]:
+    from .s3proxy import S3Proxy
+
+    with S3Proxy(f"{moto_s3_server.host}:{moto_s3_server.port}") as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def moto_s3_bucket(
+    moto_s3_server: S3Server, _moto_session_proxy: S3Proxy, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[S3Bucket]:
+    """As ``s3_bucket``, on moto's S3 server (a second S3 implementation)."""
+    _moto_session_proxy.clear()
+    _moto_session_proxy.reset_counts()
+    yield _bucket(moto_s3_server, _moto_session_proxy, monkeypatch)
+    _moto_session_proxy.clear()
 
 
 @pytest.fixture(scope="session")
@@ -327,7 +358,7 @@ def rest_catalog(s3_server: S3Server) -> Iterator[RestCatalogServer]:
 @pytest.fixture
 def schema_registry() -> Iterator[Any]:
     """A stand-in Schema Registry of the test's own (HTTP on 127.0.0.1), stopped after it."""
-    from .schema_registry import start_schema_registry
+    from ..registry_server import start_schema_registry
 
     server = start_schema_registry()
     yield server

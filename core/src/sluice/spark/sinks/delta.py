@@ -12,7 +12,18 @@
 
 ``delta://PATH`` names the table's directory (``delta:///abs/path``, ``delta://relative/path``);
 a directory that already holds a ``_delta_log`` is a Delta table too, given as a path or a
-``file://`` URI. Local (or mounted) file systems only, for now.
+``file://`` URI. ``delta://s3://BUCKET/PATH`` is a table on S3 (or an S3-compatible server),
+with the credentials of the other S3 sinks (:class:`.s3.S3Settings`).
+
+Where the files are. The sink's own files go through a table store (:mod:`.tablestore`), so
+the protocol below reads the same on both: on a local file system a JSON file is replaced by
+``rename`` after ``fsync``, and the one run of a stream holds ``flock``; on S3 every JSON
+object is written with a conditional write (``If-None-Match: *``, or ``If-Match`` on the
+ETag the run read), the one run holds a lease object (:mod:`.lease`), and delta-rs commits
+each log entry with ``If-None-Match: *`` (``aws_conditional_put=etag``; delta-rs 1.x has no
+locking provider, and the settings that would ask for one or for an unsafe rename are
+refused: :func:`check_s3_commits`). A server that ignores conditional writes is refused by
+:meth:`DeltaSink.check`.
 
 Tables. Created on the first ingest from the good rows' schema: the payload fields, the message
 columns and a ``batch_id`` column (the quarantine table: the message columns, ``message_id``,
@@ -44,10 +55,14 @@ Commit protocol, kafka-delta-ingest's idempotent writes:
    run's (or an audit's) :meth:`DeltaSink.recover`, from the pending batch of each stream's
    state.
 
-One run per stream (I7): ``runs/<stream>.lock`` (``flock``, as the Parquet sink) from the first
-step to the offsets' commit; the ``txn`` version is a second fence. A commit whose outcome is
-unknown (an I/O error other than a conflict) deletes nothing (I8): the next run reads the log.
-Everything the commit depends on is synced first, and the commit's log file after (I9).
+One run per stream (I7): ``runs/<stream>.lock`` (``flock``, as the Parquet sink; on S3 the
+lease ``runs/<stream>.json``) from the first step to the offsets' commit; the ``txn`` version
+is a second fence. A commit whose outcome is unknown (an I/O error other than a conflict)
+deletes nothing (I8): the next run reads the log. A conflict after which the stream's state
+names this run's own batch is checked against the log: the commit that set the ``txn`` names
+its run (a commit whose answer was lost, retried by object_store, fails its own
+``If-None-Match`` and comes back as a conflict). Everything the commit depends on is synced
+first, and the commit's log file after (I9); on S3 an acknowledged write is durable.
 
 Reading: ``state()`` loads the log (delta-rs checkpoints every 100 commits, so bounded: I5) and
 reads one state file; ``find()`` one record file; ``records()`` and ``row_coordinates()`` (the
@@ -73,19 +88,17 @@ import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ...cdc import POSITION_COLUMN, Reduced, TableShape
 from ...cdc.columns import quote as quote_name
 from ...errors import StreamStateError
 from ...queues.config import ConfigError
-from ..durable import sync_directory, sync_file
 from ..failpoints import failpoint
 from ..writing import WriteTargets
 from .base import (
@@ -96,8 +109,8 @@ from .base import (
     StreamState,
     check_publishable,
     rows_by_batch,
-    stream_lock,
 )
+from .tablestore import LocalStore, S3Store, TableStore
 from .upsert import (
     Held,
     Plan,
@@ -149,11 +162,20 @@ _BASE_SCHEMA = pa.schema(
         (BATCH_COLUMN, pa.string()),
     ]
 )
+#: A new table's properties on an object store: a checkpoint every 10 commits (delta-rs's
+#: default is 100), since each load of the table GETs every commit after the last one
+#: (bench/delta_s3.py: a batch's GETs grow with the commits since the checkpoint).
+_S3_TABLE = {"delta.checkpointInterval": "10"}
 _QUARANTINE_SCHEMA = _BASE_SCHEMA.insert(8, pa.field("reason", pa.string()))
 _HINT = (
-    "Write it as delta://PATH, e.g. delta://./data/readings or delta:///lake/readings, "
-    "optionally ?quarantine=PATH."
+    "Write it as delta://PATH, e.g. delta://./data/readings or delta:///lake/readings, or "
+    "delta://s3://BUCKET/PATH for a table on S3, optionally ?quarantine=PATH (on S3: "
+    "?quarantine=s3://BUCKET/PATH, in the same bucket)."
 )
+#: Object stores delta-rs can write that Sluice does not keep a Delta sink's state on yet.
+_OTHER_STORES = ("gs", "gcs", "az", "azure", "abfs", "abfss", "adl", "oss", "hdfs", "lakefs")
+#: delta-rs's settings of an S3 commit that the sink refuses (see :func:`check_s3_commits`).
+_UNSAFE = ("AWS_S3_LOCKING_PROVIDER", "AWS_S3_ALLOW_UNSAFE_RENAME")
 
 
 def is_delta(location: object) -> bool:
@@ -174,33 +196,51 @@ def is_delta(location: object) -> bool:
 
 @dataclass(frozen=True)
 class DeltaTarget:
-    """What a Delta sink location names: the table's and the quarantine table's directories."""
+    """What a Delta sink location names: the table's and the quarantine table's directories
+    (local paths; on S3 ``/BUCKET/KEY`` paths, in ``bucket``)."""
 
-    table: Path
-    quarantine: Path
+    table: PurePath
+    quarantine: PurePath
+    bucket: str | None = None
+
+    def uri(self, path: PurePath) -> str:
+        """What delta-rs opens: the local path, or ``s3://BUCKET/KEY``."""
+        return f"s3:/{path}" if self.bucket else str(path)
 
 
 def parse_delta_uri(location: str | os.PathLike[str]) -> DeltaTarget:
-    """``delta://PATH[?quarantine=PATH]``, or the path or ``file://`` URI of a Delta table."""
+    """``delta://PATH[?quarantine=PATH]``, ``delta://s3://BUCKET/PATH[?quarantine=s3://...]``,
+    or the path or ``file://`` URI of a Delta table."""
     text = os.fspath(location)
     query = ""
     if text.lower().startswith(f"{SCHEME}://"):
         text, _, query = text[len(SCHEME) + 3 :].partition("?")
         if not text:
             raise ConfigError(f"sink {os.fspath(location)!r} names no directory. {_HINT}")
-    parts = urlsplit(text)
-    if parts.scheme == "file":
-        text = parts.path
-    elif parts.scheme and len(parts.scheme) > 1:
-        raise ConfigError(
-            f"sink {os.fspath(location)!r}: the Delta sink writes tables on local (or mounted) "
-            f"file systems only, not {parts.scheme}://. {_HINT}"
-        )
     options = parse_qs(query)
     unknown = sorted(set(options) - {"quarantine"})
     if unknown:
         raise ConfigError(
             f"sink {os.fspath(location)!r}: unknown option(s) {', '.join(unknown)}. {_HINT}"
+        )
+    parts = urlsplit(text)
+    scheme = parts.scheme.lower()
+    if scheme in ("s3", "s3a"):
+        return _s3_target(os.fspath(location), text, options.get("quarantine", [None])[-1])
+    if scheme == "file":
+        text = parts.path
+    elif scheme in _OTHER_STORES:
+        raise ConfigError(
+            f"sink {os.fspath(location)!r}: the Delta sink writes tables on local (or mounted) "
+            f"file systems and on S3 (delta://s3://BUCKET/PATH), not yet on {scheme}://: the "
+            "stream state it keeps beside the table needs conditional writes, which Sluice "
+            "makes on S3 only. Use an S3 bucket (or an S3-compatible server), or mount the "
+            f"store as a local directory. {_HINT}"
+        )
+    elif scheme and len(scheme) > 1:
+        raise ConfigError(
+            f"sink {os.fspath(location)!r}: the Delta sink writes tables on local (or mounted) "
+            f"file systems and on S3, not {scheme}://. {_HINT}"
         )
     table = Path(text).absolute()
     quarantine = table / QUARANTINE_DIR
@@ -211,6 +251,55 @@ def parse_delta_uri(location: str | os.PathLike[str]) -> DeltaTarget:
     return DeltaTarget(table, quarantine)
 
 
+def _s3_target(location: str, text: str, quarantine_uri: str | None) -> DeltaTarget:
+    parts = urlsplit(text)
+    key = parts.path.strip("/")
+    if not parts.netloc or not key:
+        raise ConfigError(
+            f"sink {location!r} names no table in a bucket: delta://s3://BUCKET/PATH. {_HINT}"
+        )
+    table = PurePosixPath("/", parts.netloc, key)
+    quarantine = table / QUARANTINE_DIR
+    if quarantine_uri is not None:
+        other = urlsplit(quarantine_uri)
+        if other.scheme.lower() not in ("s3", "s3a") or other.netloc != parts.netloc:
+            raise ConfigError(
+                f"sink {location!r}: the quarantine of a table on S3 is a table in the same "
+                f"bucket: ?quarantine=s3://{parts.netloc}/PATH, not {quarantine_uri!r}."
+            )
+        quarantine = PurePosixPath("/", other.netloc, other.path.strip("/"))
+    if quarantine == table or len(quarantine.parts) < 3:
+        raise ConfigError(f"sink {location!r}: the quarantine must be another table.")
+    return DeltaTarget(table, quarantine, parts.netloc)
+
+
+def check_s3_commits(location: str) -> None:
+    """Refuse the settings that would make delta-rs's commits on S3 unsafe, or not what the
+    user asked for. delta-rs 1.x commits a log entry with ``If-None-Match: *``
+    (object_store's ``aws_conditional_put=etag``, which the sink sets) and has no locking
+    provider any more (its DynamoDB log store is gone): a named locking provider would be
+    ignored, and an unsafe rename is never how Sluice commits."""
+    for name in _UNSAFE:
+        value = os.environ.get(name, "")
+        if value and value.lower() not in ("false", "0", "no"):
+            raise ConfigError(
+                f"The Delta sink {location} commits to S3 with conditional writes "
+                f"(If-None-Match: *) only, and {name}={value} is set: delta-rs no longer has a "
+                "locking provider (its DynamoDB log store is gone), and an unsafe rename can "
+                "lose a commit. Unset it. Every writer of the table must commit with "
+                "conditional writes (delta-rs 1.x, or Delta Lake's own S3 conditional writes); "
+                "an S3 server without them cannot hold a Delta table that Sluice writes."
+            )
+    for name in ("AWS_CONDITIONAL_PUT", "aws_conditional_put"):
+        value = os.environ.get(name, "")
+        if value and value.strip().lower() != "etag":
+            raise ConfigError(
+                f"The Delta sink {location} commits to S3 with conditional writes, and "
+                f"{name}={value} is set: unset it (or set it to etag). An S3 server without "
+                "conditional writes cannot hold a Delta table that Sluice writes."
+            )
+
+
 def app_id(stream: StreamKey) -> str:
     """The Delta ``txn`` application id of a stream."""
     return f"sluice-{stream.slug}"
@@ -219,8 +308,8 @@ def app_id(stream: StreamKey) -> str:
 @dataclass
 class _Run:
     name: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    data: Path | None = None
-    quarantine: Path | None = None
+    data: PurePath | None = None
+    quarantine: PurePath | None = None
     committing: bool = False  # the commit was sent: its outcome may be unknown
     published: bool = False
     changes: Reduced | None = None  # upsert: the staged messages as changes (reduce_staged)
@@ -239,33 +328,12 @@ def _run(staging: Staging) -> _Run:
     return staging.run
 
 
-def _parquet_files(directory: Path | None) -> list[Path]:
-    if directory is None or not directory.is_dir():
-        return []
-    return sorted(directory.glob("*.parquet"))
+def _parquet_files(store: TableStore, directory: PurePath | None) -> list[PurePath]:
+    return [] if directory is None else store.files(directory, ".parquet")
 
 
-def _rows(files: list[Path]) -> int:
-    return sum(pq.read_metadata(f).num_rows for f in files)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    """Replace ``path`` atomically and durably (a new directory's entry too)."""
-    if not path.parent.is_dir():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        sync_directory(path.parent.parent)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    temporary.write_text(json.dumps(data, sort_keys=True))
-    sync_file(temporary)
-    os.replace(temporary, path)
-    sync_directory(path.parent)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
+def _rows(store: TableStore, files: list[PurePath]) -> int:
+    return sum(store.parquet_metadata(f).num_rows for f in files)
 
 
 _REASON_COLUMNS = ("message_id", "reason")
@@ -276,12 +344,12 @@ def _reasons(rows: pa.Table) -> dict[str, str]:
     return dict(zip(*rows.select(list(_REASON_COLUMNS)).to_pydict().values(), strict=True))
 
 
-def _reasons_in(files: list[Path]) -> dict[str, str]:
+def _reasons_in(store: TableStore, files: list[PurePath]) -> dict[str, str]:
     """message_id -> reason of the quarantined rows in ``files``."""
     if not files:
         return {}
     return _reasons(
-        pa.concat_tables(pq.read_table(f, columns=list(_REASON_COLUMNS)) for f in files)
+        pa.concat_tables(store.read_parquet(f, columns=list(_REASON_COLUMNS)) for f in files)
     )
 
 
@@ -295,12 +363,12 @@ def _directory_name(batch_id: str) -> str:
     return f"{readable}-{_hashed(batch_id)[:10]}"
 
 
-def _stats(path: Path) -> str:
+def _stats(metadata: Any) -> str:
     """The add action's statistics of a data file: its row count, and the minimum, maximum and
     null count of every top-level column the Parquet footer has them for. All of them, not
     only the batch and offset columns: delta-rs's ``to_pyarrow_dataset`` turns a column's
-    missing bounds into ``column >= null``, so a filter on it would skip every file."""
-    metadata = pq.read_metadata(path)
+    missing bounds into ``column >= null``, so a filter on it would skip every file.
+    ``metadata``: the file's Parquet footer."""
     stats: dict[str, Any] = {"numRecords": metadata.num_rows}
     low: dict[str, Any] = {}
     high: dict[str, Any] = {}
@@ -352,17 +420,22 @@ def _bound(value: Any, upper: bool) -> Any:
 class DeltaSink(UpsertMode):
     """A Delta table and its quarantine table (see the module docstring)."""
 
-    def __init__(self, location: str | os.PathLike[str]) -> None:
+    def __init__(self, location: str | os.PathLike[str], store: TableStore | None = None) -> None:
         self.target = parse_delta_uri(location)
         self.root = self.target.table
         self.location = os.fspath(location)
         self._meta = self.root / META_DIR
+        if store is None and self.target.bucket is not None:
+            check_s3_commits(self.location)
+            store = S3Store(self.target.bucket)
+        #: where the tables and the sink's own files are (:mod:`.tablestore`)
+        self.store: TableStore = store or LocalStore()
         self._finished: set[str] = set()  # pending batches this object finished
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
 
     def current_key_columns(self) -> list[str] | None:
         """A current-state table's key columns (None: the table appends messages)."""
-        stored = _read_json(self._meta / CDC_FILE)
+        stored = self.store.read_json(self._meta / CDC_FILE)
         return list(stored["key_columns"]) if stored is not None else None
 
     def current_rows(self) -> pa.Table:
@@ -374,7 +447,7 @@ class DeltaSink(UpsertMode):
         """A current-state table is never appended to, nor the other way round; its key
         columns stay the ones it was made with."""
         stored = self.current_key_columns()
-        published = any((self._meta / "batches").glob("*.json"))
+        published = bool(self.store.files(self._meta / "batches", ".json"))
         if stored is None and self.upserting and published:
             raise ConfigError(
                 f"The Delta table {self.root} holds appended messages; write_mode='upsert' "
@@ -397,18 +470,9 @@ class DeltaSink(UpsertMode):
     # ---- tables --------------------------------------------------------------------------
 
     def check(self) -> None:
-        """Create the table's directory if needed, write a probe file in it, and open the
-        tables that exist."""
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            probe = self.root / f".sluice-probe-{uuid.uuid4().hex[:8]}"
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as exc:
-            raise ConfigError(
-                f"The sink {self.root} is not writable ({exc.strerror or exc}): choose a "
-                "directory you can write, e.g. delta://./data/readings."
-            ) from None
+        """Create the table's directory if needed, write a probe file in it (on S3: check
+        that the server honours conditional writes), and open the tables that exist."""
+        self.check_store()
         for path in (self.target.table, self.target.quarantine):
             try:
                 self._load(path)
@@ -417,18 +481,51 @@ class DeltaSink(UpsertMode):
         if self.upserting:  # (maintenance opens a current-state table too)
             self._check_kind()
 
-    def _load(self, path: Path) -> DeltaTable | None:
+    def check_store(self) -> None:
+        """The table's directory is writable; on S3, the bucket is there, the credentials may
+        list, write and delete, and the server honours ``If-None-Match: *`` (the commits of
+        delta-rs and of the sink's own files need it)."""
+        if isinstance(self.store, S3Store):
+            self.store.objects.check(
+                f"{self.store.key(self._meta)}/probe-{uuid.uuid4().hex[:12]}",
+                self.uri(self.root),
+                "neither delta-rs's commits nor the sink's stream state can be made so that "
+                "only one writer wins",
+                "(a server without them cannot hold a Delta table that Sluice writes)",
+            )
+            return
+        try:
+            self.store.makedirs(self.root)
+            probe = Path(self.root) / f".sluice-probe-{uuid.uuid4().hex[:8]}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(
+                f"The sink {self.root} is not writable ({exc.strerror or exc}): choose a "
+                "directory you can write, e.g. delta://./data/readings."
+            ) from None
+
+    def uri(self, path: PurePath) -> str:
+        """What delta-rs and readers open for ``path``: a local path, or ``s3://...``."""
+        return self.store.uri(path)
+
+    def open_table(self, path: PurePath) -> DeltaTable:
+        """The Delta table at ``path`` (TableNotFoundError: there is none)."""
         from deltalake import DeltaTable
+
+        return DeltaTable(self.uri(path), storage_options=self.store.storage_options)
+
+    def _load(self, path: PurePath) -> DeltaTable | None:
         from deltalake.exceptions import TableNotFoundError
 
-        if not (path / "_delta_log").is_dir():
+        if not self.store.is_dir(path / "_delta_log"):
             return None
         try:
-            return DeltaTable(str(path))
+            return self.open_table(path)
         except TableNotFoundError:  # a _delta_log without a commit yet: a table being created
             return None
 
-    def _ensure(self, path: Path, schema: pa.Schema) -> DeltaTable:
+    def _ensure(self, path: PurePath, schema: pa.Schema) -> DeltaTable:
         """The table at ``path``, created with ``schema`` or extended by its new fields."""
         from deltalake import DeltaTable
         from deltalake import Schema as DeltaSchema
@@ -436,9 +533,15 @@ class DeltaSink(UpsertMode):
         schema = pa.schema([f.with_nullable(True) for f in schema])
         table = self._load(path)
         if table is None:
-            path.mkdir(parents=True, exist_ok=True)
+            self.store.makedirs(path)
             with contextlib.suppress(Exception):  # another run created it first: loaded below
-                DeltaTable.create(str(path), schema=schema, mode="ignore")
+                DeltaTable.create(
+                    self.uri(path),
+                    schema=schema,
+                    mode="ignore",
+                    storage_options=self.store.storage_options,
+                    configuration=None if self.store.local else _S3_TABLE,
+                )
             table = self._load(path)
             if table is None:
                 raise RuntimeError(f"the Delta table at {path} could not be created")
@@ -471,7 +574,7 @@ class DeltaSink(UpsertMode):
 
     # ---- streams -------------------------------------------------------------------------
 
-    def _stream_dir(self, stream_slug: str) -> Path:
+    def _stream_dir(self, stream_slug: str) -> PurePath:
         return self._meta / "streams" / stream_slug
 
     def _stream_doc(self, table: DeltaTable | None, slug: str) -> tuple[int, dict[str, Any]]:
@@ -486,7 +589,7 @@ class DeltaSink(UpsertMode):
             return 0, {}
         path = self._stream_dir(slug) / f"{version}.json"
         try:
-            data = _read_json(path)
+            data = self.store.read_json(path)
         except ValueError as exc:  # not JSON, or not UTF-8
             return version, self._rebuild(table, slug, version, f"unreadable ({exc})")
         if data is None:
@@ -513,7 +616,7 @@ class DeltaSink(UpsertMode):
         path = self._stream_dir(slug) / f"{version}.json"
         found: dict[str, BatchRecord] = {}
         commits: dict[str, int] = {}  # batch id -> the Delta version of its commit
-        for commit in table.history():
+        for commit in self.commit_infos(self.root):
             text = commit.get(f"{PREFIX}record")
             if text is None or f"{PREFIX}stream-version" not in commit:
                 continue
@@ -537,7 +640,7 @@ class DeltaSink(UpsertMode):
         ordered = sorted(found.values(), key=lambda r: r.published_at)
         last = ordered[-1]
         run = self.target.quarantine / "sluice" / _directory_name(last.batch_id) / (last.run or "")
-        bad = [f for f in _parquet_files(run) if last.run and _rows([f])]
+        bad = [f for f in _parquet_files(self.store, run) if last.run and _rows(self.store, [f])]
         state = StreamState()
         for record in ordered:
             if record.stream.kind == "mqtt" and record.batch_id not in whole:
@@ -555,9 +658,9 @@ class DeltaSink(UpsertMode):
             },
         }
         kept = path.with_name(f"{path.name}.bad")
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(path, kept)
-        _write_json(path, document)
+        if self.store.exists(path):
+            self.store.move(path, kept)
+        self.store.write_json(path, document)
         used = sorted(commits[b] for b in found if b not in whole and b in commits)
         log.warning(
             "%s was %s: rebuilt from the batches' records, %d from record files in %s and %d "
@@ -573,16 +676,16 @@ class DeltaSink(UpsertMode):
             version,
             last.batch_id,
             commits.get(last.batch_id, "(cleaned up)"),
-            f"; the bad file is kept as {kept}" if kept.exists() else "",
+            f"; the bad file is kept as {kept}" if self.store.exists(kept) else "",
         )
         return document
 
-    def _fill_message_ids(self, record: BatchRecord, staged: list[Path]) -> None:
+    def _fill_message_ids(self, record: BatchRecord, staged: list[PurePath]) -> None:
         """An MQTT batch's message ids (its commit leaves them out), from its rows: the table's,
         and the quarantine table's or, before its quarantine commit, its ``staged`` files."""
         good = self._scan(self.root, record.batch_id, ["message_id"])
         bad = self._scan(self.target.quarantine, record.batch_id, list(_REASON_COLUMNS))
-        reasons = _reasons(bad) if bad.num_rows else _reasons_in(staged)
+        reasons = _reasons(bad) if bad.num_rows else _reasons_in(self.store, staged)
         ids = good.column("message_id").to_pylist() if good.num_rows else []
         record.message_ids, record.quarantined_ids = [*ids, *reasons], reasons
 
@@ -597,25 +700,25 @@ class DeltaSink(UpsertMode):
 
     # ---- reading -------------------------------------------------------------------------
 
-    def _record_file(self, batch_id: str) -> Path:
+    def _record_file(self, batch_id: str) -> PurePath:
         return self._meta / "batches" / f"{_hashed(batch_id)}.json"
 
     def find(self, batch_id: str) -> BatchRecord | None:
         """From the record file, written once the batch's commit is done (:meth:`recover`
         writes those a crash cut off)."""
-        data = _read_json(self._record_file(batch_id))
+        data = self.store.read_json(self._record_file(batch_id))
         return BatchRecord.from_json(data) if data else None
 
     def records(self) -> Iterator[BatchRecord]:
         found = [
             data
-            for path in sorted((self._meta / "batches").glob("*.json"))
-            if (data := _read_json(path))
+            for path in self.store.files(self._meta / "batches", ".json")
+            if (data := self.store.read_json(path))
         ]
         for data in sorted(found, key=lambda d: float(d.get("published_at", 0.0))):
             yield BatchRecord.from_json(data)
 
-    def _scan(self, path: Path, batch_id: str, columns: list[str]) -> pa.Table:
+    def _scan(self, path: PurePath, batch_id: str, columns: list[str]) -> pa.Table:
         table = self._load(path)
         if table is None:
             return pa.table({c: pa.array([], pa.null()) for c in columns})
@@ -650,26 +753,30 @@ class DeltaSink(UpsertMode):
         return self._coordinates[key].get(batch_id, empty)
 
     def output_location(self, batch_id: str) -> str:
-        return f"{self.root} ({BATCH_COLUMN} = '{batch_id}')"
+        return f"{self.uri(self.root)} ({BATCH_COLUMN} = '{batch_id}')"
 
     def quarantine_location(self, batch_id: str) -> str:
-        return f"{self.target.quarantine} ({BATCH_COLUMN} = '{batch_id}')"
+        return f"{self.uri(self.target.quarantine)} ({BATCH_COLUMN} = '{batch_id}')"
 
     # ---- writing -------------------------------------------------------------------------
 
     def exclusive(self, stream: StreamKey) -> AbstractContextManager[None]:
-        lock = self._meta / "runs" / f"{stream.slug}.lock"
-        return stream_lock(lock, stream, f"the Delta table {self.root}")
+        lock = self._meta / "runs" / stream.slug  # a local lock file or an S3 lease (.json)
+        held: AbstractContextManager[None] = self.store.exclusive(
+            lock, stream, f"the Delta table {self.uri(self.root)}"
+        )
+        return held
 
     def recover(self) -> None:
         """Finish the pending batch of each stream (its quarantine commit and record file:
         a run that crashed after its commit point), and remove state files the log no longer
         names."""
         streams = self._meta / "streams"
-        if not streams.is_dir():
+        directories = self.store.subdirectories(streams)
+        if not directories:
             return
         table = self._load(self.root)
-        for directory in sorted(p for p in streams.iterdir() if p.is_dir()):
+        for directory in directories:
             try:
                 version, data = self._stream_doc(table, directory.name)
             except FileNotFoundError:
@@ -678,23 +785,24 @@ class DeltaSink(UpsertMode):
             if not data:
                 continue
             self._finish(directory.name, version, data.get("pending"))
-            for old in directory.glob("*.json"):
+            for old in self.store.files(directory, ".json"):
                 if old.stem.isdigit() and int(old.stem) < version:
                     with contextlib.suppress(OSError):
-                        old.unlink()
+                        self.store.delete(old)
 
-    def pending_files(self) -> set[Path]:
+    def pending_files(self) -> set[PurePath]:
         """The quarantine files that a pending batch of any stream names, in every state file
         (those the log names and those it does not yet): in no commit until its quarantine
         commit, which :meth:`recover` or the batch's rerun makes from them (as
         :meth:`IcebergSink.pending_files <sluice.spark.sinks.iceberg.IcebergSink.pending_files>`:
         expiry keeps them)."""
-        found: set[Path] = set()
+        found: set[PurePath] = set()
         streams = self._meta / "streams"
-        for path in sorted(streams.glob("*/*.json")) if streams.is_dir() else []:
-            with contextlib.suppress(OSError, ValueError):
-                pending = (json.loads(path.read_text()) or {}).get("pending") or {}
-                found |= {self.target.quarantine / f for f in pending.get("quarantine", [])}
+        for directory in self.store.subdirectories(streams):
+            for path in self.store.files(directory, ".json"):
+                with contextlib.suppress(OSError, ValueError):
+                    pending = (self.store.read_json(path) or {}).get("pending") or {}
+                    found |= {self.target.quarantine / f for f in pending.get("quarantine", [])}
         return found
 
     def _finish(self, slug: str, version: int, pending: dict[str, Any] | None) -> None:
@@ -705,12 +813,12 @@ class DeltaSink(UpsertMode):
         files = [self.target.quarantine / f for f in pending.get("quarantine", [])]
         if files:
             self._commit_quarantine(slug, version, batch_id, files)
-        path = self._record_file(batch_id)
-        if not path.exists():
-            _write_json(path, pending["record"])
+        self.store.create_json(self._record_file(batch_id), pending["record"])
         self._finished.add(batch_id)
 
-    def _commit_quarantine(self, slug: str, version: int, batch_id: str, files: list[Path]) -> None:
+    def _commit_quarantine(
+        self, slug: str, version: int, batch_id: str, files: list[PurePath]
+    ) -> None:
         from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import CommitFailedError
 
@@ -736,7 +844,7 @@ class DeltaSink(UpsertMode):
             except CommitFailedError:
                 _backoff(number)
                 continue
-            _sync_log(self.target.quarantine)
+            _sync_log(self.store, self.target.quarantine)
             return
         raise RuntimeError(f"the quarantine of batch {batch_id} could not be committed")
 
@@ -758,31 +866,35 @@ class DeltaSink(UpsertMode):
             run.data = self.target.table / staged / name
             run.quarantine = self.target.quarantine / "sluice" / name
         constants = ((BATCH_COLUMN, staging.batch_id),)
-        return WriteTargets(str(run.data), str(run.quarantine), constants)
+        return WriteTargets(
+            self.uri(run.data), self.uri(run.quarantine), constants, self.store.filesystem
+        )
 
     def staged_counts(self, staging: Staging) -> tuple[int, int]:
-        run = _run(staging)
-        return _rows(_parquet_files(run.data)), _rows(_parquet_files(run.quarantine))
+        run, store = _run(staging), self.store
+        return _rows(store, _parquet_files(store, run.data)), _rows(
+            store, _parquet_files(store, run.quarantine)
+        )
 
     def staged_quarantine_reasons(self, staging: Staging) -> dict[str, str]:
-        return _reasons_in([f for f in _parquet_files(_run(staging).quarantine) if _rows([f])])
+        store = self.store
+        files = _parquet_files(store, _run(staging).quarantine)
+        return _reasons_in(store, [f for f in files if _rows(store, [f])])
 
     def reduce_staged(self, staging: Staging) -> Reduced:
         run = _run(staging)
-        files = [f for f in _parquet_files(run.data) if _rows([f])]
+        store = self.store
+        files = [f for f in _parquet_files(store, run.data) if _rows(store, [f])]
         if not files:
             run.changes = Reduced(list(self.key_columns or []))
             return run.changes
-        messages = pa.concat_tables([pq.read_table(f) for f in files])
+        messages = pa.concat_tables([store.read_parquet(f) for f in files])
         table = self._load(self.root)
         schema = table.to_pyarrow_dataset().schema if table is not None else None
         shape = TableShape(self.current_key_columns(), schema)
         run.changes, bad = self.reduce(messages, shape)
         if bad.num_rows and run.quarantine is not None:
-            run.quarantine.mkdir(parents=True, exist_ok=True)
-            path = run.quarantine / "cdc-malformed.parquet"
-            pq.write_table(bad, path)
-            sync_file(path)
+            store.write_parquet(bad, run.quarantine / "cdc-malformed.parquet")
         return run.changes
 
     def _plan(self, table: DeltaTable, changes: Reduced, state: StreamState) -> Plan:
@@ -820,7 +932,7 @@ class DeltaSink(UpsertMode):
             return
         for directory in (run.data, run.quarantine):
             if directory is not None:
-                shutil.rmtree(directory, ignore_errors=True)
+                self.store.delete_tree(directory)
 
     def publish(self, staging: Staging, record: BatchRecord) -> None:
         from deltalake.exceptions import CommitFailedError
@@ -829,12 +941,19 @@ class DeltaSink(UpsertMode):
         run = _run(staging)
         record.published_at = time.time()
         record.run = run.name
-        good = [f for f in _parquet_files(run.data) if _rows([f])]
-        bad = [f for f in _parquet_files(run.quarantine) if _rows([f])]
+        store = self.store
+        good = [f for f in _parquet_files(store, run.data) if _rows(store, [f])]
+        bad = [f for f in _parquet_files(store, run.quarantine) if _rows(store, [f])]
         for directory in (run.data, run.quarantine):
-            _sync_parents(directory, 3)  # <run>, <batch> and sluice/ may be new directories
+            store.sync_parents(directory, 3)  # <run>, <batch> and sluice/ may be new directories
         stream = record.stream
         slug = stream.slug
+        if store.lease_lost(stream):
+            raise ConcurrentIngestError(
+                f"The lease of {stream.kind} topic '{stream.topic}' on {self.location} was "
+                f"taken by another run while batch {record.batch_id} was ingested. Nothing "
+                "was published or committed; run the batch again."
+            )
         changes = run.changes
         if changes is not None:
             good = []  # the staged messages are applied as changes, not added
@@ -844,8 +963,10 @@ class DeltaSink(UpsertMode):
             stored = self.current_key_columns()
             if stored is None or (not stored and changes.key_columns):
                 # (none yet: a first batch of tombstones or malformed envelopes only)
-                _write_json(self._meta / CDC_FILE, {"key_columns": changes.key_columns})
+                store.write_json(self._meta / CDC_FILE, {"key_columns": changes.key_columns})
         applying: Plan | None = None
+        planned_at: int | None = None  # the table version the last commit attempt read
+        document: dict[str, Any] | None = None  # the state this run wrote
         for number in range(COMMIT_ATTEMPTS):
             table = self._load(self.root) or self._ensure(self.root, _BASE_SCHEMA)
             pending: dict[str, Any] | None
@@ -855,7 +976,12 @@ class DeltaSink(UpsertMode):
                 continue
             pending = data.get("pending") if data else None
             if pending and pending.get("run") == run.name:
-                break  # an earlier attempt's commit happened (its answer was lost)
+                if self._committed_by(table, slug, version, planned_at) == run.name:
+                    break  # an earlier attempt's commit happened (its answer was lost)
+                # the state file is this run's, the commit that names it another's (a run
+                # paused past its lease): the log is right, the file is rebuilt from it
+                data = self._rebuild(table, slug, version, "not of the commit that names it")
+                pending = data.get("pending")
             self._finish(slug, version, pending)
             state = StreamState.from_json(data["state"]) if data else StreamState()
             if changes is not None:
@@ -875,8 +1001,9 @@ class DeltaSink(UpsertMode):
             }
             key = {"kind": stream.kind, "topic": stream.topic, "group": stream.group}
             document = {"stream": key, "state": state.to_json(), "pending": pending}
-            _write_json(self._stream_dir(slug) / f"{version}.json", document)
+            store.write_json(self._stream_dir(slug) / f"{version}.json", document)
             failpoint("publish.after_intent")  # a state file the log does not name yet
+            planned_at = table.version()
             run.committing = True
             try:
                 self._commit_batch(table, record, version, good, applying)
@@ -892,23 +1019,76 @@ class DeltaSink(UpsertMode):
                 "batch again."
             )
         run.published = True
-        _sync_log(self.root)
+        _sync_log(store, self.root)
+        if not store.local and document is not None:
+            self._restore_state(slug, version, run.name, document)
         if changes is not None:
-            os.sync()  # the merge's data files, which delta-rs does not sync
+            store.sync_all()  # the merge's data files, which delta-rs does not sync
             if run.data is not None:
-                shutil.rmtree(run.data, ignore_errors=True)  # in no commit
+                store.delete_tree(run.data)  # in no commit
         failpoint("publish.after_rename")
         self._finish(slug, version, pending)
         with contextlib.suppress(OSError):  # the state it replaces (recover() removes leftovers)
-            (self._stream_dir(slug) / f"{version - 1}.json").unlink()
+            store.delete(self._stream_dir(slug) / f"{version - 1}.json")
         failpoint("publish.after_state")
+
+    def _restore_state(self, slug: str, version: int, run: str, document: Any) -> None:
+        """On an object store, after this run's commit named state ``version``: the state
+        object is this run's, or it is written again. (A run paused past its lease, then
+        resumed, can replace it before its own commit, which then fails: the log names this
+        run's commit, so this run's state is the stream's.)"""
+        path = self._stream_dir(slug) / f"{version}.json"
+        with contextlib.suppress(ValueError):
+            found = self.store.read_json(path) or {}
+            if (found.get("pending") or {}).get("run") == run:
+                return
+        log.warning("The state object %s was replaced by another run: written again.", path)
+        self.store.write_json(path, document)
+
+    def _committed_by(
+        self, table: DeltaTable, slug: str, version: int, since: int | None
+    ) -> str | None:
+        """The run whose commit set the stream's ``txn`` to ``version``, as the log says
+        (invariant I8: a commit whose answer was lost is resolved by reading the log): one of
+        the commits after table version ``since``."""
+        latest = table.version()
+        first = since + 1 if since is not None else max(latest - COMMIT_ATTEMPTS, 0)
+        for number in range(latest, first - 1, -1):
+            commit = self.commit_info(self.root, number) or {}
+            if commit.get(f"{PREFIX}stream-version") != str(version):
+                continue
+            text = commit.get(f"{PREFIX}record")
+            if text and BatchRecord.from_json(json.loads(text)).stream.slug == slug:
+                return str(commit.get(f"{PREFIX}run"))
+        return None
+
+    def commit_info(self, root: PurePath, version: int) -> dict[str, Any] | None:
+        """The ``commitInfo`` of Delta version ``version`` of the table at ``root``, with its
+        ``version`` (None: no such commit file, e.g. cleaned up). Read from the log file
+        itself, through the store (delta-rs's ``history()`` holds Python's GIL while it waits
+        on the network)."""
+        data = self.store.read_bytes(root / "_delta_log" / f"{version:020d}.json")
+        if data is None:
+            return None
+        for line in data.splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "commitInfo" in action:
+                return {**action["commitInfo"], "version": version}
+        return {"version": version}
+
+    def commit_infos(self, root: PurePath) -> list[dict[str, Any]]:
+        """The ``commitInfo`` of every commit file in the log of the table at ``root``,
+        newest first (as ``DeltaTable.history()``)."""
+        files = self.store.files(root / "_delta_log", ".json")
+        versions = sorted((int(p.stem) for p in files if p.stem.isdigit()), reverse=True)
+        return [c for v in versions if (c := self.commit_info(root, v)) is not None]
 
     def _commit_batch(
         self,
         table: DeltaTable,
         record: BatchRecord,
         version: int,
-        files: list[Path],
+        files: list[PurePath],
         applying: Plan | None = None,
     ) -> None:
         from deltalake import CommitProperties, Transaction
@@ -945,23 +1125,24 @@ class DeltaSink(UpsertMode):
             commit_properties=properties,
         )
 
-    def _add(self, root: Path, path: Path) -> Any:
+    def _add(self, root: PurePath, path: PurePath) -> Any:
         from deltalake.transaction import AddAction
 
-        info = path.stat()
+        info = self.store.info(path)
         relative = quote(path.relative_to(root).as_posix())
-        return AddAction(relative, info.st_size, {}, int(info.st_mtime * 1000), True, _stats(path))
+        stats = _stats(self.store.parquet_metadata(path))
+        return AddAction(relative, info.size, {}, int(info.modified * 1000), True, stats)
 
     # ---- dead letters --------------------------------------------------------------------
 
     def dead_letter_progress(self, batch_id: str) -> dict[str, Any] | None:
-        data: dict[str, Any] | None = _read_json(
+        data: dict[str, Any] | None = self.store.read_json(
             self._meta / "dead_letters" / f"{_hashed(batch_id)}.json"
         )
         return data
 
     def save_dead_letter_progress(self, batch_id: str, progress: dict[str, Any]) -> None:
-        _write_json(self._meta / "dead_letters" / f"{_hashed(batch_id)}.json", progress)
+        self.store.write_json(self._meta / "dead_letters" / f"{_hashed(batch_id)}.json", progress)
 
 
 def _merge(table: DeltaTable, applying: Plan, properties: Any) -> None:
@@ -1012,21 +1193,12 @@ def _backoff(number: int) -> None:
     time.sleep(min(0.02 * 2**number, 1.0) * (0.5 + uuid.uuid4().int % 100 / 100))
 
 
-def _sync_parents(directory: Path | None, levels: int) -> None:
-    for _ in range(levels):
-        if directory is None:
-            return
-        if directory.exists():
-            sync_directory(directory)
-        directory = directory.parent
-
-
-def _sync_log(root: Path) -> None:
+def _sync_log(store: TableStore, root: PurePath) -> None:
     """Sync the newest commit files of the table's log, and the log directory (I9): delta-rs
-    renames a commit into place without syncing it."""
+    renames a commit into place without syncing it (on an object store, an acknowledged
+    write is durable: nothing to do)."""
+    if not store.local:
+        return
     log_dir = root / "_delta_log"
-    newest = sorted(log_dir.glob("*.json"))[-3:]
-    for path in newest:
-        with contextlib.suppress(FileNotFoundError):
-            sync_file(path)
-    sync_directory(log_dir)
+    store.sync_files(store.files(log_dir, ".json")[-3:])
+    store.sync_directory(log_dir)

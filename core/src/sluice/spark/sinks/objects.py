@@ -11,8 +11,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from ...queues.config import ConfigError
 from ...secrets import redact_text
-from .s3 import S3Settings, StoreError
+from .s3 import S3Settings, StoreError, s3_error
 
 __all__ = ["Objects", "PreconditionFailed"]
 
@@ -60,6 +61,36 @@ class Objects:
 
         return ATTEMPTS
 
+    def check(self, probe: str, location: str, consequence: str, instead: str) -> None:
+        """The bucket exists, the credentials may list, write and delete at ``probe`` (a key
+        of the sink at ``location``), and the server honours ``If-None-Match: *``; else a
+        :class:`ConfigError` that says so: without it, ``consequence``; use a server that has
+        them, or ``instead``."""
+        client = self.settings.client(attempts=2)
+        folder = probe.rpartition("/")[0]
+        try:
+            client.list_objects_v2(Bucket=self.bucket, Prefix=f"{folder}/", MaxKeys=1)
+            client.put_object(Bucket=self.bucket, Key=probe, Body=b"", IfNoneMatch="*")
+        except Exception as exc:
+            raise s3_error(exc, self.settings, location, "open the sink") from None
+        try:
+            client.put_object(Bucket=self.bucket, Key=probe, Body=b"", IfNoneMatch="*")
+        except Exception as exc:
+            if _status(exc) not in (412, 409):
+                raise s3_error(exc, self.settings, location, "write to") from None
+        else:
+            raise ConfigError(
+                f"The S3 server {self.settings.describe()} ignores conditional writes "
+                f"(If-None-Match: * let an existing object be replaced), so {consequence} at "
+                f"{location}. Use a server that supports them (AWS S3, MinIO, SeaweedFS, "
+                f"Cloudflare R2...) {instead}."
+            )
+        finally:
+            try:
+                client.delete_object(Bucket=self.bucket, Key=probe)
+            except Exception as exc:
+                raise s3_error(exc, self.settings, location, "delete in") from None
+
     def get_json(self, key: str) -> tuple[Any, str | None]:
         """(the JSON object at ``key``, its ETag), or (None, None) when there is none."""
         try:
@@ -70,6 +101,15 @@ class Objects:
                 return None, None
             raise self._fail(exc, "GET", key) from None
         return data, str(answer.get("ETag"))
+
+    def get_bytes(self, key: str) -> bytes | None:
+        """The object at ``key``, None when there is none."""
+        try:
+            return bytes(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        except Exception as exc:
+            if _status(exc) == 404 or _code(exc) in ("NoSuchKey", "404"):
+                return None
+            raise self._fail(exc, "GET", key) from None
 
     def put_json(
         self, key: str, data: Any, *, if_none_match: bool = False, if_match: str | None = None
@@ -97,14 +137,18 @@ class Objects:
                 raise PreconditionFailed(key) from None
             raise self._fail(exc, "PUT", key) from None
 
-    def exists(self, key: str) -> bool:
+    def head(self, key: str) -> dict[str, Any] | None:
+        """The object's metadata (``ETag``, ``ContentLength``, ``LastModified``), None when
+        there is none."""
         try:
-            self.client.head_object(Bucket=self.bucket, Key=key)
+            return dict(self.client.head_object(Bucket=self.bucket, Key=key))
         except Exception as exc:
             if _status(exc) == 404:
-                return False
+                return None
             raise self._fail(exc, "HEAD", key) from None
-        return True
+
+    def exists(self, key: str) -> bool:
+        return self.head(key) is not None
 
     def copy(self, source: str, target: str) -> None:
         try:
@@ -238,15 +282,6 @@ class Objects:
                 return
             options["KeyMarker"] = page.get("NextKeyMarker")
             options["UploadIdMarker"] = page.get("NextUploadIdMarker")
-
-    def size(self, key: str) -> int | None:
-        """The size of the object at ``key``, None when there is none."""
-        try:
-            return int(self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
-        except Exception as exc:
-            if _status(exc) == 404:
-                return None
-            raise self._fail(exc, "HEAD", key) from None
 
     def listing(self, prefix: str) -> Iterator[tuple[str, int, float]]:
         """(key, size, last modified: seconds since the epoch) of every object under

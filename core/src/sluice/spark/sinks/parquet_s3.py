@@ -80,7 +80,7 @@ from .base import (
 from .lease import Lease, hold
 from .objects import Objects, PreconditionFailed
 from .parquet import _COORDINATES, QUARANTINE_DIR, RECORD_FILE
-from .s3 import S3Settings, StoreError, s3_error, split_s3
+from .s3 import S3Settings, StoreError, split_s3
 from .uploads import Pending, assemble, complete
 
 __all__ = ["S3ParquetSink", "S3Staging"]
@@ -187,33 +187,12 @@ class S3ParquetSink:
         """The bucket exists, the credentials may list, write and delete under the prefix, and
         the server honours ``If-None-Match`` (else the sink could not fence two runs), and
         a partition spec given is the dataset's."""
-        probe = self._key("_sluice", f"probe-{uuid.uuid4().hex[:12]}")
-        client = self.settings.client(attempts=2)
-        try:
-            client.list_objects_v2(Bucket=self.bucket, Prefix=self._key("_sluice") + "/", MaxKeys=1)
-            client.put_object(Bucket=self.bucket, Key=probe, Body=b"", IfNoneMatch="*")
-        except Exception as exc:
-            raise s3_error(exc, self.settings, self.location, "open the sink") from None
-        try:
-            client.put_object(Bucket=self.bucket, Key=probe, Body=b"", IfNoneMatch="*")
-        except Exception as exc:
-            if getattr(exc, "response", {}).get("ResponseMetadata", {}).get(
-                "HTTPStatusCode"
-            ) not in (412, 409):
-                raise s3_error(exc, self.settings, self.location, "write to") from None
-        else:
-            raise ConfigError(
-                f"The S3 server {self.settings.describe()} ignores conditional writes "
-                "(If-None-Match: * let an existing object be replaced), so the Parquet sink "
-                f"cannot make a commit that only one run wins at {self.location}. Use a server "
-                "that supports them (AWS S3, MinIO, SeaweedFS, Cloudflare R2...) or an Iceberg "
-                "table (iceberg://CATALOG/NAMESPACE.TABLE)."
-            )
-        finally:
-            try:
-                client.delete_object(Bucket=self.bucket, Key=probe)
-            except Exception as exc:
-                raise s3_error(exc, self.settings, self.location, "delete in") from None
+        self.objects.check(
+            self._key("_sluice", f"probe-{uuid.uuid4().hex[:12]}"),
+            self.location,
+            "the Parquet sink cannot make a commit that only one run wins",
+            "or an Iceberg table (iceberg://CATALOG/NAMESPACE.TABLE)",
+        )
         self.dataset_partitioning()  # another spec than the dataset's fails here
 
     # ---- reading -------------------------------------------------------------------------

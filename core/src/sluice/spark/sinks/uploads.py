@@ -91,9 +91,10 @@ def assemble(
 
 
 def _copy(objects: Objects, key: str, upload: str, source: str) -> list[tuple[int, str]]:
-    size = objects.size(source)
-    if size is None:
+    found = objects.head(source)
+    if found is None:
         raise StoreError(f"The staged file s3://{objects.bucket}/{source} is gone.")
+    size = int(found["ContentLength"])
     parts = []
     for number, first in enumerate(range(0, size, COPY_PART), 1):
         last = min(first + COPY_PART, size) - 1
@@ -160,9 +161,9 @@ def complete(objects: Objects, filesystem: Any, pending: Pending) -> None:
     module docstring)."""
     if objects.complete_upload(pending.key, pending.upload, list(pending.parts)):
         return
-    if objects.size(pending.key) is not None:  # completed before (a server that says so)
+    if objects.exists(pending.key):  # completed before (a server that says so)
         return
-    missing = [s for s in pending.sources if objects.size(s) is None]
+    missing = [s for s in pending.sources if not objects.exists(s)]
     if missing:
         raise StoreError(
             f"The object s3://{objects.bucket}/{pending.key} of a committed batch is neither "

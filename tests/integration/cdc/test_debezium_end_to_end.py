@@ -1,0 +1,90 @@
+"""Real Debezium, end to end: PostgreSQL (``wal_level=logical``, pgoutput) captured by
+Debezium's PostgreSQL connector in a Kafka Connect worker into the session's Apache Kafka,
+ingested by Sluice into a current-state Iceberg table (SQL catalog on SQLite) and a Delta
+table per source table, while an ingest, the Connect worker and PostgreSQL are each killed
+once (:mod:`sluice.testing.cdc_pipeline`). The oracle: every table equals ``SELECT *`` of its
+source, every row and column, with types where the converter carries the schema, and
+``sluice audit`` passes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.brokers import BrokerProcess
+from sluice.testing.cdc_pipeline import feeds_for, run_pipeline
+from sluice.testing.cdc_workload import Workload
+from sluice.testing.debezium_postgres import (
+    CONVERTERS,
+    DEBEZIUM_POSTGRES,
+    start_capture,
+    start_capture_postgres,
+)
+from sluice.testing.kafka_connect import ConnectWorker, start_connect
+from sluice.testing.postgres import PostgresServer
+
+from ..iceberg.conftest import Lake, sqlite_lake
+
+__all__ = ["sqlite_lake"]  # a fixture of the Iceberg tests, used here
+
+#: The seed CI runs (``bench/cdc_debezium.py`` runs many).
+SEED = 44
+ROUNDS = 4
+
+
+@pytest.fixture(scope="module")
+def capture_postgres() -> Iterator[PostgresServer]:
+    """PostgreSQL ready for logical decoding, for the module's tests."""
+    server = start_capture_postgres()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def connect_worker(apache_kafka_broker: BrokerProcess) -> Iterator[ConnectWorker]:
+    """A Kafka Connect worker with Debezium's PostgreSQL connector, on the session's Kafka."""
+    with start_connect(apache_kafka_broker.bootstrap, [DEBEZIUM_POSTGRES]) as worker:
+        yield worker
+
+
+@pytest.mark.parametrize("converter", list(CONVERTERS))
+def test_lake_tables_equal_the_source_tables_after_every_process_is_killed(
+    spark: Any,
+    apache_kafka_broker: BrokerProcess,
+    capture_postgres: PostgresServer,
+    connect_worker: ConnectWorker,
+    sqlite_lake: Lake,
+    tmp_path: Path,
+    converter: str,
+) -> None:
+    database = f"shop_{uuid.uuid4().hex[:8]}"
+    capture_postgres.create_database(database)
+    workload = Workload(SEED, ROUNDS)
+    workload.create(capture_postgres.dsn(database))
+    capture = start_capture(
+        apache_kafka_broker.bootstrap,
+        capture_postgres,
+        database,
+        workload,
+        CONVERTERS[converter],
+        worker=connect_worker,
+    )
+    try:
+        lake = sqlite_lake
+        feeds = feeds_for(capture, lake.catalog_name, lake.catalog, lake.namespace, tmp_path)
+        figures = run_pipeline(spark, capture, feeds, seed=SEED)
+    finally:
+        capture.close(keep_worker=True)
+
+    # the run did what it says: every process killed once, every table fed
+    print("\n".join(figures.events + figures.mismatches + figures.audit_failures))
+    assert (figures.sluice_kills, figures.connect_kills, figures.postgres_restarts) == (1, 1, 1)
+    assert figures.batches >= len(feeds)
+    assert not figures.audit_failures, "\n".join(figures.audit_failures)
+    assert not figures.mismatches, "\n".join(figures.mismatches)
