@@ -135,3 +135,33 @@ def test_a_partitioned_dataset_on_s3_is_one_object_per_batch_and_directory(
     topic.send([timed_reading(60)])
     with pytest.raises(ConfigError, match="is partitioned by day"):
         ingest(spark, topic.plan(), sink, **{**options, "partition_by": "bucket(4,device)"})
+
+
+def test_on_moto_too_a_batch_appears_whole_after_its_commit_and_an_uncommitted_one_never(
+    spark: Any, topic: KafkaTopic, moto_s3_bucket: S3Bucket
+) -> None:
+    """moto's S3 server (a second implementation): a run killed after assembling its objects,
+    before its commit, then one killed after its commit, before completing them; nothing of
+    either is listed until the rerun finishes the committed one, whole, and the uncommitted
+    run's uploads are aborted."""
+    from ..spark.crashes import run_child
+
+    bucket = moto_s3_bucket
+    sink = bucket.uri("lake")
+    options = {"source": topic.source, "schema": SCHEMA, "mode": "executors"}
+    topic.send([reading(i) for i in range(30)] + BAD)
+    spec = topic.plan()
+    for point in ("publish.after_intent", "publish.after_rename"):
+        code, stderr = run_child(spark, {"spec": spec.to_dict(), "sink": sink, **options}, point)
+        assert code == -9, f"the ingest did not die at {point}: {stderr[-2000:]}"
+        assert not [k for k in bucket.keys("lake/batch_id=") if k.endswith(".parquet")]
+    pending = bucket.client().list_multipart_uploads(Bucket=bucket.name).get("Uploads", [])
+    # the committed run's good rows and quarantine; it aborted the first run's when it began
+    assert len({u["UploadId"] for u in pending}) == 2, pending
+
+    ingest(spark, spec, sink, **options)
+    objects = [k for k in bucket.keys(f"lake/batch_id={spec.batch_id}/") if k.endswith(".parquet")]
+    assert len(objects) == 2, objects  # the good rows, the quarantine: one object each
+    assert not bucket.client().list_multipart_uploads(Bucket=bucket.name).get("Uploads")
+    assert_exactly_once(audit(sink, topic.source), 32)
+    assert plan_batch(topic.queue) is None
