@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
