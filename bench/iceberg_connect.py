@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -465,6 +466,7 @@ def main() -> None:
     parser.add_argument("--parts", default="throughput,freshness,kill")
     parser.add_argument("--json", metavar="PATH", help="bench/results/iceberg_connect.json")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop what it started, on TERM too
     sizes = [int(s) for s in args.sizes.split(",") if s]
     parts = set(args.parts.split(","))
 
