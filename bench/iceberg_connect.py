@@ -33,7 +33,7 @@ schema). Each side writes its own table of the catalog. The messages are the JSO
    killed (SIGKILL of the Connect worker) as soon as its first commit is seen, then started
    again: it goes on by itself. Sluice's ingest runs as a child process, killed (SIGKILL, by
    its failpoint) at ``stage.after_write``, ``publish.after_rename`` and ``commit.before``
-   in turn, each batch run again after its kill. Then each table's rows per
+   in turn (``--failpoints``), each batch run again after its kill. Then each table's rows per
    (partition, offset) against the topic: rows, duplicates, missing.
 
 The goal (issue 46): Sluice at least the sink's throughput (>= 1.0x) and no worse freshness at
@@ -52,6 +52,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -427,14 +428,16 @@ def kill_connect(sink: Sink, lake: Lake, bootstrap: str, topic: str) -> dict[str
     return {**found, "committed_at_kill": at_kill}
 
 
-def kill_sluice(lake: Lake, bootstrap: str, topic: str) -> dict[str, Any]:
+def kill_sluice(
+    lake: Lake, bootstrap: str, topic: str, failpoints: Sequence[str]
+) -> dict[str, Any]:
     ends = topic_ends(bootstrap, topic)
     total = sum(ends.values())
-    share = -(-total // len(FAILPOINTS))
+    share = -(-total // len(failpoints))
     killed = 0
     bench = str(Path(__file__).parent)
     argv = [sys.executable, "-c", SLUICE_CHILD, bench, bootstrap, topic, "sluice-kill"]
-    for failpoint in FAILPOINTS:
+    for failpoint in failpoints:
         env = {**os.environ, "SLUICE_FAILPOINTS": failpoint}
         run = subprocess.run(
             [*argv, "sluice_kill", str(share)], env=env, capture_output=True, text=True
@@ -464,6 +467,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--kill-messages", type=int, default=200_000)
     parser.add_argument("--parts", default="throughput,freshness,kill")
+    parser.add_argument(
+        "--failpoints", default=",".join(FAILPOINTS), help="where Sluice's ingests are killed"
+    )
     parser.add_argument("--json", metavar="PATH", help="bench/results/iceberg_connect.json")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop what it started, on TERM too
@@ -508,6 +514,7 @@ def main() -> None:
         stack.append(worker)
         sink = Sink(worker, rest, kafka.bootstrap)
         spark = spark_session()
+        stack.append(spark)  # stopped with the rest (its JVM would outlive a TERM)
         say(f"ready (load {load()})")
 
         results: dict[str, Any] = {"throughput": {}, "load": {}}
@@ -527,14 +534,14 @@ def main() -> None:
             create_kafka_topic(kafka.bootstrap, "kill", PARTITIONS)
             produce(kafka.bootstrap, "kill", args.kill_messages)
             results["kill"] = {
-                "sluice": kill_sluice(lake, kafka.bootstrap, "kill"),
+                "sluice": kill_sluice(lake, kafka.bootstrap, "kill", args.failpoints.split(",")),
                 "connect": kill_connect(sink, lake, kafka.bootstrap, "kill"),
             }
             results["load"]["kill"] = load()
         report(args, sizes, results)
     finally:
         for thing in reversed(stack):
-            thing.close()
+            (getattr(thing, "close", None) or thing.stop)()  # a SparkSession has stop()
         import shutil
 
         shutil.rmtree(work, ignore_errors=True)
@@ -607,8 +614,8 @@ def report(args: argparse.Namespace, sizes: list[int], results: dict[str, Any]) 
         rows.append(
             {
                 "what": f"exactly once under a kill, {args.kill_messages:,} messages (Sluice: "
-                f"SIGKILL at {', '.join(FAILPOINTS)}, each run again; the sink: SIGKILL of "
-                "the Connect worker after its first commit, restarted)",
+                f"SIGKILL at {args.failpoints.replace(',', ', ')}, each run again; the sink: "
+                "SIGKILL of the Connect worker after its first commit, restarted)",
                 "sluice": f"{s['rows']:,} rows, {s['duplicates']} duplicates, "
                 f"{s['missing']} missing",
                 "other": f"{c['rows']:,} rows, {c['duplicates']} duplicates, "
