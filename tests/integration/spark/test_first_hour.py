@@ -59,8 +59,8 @@ def test_workers_that_cannot_import_pyarrow_are_named_before_anything_is_read(
     with (
         bare_python_workers(spark, tmp_path) as bare,
         pytest.raises(PythonWorkersError) as caught,
-    ):  # executor mode: the workers read the batch
-        ingest(spark, spec, lake, source=topic.source, schema=SCHEMA, mode="executors")
+    ):  # a partitioned dataset is written by Python tasks (Spark's writer is not used)
+        ingest(spark, spec, lake, source=topic.source, schema=SCHEMA, partition_by="device")
     said = str(caught.value)
     assert "cannot import pyarrow, pandas, sluice" in said and str(bare) in said, said
     assert "PYSPARK_PYTHON" in said and "Nothing was read or committed" in said
