@@ -237,6 +237,20 @@ class RestCatalogServer:
             )
         return properties
 
+    def s3_environment(self) -> dict[str, str]:
+        """The AWS SDK's variables for another JVM that reads and writes this catalog's
+        warehouse (a Kafka Connect sink's): its S3 keys and region, and no profile or
+        instance metadata. Empty for a local warehouse."""
+        if not self.s3_endpoint:
+            return {}
+        return {
+            "AWS_REGION": self.s3_region,
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            **{k: v for k, v in self._credentials.items() if k.startswith("AWS_")},
+        }
+
     def serves(self) -> bool:
         """True once ``GET /v1/config`` answers 200 with the catalog's configuration."""
         direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no http_proxy
