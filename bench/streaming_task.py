@@ -45,12 +45,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from cold_task import run_child  # a fresh process, timed, and the result it prints
 from ingest import PARTITIONS, SCHEMA, produce
 
 DELTA_SPARK = "io.delta:delta-spark_2.13:4.2.0"
@@ -113,24 +113,6 @@ def say(text: str) -> None:
 
 def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def run_child(args: list[str], env: dict[str, str] | None = None) -> tuple[float, dict[str, Any]]:
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        env={**os.environ, **(env or {})},
-    )
-    seconds = time.monotonic() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"child failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    found = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if not found:
-        raise RuntimeError(f"child printed no result:\n{done.stdout[-2000:]}")
-    return seconds, json.loads(found[-1][len("RESULT ") :])
 
 
 def format_jars(fmt: str) -> tuple[list[str], dict[str, str]]:
@@ -259,7 +241,7 @@ def main() -> None:
                     for side in order:
                         if side == "sluice":
                             child = [SLUICE_CHILD, spec, sluice_target, f"kafka://{bootstrap}"]
-                            seconds, detail = run_child(["-c", *child, SCHEMA], cache)
+                            seconds, detail = run_child(["-c", *child, SCHEMA], env=cache)
                             assert detail["written"] + detail["quarantined"] == n, detail
                         else:
                             child = [STREAMING_CHILD, bootstrap, topic, fmt, stream_target]
