@@ -171,7 +171,9 @@ def start_seaweedfs(
             "-master.telemetry=false",  # nothing leaves the machine
             "-master.resumeState=false",  # else a restart waits ~10 s for a Raft election
             "-volume.preStopSeconds=0",  # else SIGTERM waits 10 s
-            "-volume.max=0",
+            # each bucket takes a growth of 7 volumes; "0" (sized by the free disk) ran out
+            # after ~30 buckets, and a test session makes hundreds. Empty volumes cost little.
+            "-volume.max=10000",
             *(f"-{name}={number}" for name, number in ports.items()),
         ]
         return S3Server(
