@@ -212,6 +212,33 @@ def test_a_change_older_than_a_delete_does_not_create_the_row_again(
     assert current(target)[1] == {"id": 1, "name": "again"}
 
 
+def test_a_batch_whose_changes_touch_no_row_still_commits_and_the_stream_goes_on(
+    spark: Any, topic: KafkaTopic, target: Target
+) -> None:
+    """A batch whose only change deletes a key the table has no row of (created and deleted
+    before the table saw it) changes no data file; it is committed all the same, with its
+    offsets and its delete marker, and the next batch follows it. (Delta's merge commits
+    nothing when it changes no file: the batch was taken as committed without its ``txn``,
+    and every later ingest and the audit failed with StreamStateError: nemesis seed 112.)"""
+    source = SourceTable()
+    sink = target.sink
+    send(topic, source.upsert(1, name="one"))
+    first = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    late = source.upsert(9, name="late")  # older than the delete, sent after it
+    send(topic, source.delete(9))
+    quiet = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    assert (quiet.changes["upserted"], quiet.changes["deleted"]) == (0, 0)
+    assert target.batches() == [first.batch_id, quiet.batch_id]
+
+    send(topic, late + source.upsert(2, name="two"))
+    after = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    assert after.changes["stale"] == 1, "the delete's marker was committed with its batch"
+    assert current(target) == expected(source, ["id", "name"])
+    report = audit(sink, topic.source)
+    assert report.ok, report.lines()
+    assert plan_batch(topic.queue) is None, "lag 0: everything is committed"
+
+
 def test_a_replay_of_the_same_changes_leaves_the_same_table(
     spark: Any, topic: KafkaTopic, target: Target
 ) -> None:
