@@ -21,12 +21,12 @@ from sluice.spark import ingest
 from sluice.testing.debezium import Message, SourceTable
 from tests.unit.cli.runner import assert_ok, run
 
-from ..iceberg.conftest import Lake, sluice_summaries, sqlite_lake, table_rows
+from ..iceberg.conftest import Lake, faulty_lake, sluice_summaries, sqlite_lake, table_rows
 from .conftest import KafkaTopic
 from .crashes import assert_exactly_once, dead_letter_origins, maintain_days_later, run_child
 from .test_crash_matrix import KAFKA_POINTS
 
-__all__ = ["sqlite_lake"]  # a fixture of the Iceberg tests, used here
+__all__ = ["faulty_lake", "sqlite_lake"]  # fixtures of the Iceberg tests, used here
 
 
 @dataclass
@@ -235,6 +235,30 @@ def test_a_batch_whose_changes_touch_no_row_still_commits_and_the_stream_goes_on
     assert after.changes["stale"] == 1, "the delete's marker was committed with its batch"
     assert current(target) == expected(source, ["id", "name"])
     report = audit(sink, topic.source)
+    assert report.ok, report.lines()
+    assert plan_batch(topic.queue) is None, "lag 0: everything is committed"
+
+
+def test_another_writers_commit_on_a_new_current_state_table_is_no_appended_batch(
+    spark: Any, topic: KafkaTopic, faulty_lake: Lake
+) -> None:
+    """Another writer commits to a new Iceberg table (an empty snapshot) as the first batch of
+    changes commits: the batch commits on its retry, and the table is a current-state table
+    from then on. (An empty snapshot was taken for appended messages, and every ingest of the
+    stream failed with "holds appended messages": nemesis CDC seed 113.)"""
+    from sluice.testing.faulty_catalog import injected, planned
+
+    target = iceberg_target(faulty_lake, "customers")
+    source = SourceTable()
+    send(topic, source.upsert(1, name="a") + source.upsert(2, name="b"))
+    with planned(("conflict", "customers")):
+        ingest(spark, topic.plan(), target.sink, source=topic.source, write_mode="upsert")
+    assert ("conflict", "customers") in injected()
+    send(topic, source.upsert(1, name="a2") + source.delete(2))
+    ingest(spark, topic.plan(), target.sink, source=topic.source, write_mode="upsert")
+
+    assert current(target) == expected(source, ["id", "name"])
+    report = audit(target.sink, topic.source)
     assert report.ok, report.lines()
     assert plan_batch(topic.queue) is None, "lag 0: everything is committed"
 
