@@ -168,11 +168,19 @@ def main() -> int:
                 doubled=len(outcome.doubled),
                 unfired=len(outcome.unfired),
             )
-            if outcome.cdc is not None:
-                totals.update(differs=len(outcome.cdc.differs))
+            cdc = outcome.cdc
+            if cdc is not None:
+                totals.update(
+                    differs=len(cdc.differs),
+                    overtaken=cdc.overtaken,
+                    moved=cdc.moved,
+                    bad=cdc.bad,
+                    truncates=cdc.truncates,
+                )
+            overtaken = f", {cdc.overtaken} overtaken" if cdc is not None else ""
             say(
                 f"{number + 1}/{len(seeds)} {scenario}: {'ok' if outcome.ok else 'FAILED'} "
-                f"({len(outcome.injected)} faults, {outcome.published} messages, "
+                f"({len(outcome.injected)} faults, {outcome.published} messages{overtaken}, "
                 f"{time.monotonic() - begun:.0f} s)"
             )
             if args.seed is not None:  # a replay says what happened, ok or not
@@ -209,7 +217,10 @@ def report(totals: Counter[str], faults: Counter[str], failed: int, seconds: flo
     if "differs" in totals:  # write mode upsert: lost and doubled count the bad messages
         say(
             f"current-state tables: rows that differ from the source table {totals['differs']}"
-            " (goal 0); bad messages not quarantined are 'lost', quarantined twice 'doubled'"
+            f" (goal 0); bad messages {totals['bad']} (not quarantined: 'lost', quarantined "
+            f"twice: 'doubled'); truncates {totals['truncates']}; keys moved partition "
+            f"{totals['moved']}; changes committed after a newer one of their key "
+            f"{totals['overtaken']}"
         )
     return 1 if failed else 0
 

@@ -29,6 +29,12 @@ The oracle, after the last round:
   message the broker itself lost when it restarted without persistence;
 - nothing waits: the group's lag is 0 (Kafka) or the session is empty (MQTT).
 
+A change data capture scenario (``Scenario(write_mode="upsert")``, Kafka into a current-state
+Iceberg or Delta table: :mod:`.nemesis_cdc`) publishes Debezium changes of a simulated source
+table instead, plays every fault above but those that delete messages on purpose (retention,
+segment-retention, recreate), and is judged by the table against the source table, the
+quarantine against the bad messages sent, ``sluice audit`` and the lag.
+
 Any failure names the seed, which replays the scenario. ``bench/nemesis.py --seeds N`` runs
 many; the test suite runs a fixed set that covers every fault on each transport and sink.
 """
