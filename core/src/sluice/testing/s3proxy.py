@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import select
 import socket
 import socketserver
 import threading
@@ -150,6 +151,9 @@ class S3Proxy:
                 if fault in ("500", "503"):
                     client.sendall(_error(fault))
                     continue
+                if upstream is not None and _closed(upstream):
+                    upstream.close()  # the server closed it while idle: a new one, as clients do
+                    upstream = None
                 if upstream is None:
                     upstream = socket.create_connection(self.upstream, timeout=60)
                     upstream_reader = upstream.makefile("rb")
@@ -171,6 +175,17 @@ class S3Proxy:
             if upstream is not None:
                 with contextlib.suppress(OSError):
                     upstream.close()
+
+
+def _closed(connection: socket.socket) -> bool:
+    """Whether the other end closed ``connection`` (readable at once, with nothing to read)."""
+    readable, _, _ = select.select([connection], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 def _read_head(reader: BinaryIO) -> list[bytes] | None:

@@ -105,13 +105,14 @@ from .base import (
     rows_by_batch,
 )
 from .catalogs import catalog_error, load_iceberg_catalog
+from .multi_table import can_commit_together, commit_together, discard_unlanded
 from .s3 import is_s3
 from .upsert import CDC_PROPERTY, UpsertMode, apply_iceberg, plan_iceberg
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.expressions import BooleanExpression
-    from pyiceberg.table import Table
+    from pyiceberg.table import Table, Transaction
     from pyiceberg.table.snapshots import Snapshot
 
     from .s3 import S3Settings
@@ -840,18 +841,71 @@ class IcebergSink(UpsertMode):
     def _commit_quarantine(self, batch_id: str, files: list[str]) -> None:
         """Add a published batch's quarantine files, unless a snapshot already did (a conflict
         with a concurrent finisher reloads and finds it)."""
+        transaction = self._quarantine_transaction(batch_id, files)
+        if transaction is not None:
+            _sync_snapshot(transaction.commit_transaction())
+
+    def _quarantine_transaction(self, batch_id: str, files: list[str]) -> Transaction | None:
+        """A transaction adding the batch's quarantine ``files`` (not committed); None if
+        there are none or a snapshot of the quarantine table already names the batch."""
         if not files:
-            return
+            return None
         table = self._load(self.target.quarantine)
         if table is None:
             table = self._ensure(self.target.quarantine, _BASE_SCHEMA)
         if any(s[f"{PREFIX}batch-id"] == batch_id for _, s in _sluice_snapshots(table)):
-            return
-        with table.transaction() as transaction:
-            transaction.add_files(
-                files, {f"{PREFIX}batch-id": batch_id}, check_duplicate_files=False
+            return None
+        transaction = table.transaction()
+        transaction.add_files(files, {f"{PREFIX}batch-id": batch_id}, check_duplicate_files=False)
+        return transaction
+
+    @contextlib.contextmanager
+    def _batch_transaction(
+        self, table: Table, batch_id: str, quarantine: list[str]
+    ) -> Iterator[Transaction]:
+        """The batch's transaction on ``table``, committed when the block ends: with the
+        batch's ``quarantine`` files in one commit where the catalog can (a REST catalog's
+        multi-table commit), else alone (:meth:`_finish` commits the quarantine after it)."""
+        transaction = table.transaction()
+        yield transaction
+        together = None
+        if can_commit_together(self.catalog):
+            together = self._quarantine_transaction(batch_id, quarantine)
+        if together is None:
+            transaction.commit_transaction()
+        else:
+            self._commit_together(batch_id, transaction, together)
+
+    def _commit_together(self, batch_id: str, batch: Transaction, quarantine: Transaction) -> None:
+        """The batch's commit and its quarantine's as one (:mod:`.multi_table`), the batch's
+        first; the batch's table object is refreshed. A refusal (409) is checked against the
+        catalog: a server that commits the tables one by one may have committed the table
+        before it refused (then the batch is published, and :meth:`_finish` commits the
+        quarantine)."""
+        from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+        try:
+            commit_together(self.catalog, [batch, quarantine])
+        except CommitFailedException:
+            published, quarantined = discard_unlanded([batch, quarantine])
+            if quarantined and not published:
+                raise CommitStateUnknownException(
+                    f"The Iceberg catalog '{self.target.catalog}' refused the commit of batch "
+                    f"{batch_id} but committed its quarantine rows: its multi-table commit is "
+                    "not atomic. The batch's files are kept; run the batch again."
+                ) from None
+            if not published:
+                raise
+            log.warning(
+                "The Iceberg catalog '%s' refused the one commit of batch %s and its "
+                "quarantine, yet committed the batch (its multi-table commit is not atomic): "
+                "the quarantine follows in a commit of its own.",
+                self.target.catalog,
+                batch_id,
             )
-        _sync_snapshot(table)
+        else:
+            _sync_snapshot(self.catalog.load_table(self.target.quarantine))
+        batch._table.refresh()
 
     def _evolve_for(self, changes: Reduced) -> None:
         """Add the new columns of the changes' rows to the table (the rules of :meth:`_ensure`;
@@ -916,7 +970,7 @@ class IcebergSink(UpsertMode):
                 removed.append(inline)
         summary = self._batch_summary(record)
         try:
-            with table.transaction() as transaction:
+            with self._batch_transaction(table, record.batch_id, quarantine) as transaction:
                 transaction.set_properties(properties)
                 if removed:
                     transaction.remove_properties(*removed)
