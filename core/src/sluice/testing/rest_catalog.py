@@ -123,13 +123,16 @@ public final class SluiceRESTCatalogServer {
     Map<String, String> properties = new HashMap<>(RCKUtils.environmentCatalogConfig());
     String host = properties.remove("rest.host");
     int port = Integer.parseInt(properties.remove("rest.port"));
+    boolean atomic = !"false".equals(properties.remove("sluice.atomic-commits"));
     properties.putIfAbsent(CatalogProperties.CATALOG_IMPL, JdbcCatalog.class.getName());
     properties.putIfAbsent("jdbc.schema-version", "V1");
     Catalog catalog = CatalogUtil.buildIcebergCatalog(NAME, properties, new Configuration());
+    RESTCatalogServer.CatalogContext backend =
+        new RESTCatalogServer.CatalogContext(catalog, properties);
     RESTCatalogAdapter adapter =
-        new AtomicCommits(
-            new RESTCatalogServer.CatalogContext(catalog, properties),
-            properties.get(CatalogProperties.URI));
+        atomic
+            ? new AtomicCommits(backend, properties.get(CatalogProperties.URI))
+            : new RESTServerCatalogAdapter(backend);
     ServletContextHandler context = new ServletContextHandler(ServletContextHandler.NO_SESSIONS);
     context.addServlet(new ServletHolder(new RESTCatalogServlet(adapter)), "/*");
     context.insertHandler(new GzipHandler());
@@ -397,6 +400,7 @@ def start_rest_catalog(
     port: int | None = None,
     workdir: str | Path | None = None,
     timeout: float = 90.0,
+    atomic_commits: bool = True,
 ) -> RestCatalogServer:
     """An Iceberg REST catalog on ``port`` (a free one by default) of 127.0.0.1 with its
     tables under ``warehouse`` (``s3://bucket/prefix``, or a local directory's ``file://``
@@ -404,7 +408,9 @@ def start_rest_catalog(
     directory by default, removed by :meth:`RestCatalogServer.close`).
 
     ``s3_credentials``: ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` for S3FileIO,
-    passed to the server in its environment only."""
+    passed to the server in its environment only. ``atomic_commits=False``: the fixture's
+    own multi-table commit, one table after the other (to compare, see the module
+    docstring)."""
     from .. import jars
 
     try:
@@ -425,6 +431,8 @@ def start_rest_catalog(
         "CATALOG_REST_HOST": HOST,
         "CATALOG_REST_PORT": str(port),
     }
+    if not atomic_commits:
+        environment["CATALOG_SLUICE_ATOMIC__COMMITS"] = "false"
     if s3_endpoint:
         environment.update(
             {
