@@ -34,7 +34,14 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Transaction
 
-__all__ = ["ENDPOINT", "can_commit_together", "commit_together", "discard_unlanded", "landed"]
+__all__ = [
+    "ENDPOINT",
+    "can_commit_together",
+    "commit_together",
+    "discard",
+    "discard_unlanded",
+    "landed",
+]
 
 #: The endpoint as a REST server lists it in ``GET /v1/config``'s ``endpoints``.
 ENDPOINT = "POST /v1/{prefix}/transactions/commit"
@@ -101,14 +108,17 @@ def landed(transaction: Transaction) -> bool | None:
     return all(table.metadata.snapshot_by_id(p._snapshot_id) is not None for p in producers)
 
 
+def discard(transactions: Sequence[Transaction]) -> None:
+    """Delete the manifests and manifest lists ``transactions`` wrote, which no commit took
+    (as ``Transaction.commit_transaction`` does when its commit is refused)."""
+    for transaction in transactions:
+        for producer in transaction._snapshot_producers:
+            producer._clean_all_uncommitted()
+
+
 def discard_unlanded(transactions: Sequence[Transaction]) -> list[bool | None]:
     """After a refused :func:`commit_together`: which of ``transactions`` landed anyway
-    (:func:`landed`); the manifests and manifest lists of those that did not are deleted."""
-    found = []
-    for transaction in transactions:
-        done = landed(transaction)
-        if done is False:
-            for producer in transaction._snapshot_producers:
-                producer._clean_all_uncommitted()
-        found.append(done)
+    (:func:`landed`); those that did not are :func:`discard`-ed."""
+    found = [landed(transaction) for transaction in transactions]
+    discard([t for t, done in zip(transactions, found, strict=True) if done is False])
     return found
