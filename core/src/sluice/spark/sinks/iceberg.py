@@ -907,11 +907,11 @@ class IcebergSink(UpsertMode):
             commit_together(self.catalog, [batch, quarantine])
         except CommitFailedException:
             published, quarantined = discard_unlanded([batch, quarantine])
-            if quarantined and not published:
+            if published is None or (quarantined and not published):
                 raise CommitStateUnknownException(
                     f"The Iceberg catalog '{self.target.catalog}' refused the commit of batch "
-                    f"{batch_id} but committed its quarantine rows: its multi-table commit is "
-                    "not atomic. The batch's files are kept; run the batch again."
+                    f"{batch_id}, and what it committed of it is unknown (its multi-table "
+                    "commit is not atomic). The batch's files are kept; run the batch again."
                 ) from None
             if not published:
                 raise

@@ -48,9 +48,12 @@ ENDPOINT = "POST /v1/{prefix}/transactions/commit"
 
 
 def can_commit_together(catalog: Catalog) -> bool:
-    """Whether ``catalog`` is a REST catalog whose server offers the multi-table commit."""
-    from pyiceberg.catalog.rest import Endpoint, RestCatalog
-
+    """Whether ``catalog`` is a REST catalog whose server offers the multi-table commit (a
+    pyiceberg older than 0.12 that keeps no list of the server's endpoints: no)."""
+    try:
+        from pyiceberg.catalog.rest import Endpoint, RestCatalog
+    except ImportError:
+        return False
     if not isinstance(catalog, RestCatalog):
         return False
     supported = getattr(catalog, "_supported_endpoints", None) or ()
@@ -101,7 +104,7 @@ def commit_together(catalog: Catalog, transactions: Sequence[Transaction]) -> No
 def landed(transaction: Transaction) -> bool | None:
     """Whether the snapshots ``transaction`` made are on its table now (read from the
     catalog); None if it made none (nothing to tell it by)."""
-    producers = transaction._snapshot_producers
+    producers = _producers(transaction)
     if not producers:
         return None
     table = transaction._table.catalog.load_table(transaction._table.name())
@@ -112,7 +115,7 @@ def discard(transactions: Sequence[Transaction]) -> None:
     """Delete the manifests and manifest lists ``transactions`` wrote, which no commit took
     (as ``Transaction.commit_transaction`` does when its commit is refused)."""
     for transaction in transactions:
-        for producer in transaction._snapshot_producers:
+        for producer in _producers(transaction):
             producer._clean_all_uncommitted()
 
 
@@ -122,3 +125,8 @@ def discard_unlanded(transactions: Sequence[Transaction]) -> list[bool | None]:
     found = [landed(transaction) for transaction in transactions]
     discard([t for t, done in zip(transactions, found, strict=True) if done is False])
     return found
+
+
+def _producers(transaction: Transaction) -> list[Any]:
+    """The snapshot producers of ``transaction`` (pyiceberg 0.12 keeps them for its retries)."""
+    return list(getattr(transaction, "_snapshot_producers", None) or [])
