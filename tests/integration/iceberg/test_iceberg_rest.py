@@ -2,7 +2,8 @@
 its warehouse on the S3 server), where a REST catalog fails differently from a SQL one:
 
 - a batch and its quarantine rows are one commit, the REST specification's multi-table
-  commit (``POST /v1/transactions/commit``): no commit of either table alone;
+  commit (``POST /v1/transactions/commit``): no commit of either table alone; the server's
+  multi-table commit lands every table or, when one moved since, none;
 - a commit whose answer is lost: a proxy in front of the server forwards the commit's POST
   and drops the connection before the answer (the commit happened: both tables have the
   batch), or answers 500 without forwarding it (it did not: neither has it). The sink deletes
@@ -91,6 +92,36 @@ def test_a_batch_and_its_quarantine_are_one_rest_commit(
     assert batch["sluice.batch-id"] == quarantine["sluice.batch-id"] == spec.batch_id
     assert len(table_rows(lake)) == 30 and len(table_rows(lake, "readings__quarantine")) == 2
     assert_exactly_once(audit(sink, topic.source), 32)
+
+
+def test_the_rest_catalogs_multi_table_commit_is_all_or_nothing(rest_lake: Lake) -> None:
+    """Two tables' changes in one commit (``sluice.spark.sinks.multi_table``): both land;
+    when one of the tables moved since, neither."""
+    import pyarrow as pa
+    from pyiceberg.exceptions import CommitFailedException
+
+    from sluice.spark.sinks.multi_table import can_commit_together, commit_together, landed
+
+    catalog = rest_lake.catalog
+    assert can_commit_together(catalog)
+    catalog.create_namespace(rest_lake.namespace)
+    for name in ("a", "b"):
+        catalog.create_table(f"{rest_lake.namespace}.{name}", schema=pa.schema([("n", pa.int64())]))
+
+    def appending(name: str, values: list[int]) -> Any:
+        transaction = rest_lake.table(name).transaction()
+        transaction.append(pa.table({"n": pa.array(values, pa.int64())}))
+        return transaction
+
+    commit_together(catalog, [appending("a", [1, 2]), appending("b", [3])])
+    assert [len(table_rows(rest_lake, name)) for name in "ab"] == [2, 1]
+
+    first, second = appending("a", [4]), appending("b", [5])
+    rest_lake.table("b").append(pa.table({"n": pa.array([6], pa.int64())}))  # b moves
+    with pytest.raises(CommitFailedException):
+        commit_together(catalog, [first, second])
+    assert landed(first) is False and landed(second) is False
+    assert [len(table_rows(rest_lake, name)) for name in "ab"] == [2, 2]
 
 
 @pytest.mark.parametrize("commit", sorted(COMMITS))
