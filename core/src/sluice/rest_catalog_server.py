@@ -15,8 +15,16 @@ them once into its cache (about 145 MB, the AWS SDK bundle most of it).
 
 The fixture's own main class (``RESTCatalogServer``) listens on every interface of the
 machine (``new Server(port)``) and logs its catalog properties. So the process runs
-:data:`LAUNCHER_SOURCE` instead, thirty lines of Java in the fixture's package that build
-the same handlers and listen on 127.0.0.1 only. It is compiled once per machine into the jar
+:data:`LAUNCHER_SOURCE` instead, Java in the fixture's package that builds the same handlers
+and listens on 127.0.0.1 only. It also makes the multi-table commit (``POST
+/v1/transactions/commit``) atomic, as the REST specification says it is: the fixture's
+``RESTCatalogAdapter`` checks every table's requirements, then commits the tables one after
+the other, each in a JDBC transaction of its own, so a reader can see the first table
+changed and the next not yet (and a conflict on a later table leaves the earlier ones
+committed, answered 409). The launcher's adapter checks the requirements and writes each
+table's new metadata file, then moves every table's pointer in one JDBC transaction, each
+only from the metadata it checked, or none (as Apache Polaris commits them in one
+transaction of its database, apache/polaris#238). It is compiled once per machine into the jar
 cache by the runtime's own compiler module (``java -m jdk.compiler/...``: no JDK needed where
 the runtime image has ``jdk.compiler``, as Debian's ``openjdk-17-jre-headless`` does).
 
@@ -81,13 +89,28 @@ MAIN_CLASS = "org.apache.iceberg.rest.SluiceRESTCatalogServer"
 LAUNCHER_SOURCE = """\
 package org.apache.iceberg.rest;
 
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.SQLException;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
+import java.util.UUID;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.iceberg.BaseTable;
 import org.apache.iceberg.CatalogProperties;
 import org.apache.iceberg.CatalogUtil;
+import org.apache.iceberg.TableMetadata;
+import org.apache.iceberg.TableMetadataParser;
+import org.apache.iceberg.TableOperations;
 import org.apache.iceberg.catalog.Catalog;
+import org.apache.iceberg.exceptions.CommitFailedException;
+import org.apache.iceberg.exceptions.CommitStateUnknownException;
 import org.apache.iceberg.jdbc.JdbcCatalog;
+import org.apache.iceberg.rest.requests.CommitTransactionRequest;
+import org.apache.iceberg.rest.requests.UpdateTableRequest;
 import org.eclipse.jetty.server.Server;
 import org.eclipse.jetty.server.ServerConnector;
 import org.eclipse.jetty.server.handler.gzip.GzipHandler;
@@ -96,16 +119,22 @@ import org.eclipse.jetty.servlet.ServletHolder;
 
 /** Apache Iceberg's REST catalog test fixture, listening on one address (rest.host). */
 public final class SluiceRESTCatalogServer {
+  static final String NAME = "rest_backend";
+
   public static void main(String[] args) throws Exception {
     Map<String, String> properties = new HashMap<>(RCKUtils.environmentCatalogConfig());
     String host = properties.remove("rest.host");
     int port = Integer.parseInt(properties.remove("rest.port"));
+    boolean atomic = !"false".equals(properties.remove("sluice.atomic-commits"));
     properties.putIfAbsent(CatalogProperties.CATALOG_IMPL, JdbcCatalog.class.getName());
     properties.putIfAbsent("jdbc.schema-version", "V1");
-    Catalog catalog =
-        CatalogUtil.buildIcebergCatalog("rest_backend", properties, new Configuration());
+    Catalog catalog = CatalogUtil.buildIcebergCatalog(NAME, properties, new Configuration());
+    RESTCatalogServer.CatalogContext backend =
+        new RESTCatalogServer.CatalogContext(catalog, properties);
     RESTCatalogAdapter adapter =
-        new RESTServerCatalogAdapter(new RESTCatalogServer.CatalogContext(catalog, properties));
+        atomic
+            ? new AtomicCommits(backend, properties.get(CatalogProperties.URI))
+            : new RESTServerCatalogAdapter(backend);
     ServletContextHandler context = new ServletContextHandler(ServletContextHandler.NO_SESSIONS);
     context.addServlet(new ServletHolder(new RESTCatalogServlet(adapter)), "/*");
     context.insertHandler(new GzipHandler());
@@ -118,6 +147,88 @@ public final class SluiceRESTCatalogServer {
     server.start();
     System.out.println("sluice: Iceberg REST catalog serving on http://" + host + ":" + port);
     server.join();
+  }
+
+  /**
+   * The fixture's adapter with an atomic multi-table commit: every table's requirements
+   * checked and its new metadata file written, then one JDBC transaction moves every table's
+   * pointer, each only from the metadata it was checked against, or none.
+   */
+  static final class AtomicCommits extends RESTServerCatalogAdapter {
+    private final Catalog catalog;
+    private final String jdbcUri;
+
+    AtomicCommits(RESTCatalogServer.CatalogContext context, String jdbcUri) {
+      super(context);
+      this.catalog = context.catalog();
+      this.jdbcUri = jdbcUri;
+    }
+
+    @Override
+    public <T extends RESTResponse> T handleRequest(
+        Route route, Map<String, String> vars, Object body, Class<T> responseType) {
+      if (route != Route.COMMIT_TRANSACTION) {
+        return super.handleRequest(route, vars, body, responseType);
+      }
+      commitTogether(castRequest(CommitTransactionRequest.class, body));
+      return null;
+    }
+
+    private void commitTogether(CommitTransactionRequest request) {
+      List<String[]> moves = new ArrayList<>();
+      for (UpdateTableRequest change : request.tableChanges()) {
+        TableOperations ops = ((BaseTable) catalog.loadTable(change.identifier())).operations();
+        TableMetadata base = ops.current();
+        change.requirements().forEach(requirement -> requirement.validate(base));
+        TableMetadata.Builder builder = TableMetadata.buildFrom(base);
+        change.updates().forEach(update -> update.applyTo(builder));
+        TableMetadata updated = builder.build();
+        if (updated.changes().isEmpty()) {
+          continue;
+        }
+        String previous = base.metadataFileLocation();
+        String name =
+            String.format("%05d-%s.metadata.json", version(previous) + 1, UUID.randomUUID());
+        String location = ops.metadataFileLocation(name);
+        TableMetadataParser.write(updated, ops.io().newOutputFile(location));
+        String namespace = change.identifier().namespace().toString();
+        moves.add(new String[] {location, previous, namespace, change.identifier().name()});
+      }
+      String move =
+          "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ?"
+              + " WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?"
+              + " AND metadata_location = ?";
+      try (Connection connection = DriverManager.getConnection(jdbcUri)) {
+        connection.setAutoCommit(false);
+        try (PreparedStatement statement = connection.prepareStatement(move)) {
+          for (String[] row : moves) {
+            statement.setString(1, row[0]);
+            statement.setString(2, row[1]);
+            statement.setString(3, NAME);
+            statement.setString(4, row[2]);
+            statement.setString(5, row[3]);
+            statement.setString(6, row[1]);
+            if (statement.executeUpdate() != 1) {
+              connection.rollback();
+              throw new CommitFailedException(
+                  "Table %s.%s was changed by another commit", row[2], row[3]);
+            }
+          }
+        }
+        connection.commit();
+      } catch (SQLException e) {
+        throw new CommitStateUnknownException(e);
+      }
+    }
+
+    private static int version(String location) {
+      String name = location.substring(location.lastIndexOf('/') + 1);
+      try {
+        return Integer.parseInt(name.substring(0, name.indexOf('-')));
+      } catch (RuntimeException e) {
+        return -1;
+      }
+    }
   }
 }
 """
@@ -305,6 +416,7 @@ def start_rest_catalog(
     port: int | None = None,
     workdir: str | Path | None = None,
     timeout: float = 90.0,
+    atomic_commits: bool = True,
 ) -> RestCatalogServer:
     """An Iceberg REST catalog on ``port`` (a free one by default) of 127.0.0.1 with its
     tables under ``warehouse`` (``s3://bucket/prefix``, or a local directory's ``file://``
@@ -312,7 +424,9 @@ def start_rest_catalog(
     directory by default, removed by :meth:`RestCatalogServer.close`).
 
     ``s3_credentials``: ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` for S3FileIO,
-    passed to the server in its environment only."""
+    passed to the server in its environment only. ``atomic_commits=False``: the fixture's
+    own multi-table commit, one table after the other (to compare, see the module
+    docstring)."""
     from . import jars
 
     try:
@@ -333,6 +447,8 @@ def start_rest_catalog(
         "CATALOG_REST_HOST": HOST,
         "CATALOG_REST_PORT": str(port),
     }
+    if not atomic_commits:
+        environment["CATALOG_SLUICE_ATOMIC__COMMITS"] = "false"
     if s3_endpoint:
         environment.update(
             {

@@ -257,10 +257,9 @@ class Capture:
     def _restart_if_failed(self) -> None:
         """A task that lost PostgreSQL or its worker mid-way fails for good: restart it."""
         if not self._not_failed():
-            try:
+            # the worker may be busy or starting: asked again on the next poll
+            with contextlib.suppress(ConnectError):
                 self.worker.restart_connector(self.name)
-            except ConnectError:
-                pass  # the worker is busy or starting: asked again on the next poll
 
     def _not_failed(self) -> bool:
         try:
