@@ -379,6 +379,7 @@ PRESENTERS: dict[str, Callable[[dict[str, Any]], list[Panel]]] = {
     "scale": _scale,
     "sinks": _sinks,
     "table_health": _table_health,
+    "cdc_metadata": lambda family: _generic(family),  # a panel per sink: commit sizes by batch
 }
 
 

@@ -87,8 +87,8 @@ def main() -> int:
     from sluice.brokers import start_noida
     from sluice.formats.encode import Encoder
     from sluice.kafka import KafkaMessageQueue
+    from sluice.registry_server import start_schema_registry
     from sluice.spark import ingest, spark_session
-    from sluice.testing.schema_registry import start_schema_registry
 
     work = Path(tempfile.mkdtemp(prefix="sluice-bench-formats-"))
     broker = start_noida(workdir=work / "noida")

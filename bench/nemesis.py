@@ -4,10 +4,11 @@
                                    [--transport kafka|mqtt] [--sink parquet|iceberg|delta]
                                    [--store local|s3] [--broker noida|kafka|cluster]
                                    [--reader auto|kafka-python|confluent|spark]
-                                   [--only fault,fault]
+                                   [--write-mode append|upsert] [--only fault,fault]
     uv run python bench/nemesis.py --seed 17 --transport mqtt --sink iceberg   # replay one
     uv run python bench/nemesis.py --store s3 --seeds 8   # the sinks on a real S3 server
     uv run python bench/nemesis.py --transport kafka --broker cluster --seeds 4  # 3 nodes
+    uv run python bench/nemesis.py --write-mode upsert --broker kafka --seeds 10  # CDC
 
 Each seed plays one scenario (sluice.testing.nemesis) on every transport and sink named (all
 six combinations by default, taking turns; --store s3 puts the sink on a SeaweedFS server of
@@ -15,7 +16,10 @@ the scenario's own behind the fault proxy, adding the faults s3-restart and s3-e
 Parquet and Iceberg; --broker picks Kafka's broker: noida-db, one Apache Kafka node, which
 adds the fault segment-retention, or three Apache Kafka nodes, which adds it and the faults
 leader-kill, broker-pause and coordinator-move; --reader picks Kafka's range reader,
-options.reader: "spark" is Spark's own Kafka source, put on the session's class path):
+options.reader: "spark" is Spark's own Kafka source, put on the session's class path;
+--write-mode upsert plays the change data capture scenarios, Kafka into current-state Iceberg
+and Delta tables, without the faults that delete messages on purpose, judged by the table
+against the simulated source table and the quarantine against the bad messages sent):
 every fault of that transport, sink and store once, in
 the order the seed chooses, then --extra faults chosen by the seed; then the oracle
 (``sluice audit`` and the exact multiset of payload ids). It prints a line per scenario and,
@@ -74,6 +78,13 @@ def main() -> int:
         default=DEFAULT_READER,
         help="Kafka's range reader (options.reader)",
     )
+    parser.add_argument(
+        "--write-mode",
+        choices=["append", "upsert"],
+        default="append",
+        help="append messages, or apply Debezium changes to a current-state table (Kafka into "
+        "Iceberg or Delta)",
+    )
     parser.add_argument("--only", default="", help="play only these faults (comma-separated)")
     parser.add_argument("--keep", action="store_true", help="keep each scenario's directory")
     parser.add_argument("--jobs", type=int, default=1, help="processes to split the seeds among")
@@ -88,10 +99,14 @@ def main() -> int:
     from sluice.spark import spark_session
     from sluice.testing.nemesis import Scenario, run_scenario
 
-    transports = [args.transport] if args.transport else ["kafka", "mqtt"]
+    upsert = args.write_mode == "upsert"
+    transports = [args.transport] if args.transport else ["kafka"] if upsert else ["kafka", "mqtt"]
     if args.store == "s3" and args.sink == "delta":
         parser.error("--store s3 takes the Parquet and Iceberg sinks (Delta is local only)")
+    if upsert and (transports != ["kafka"] or args.sink == "parquet"):
+        parser.error("--write-mode upsert takes Kafka and the Iceberg and Delta sinks")
     every = ["parquet", "iceberg"] + (["delta"] if args.store == "local" else [])
+    every = [s for s in every if not upsert or s != "parquet"]
     sinks = [args.sink] if args.sink else every
     kinds = list(itertools.product(transports, sinks))
     every_seed = range(args.first, args.first + args.seeds)
@@ -129,6 +144,7 @@ def main() -> int:
                 broker=args.broker,
                 reader=args.reader,
                 only=tuple(f for f in args.only.split(",") if f),
+                write_mode=args.write_mode,
             )
             workdir = root / f"{seed}-{transport}-{sink}"
             begun = time.monotonic()
@@ -152,9 +168,19 @@ def main() -> int:
                 doubled=len(outcome.doubled),
                 unfired=len(outcome.unfired),
             )
+            cdc = outcome.cdc
+            if cdc is not None:
+                totals.update(
+                    differs=len(cdc.differs),
+                    overtaken=cdc.overtaken,
+                    moved=cdc.moved,
+                    bad=cdc.bad,
+                    truncates=cdc.truncates,
+                )
+            overtaken = f", {cdc.overtaken} overtaken" if cdc is not None else ""
             say(
                 f"{number + 1}/{len(seeds)} {scenario}: {'ok' if outcome.ok else 'FAILED'} "
-                f"({len(outcome.injected)} faults, {outcome.published} messages, "
+                f"({len(outcome.injected)} faults, {outcome.published} messages{overtaken}, "
                 f"{time.monotonic() - begun:.0f} s)"
             )
             if args.seed is not None:  # a replay says what happened, ok or not
@@ -188,6 +214,14 @@ def report(totals: Counter[str], faults: Counter[str], failed: int, seconds: flo
         f"(goal 0 and 0), failed scenarios {failed} (of them, the harness raised in "
         f"{totals['errors']}), {seconds:.0f} s"
     )
+    if "differs" in totals:  # write mode upsert: lost and doubled count the bad messages
+        say(
+            f"current-state tables: rows that differ from the source table {totals['differs']}"
+            f" (goal 0); bad messages {totals['bad']} (not quarantined: 'lost', quarantined "
+            f"twice: 'doubled'); truncates {totals['truncates']}; keys moved partition "
+            f"{totals['moved']}; changes committed after a newer one of their key "
+            f"{totals['overtaken']}"
+        )
     return 1 if failed else 0
 
 
@@ -197,7 +231,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     summaries = Path(tempfile.mkdtemp(prefix="sluice-nemesis-jobs-"))
     passed = ["--seeds", str(args.seeds), "--first", str(args.first), "--extra", str(args.extra)]
     passed += ["--store", args.store, "--broker", args.broker, "--only", args.only]
-    passed += ["--reader", args.reader]
+    passed += ["--reader", args.reader, "--write-mode", args.write_mode]
     passed += ["--keep"] if args.keep else []
     passed += [f"--{k}={getattr(args, k)}" for k in ("transport", "sink") if getattr(args, k)]
     children = []

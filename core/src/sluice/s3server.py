@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .brokers import HOST, BrokerError, BrokerProcess, _launch, _workdir, free_port
+from .brokers import HOST, BrokerError, BrokerProcess, _launch, _take_free_port, _workdir
 
 __all__ = ["S3Server", "start_moto", "start_seaweedfs"]
 
@@ -99,8 +99,8 @@ class S3Server(BrokerProcess):
                 time.sleep(0.1)
         raise BrokerError(f"seaweedfs did not serve S3 within {timeout:.0f} s ({last})")
 
-    def start(self, timeout: float = 30.0) -> S3Server:
-        super().start(timeout)
+    def start(self, timeout: float = 30.0, wait_for_ports: bool = False) -> S3Server:
+        super().start(timeout, wait_for_ports)
         self.wait_ready(timeout)
         return self
 
@@ -113,7 +113,7 @@ class S3Server(BrokerProcess):
         """Kill and start again on the same ports with the same data (what it acknowledged
         stays), as a crashed server comes back."""
         self.kill()
-        return self.start(timeout)
+        return self.start(timeout, wait_for_ports=True)
 
 
 def start_seaweedfs(
@@ -124,7 +124,6 @@ def start_seaweedfs(
 ) -> S3Server:
     """SeaweedFS serving S3 on ``port`` (free by default) with its data in ``workdir``; it
     admits one identity (``access_key``/``secret_key``, random when not given)."""
-    port = port or free_port()
     path, owns = _workdir("seaweedfs", workdir)
     access_key = access_key or f"SLUICE{secrets.token_hex(6).upper()}"
     secret_key = secret_key or secrets.token_urlsafe(24)
@@ -141,49 +140,56 @@ def start_seaweedfs(
     config.write_text(json.dumps(identities))
     config.chmod(0o600)
     (path / "data").mkdir(exist_ok=True)
-    ports = {
-        name: free_port()
-        for name in (
-            "master.port",
-            "master.port.grpc",
-            "volume.port",
-            "volume.port.grpc",
-            "filer.port",
-            "filer.port.grpc",
-            "s3.port.grpc",
+
+    def build(port: int) -> S3Server:
+        taken = {port}
+        ports = {
+            name: _take_free_port(taken)
+            for name in (
+                "master.port",
+                "master.port.grpc",
+                "volume.port",
+                "volume.port.grpc",
+                "filer.port",
+                "filer.port.grpc",
+                "s3.port.grpc",
+            )
+        }
+        argv = [
+            _weed(),
+            "server",
+            f"-dir={path / 'data'}",
+            f"-ip={HOST}",
+            f"-ip.bind={HOST}",
+            "-filer",
+            "-s3",
+            f"-s3.port={port}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-s3.config={config}",
+            "-master.volumeSizeLimitMB=256",
+            "-master.telemetry=false",  # nothing leaves the machine
+            "-master.resumeState=false",  # else a restart waits ~10 s for a Raft election
+            "-volume.preStopSeconds=0",  # else SIGTERM waits 10 s
+            # each bucket takes a growth of 7 volumes; "0" (sized by the free disk) ran out
+            # after ~30 buckets, and a test session makes hundreds. Empty volumes cost little.
+            "-volume.max=10000",
+            *(f"-{name}={number}" for name, number in ports.items()),
+        ]
+        return S3Server(
+            name="seaweedfs",
+            scheme="http",
+            port=port,
+            argv=argv,
+            workdir=path,
+            log_path=path / "seaweedfs.log",
+            ports=[port, *ports.values()],
+            _owns_workdir=owns,
+            access_key=access_key,
+            secret_key=secret_key,
         )
-    }
-    argv = [
-        _weed(),
-        "server",
-        f"-dir={path / 'data'}",
-        f"-ip={HOST}",
-        f"-ip.bind={HOST}",
-        "-filer",
-        "-s3",
-        f"-s3.port={port}",
-        "-s3.port.iceberg=0",
-        "-s3.port.lance=0",
-        f"-s3.config={config}",
-        "-master.volumeSizeLimitMB=256",
-        "-master.telemetry=false",  # nothing leaves the machine
-        "-master.resumeState=false",  # else a restart waits ~10 s for a Raft election
-        "-volume.preStopSeconds=0",  # else SIGTERM waits 10 s
-        "-volume.max=0",
-        *(f"-{name}={number}" for name, number in ports.items()),
-    ]
-    server = S3Server(
-        name="seaweedfs",
-        scheme="http",
-        port=port,
-        argv=argv,
-        workdir=path,
-        log_path=path / "seaweedfs.log",
-        _owns_workdir=owns,
-        access_key=access_key,
-        secret_key=secret_key,
-    )
-    launched = _launch(server)
+
+    launched = _launch(port, build)
     assert isinstance(launched, S3Server)
     return launched
 
@@ -197,7 +203,6 @@ def start_moto(port: int | None = None, workdir: str | Path | None = None) -> S3
     import shutil
     import sys
 
-    port = port or free_port()
     path, owns = _workdir("moto", workdir)
     found = shutil.which("moto_server", path=str(Path(sys.executable).parent))
     if not found:
@@ -205,18 +210,22 @@ def start_moto(port: int | None = None, workdir: str | Path | None = None) -> S3
             "moto's S3 server is not installed. Install it with: pip install 'moto[s3]' flask "
             "flask-cors"
         )
-    server = S3Server(
-        name="moto",
-        scheme="http",
-        port=port,
-        argv=[found, "-H", HOST, "-p", str(port)],
-        workdir=path,
-        log_path=path / "moto.log",
-        _owns_workdir=owns,
-        access_key=f"SLUICE{secrets.token_hex(6).upper()}",
-        secret_key=secrets.token_urlsafe(24),
-    )
-    launched = _launch(server)
+    access_key, secret_key = f"SLUICE{secrets.token_hex(6).upper()}", secrets.token_urlsafe(24)
+
+    def build(port: int) -> S3Server:
+        return S3Server(
+            name="moto",
+            scheme="http",
+            port=port,
+            argv=[found, "-H", HOST, "-p", str(port)],
+            workdir=path,
+            log_path=path / "moto.log",
+            _owns_workdir=owns,
+            access_key=access_key,
+            secret_key=secret_key,
+        )
+
+    launched = _launch(port, build)
     assert isinstance(launched, S3Server)
     return launched
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sluice.formats.encode import Encoder
-from sluice.testing.schema_registry import start_schema_registry
+from sluice.registry_server import start_schema_registry
 
 from ..formats.conftest import READING_PROTO, dataset_rows, write_schema
 from ..formats.test_orchestrators import PASSWORD

@@ -53,6 +53,7 @@ def connect_worker(apache_kafka_broker: BrokerProcess) -> Iterator[ConnectWorker
         yield worker
 
 
+@pytest.mark.timeout(900)  # four rounds of a real pipeline: about 2 minutes on a quiet machine
 @pytest.mark.parametrize("converter", list(CONVERTERS))
 def test_lake_tables_equal_the_source_tables_after_every_process_is_killed(
     spark: Any,

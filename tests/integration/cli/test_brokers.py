@@ -135,10 +135,10 @@ def test_the_state_lives_in_the_home_directory_whatever_the_working_directory(
 
 
 def test_apache_kafka_one_node_then_three(home: Path) -> None:
-    refused = _sluice(home, "brokers", "up", "--kafka-nodes", "3", "--no-mqtt")
+    refused = _sluice(home, "brokers", "up", "--kafka", "noida", "--kafka-nodes", "3", "--no-mqtt")
     assert refused.returncode != 0 and "--kafka-nodes needs --kafka apache" in refused.stderr
 
-    up = _sluice(home, "brokers", "up", "--kafka", "apache", "--no-mqtt")
+    up = _sluice(home, "brokers", "up", "--no-mqtt")  # Apache Kafka is the default
     assert up.returncode == 0, up.stderr
     assert "Starting Apache Kafka" in up.stderr  # progress while the JVM starts
     (entry,) = _entries(home)

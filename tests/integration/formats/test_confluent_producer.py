@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sluice.registry_server import SchemaRegistryServer
 from sluice.spark import ingest
-from sluice.testing.schema_registry import SchemaRegistryServer
 
 from ..spark.conftest import KafkaTopic
 from .conftest import dataset_rows

@@ -1,6 +1,6 @@
 """Avro, Protobuf and JSON Schema topics ingested from a real Kafka-protocol broker (noida-db)
 into Parquet with the real Spark, the schemas read over HTTP from a schema registry (the
-stand-in of sluice.testing, through the client a user runs) or from schema files."""
+stand-in of sluice.registry_server, through the client a user runs) or from schema files."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from sluice.formats.encode import Encoder
 from sluice.formats.plan import IncompatibleSchemaError
 from sluice.formats.registry import RegistryError, RegistryUnavailableError, SchemaRegistry
 from sluice.formats.wire import frame
+from sluice.registry_server import SchemaRegistryServer
 from sluice.spark import ingest
 from sluice.spark.failpoints import armed
-from sluice.testing.schema_registry import SchemaRegistryServer
 
 from ..spark.conftest import KafkaTopic
 from .conftest import (
@@ -243,7 +243,7 @@ def test_unframed_avro_from_a_schema_file_with_avro_keys_from_an_inline_schema(
 def test_a_registry_unreachable_fails_the_batch_before_anything_is_committed(
     spark: Any, topic: KafkaTopic, schema_registry: SchemaRegistryServer, tmp_path: Path
 ) -> None:
-    from sluice.testing.schema_registry import start_schema_registry
+    from sluice.registry_server import start_schema_registry
 
     secured = start_schema_registry("ingest", "registry-secret-pw")
     url = secured.url.replace("http://", "http://ingest:registry-secret-pw@")
@@ -308,7 +308,7 @@ def test_an_unknown_schema_id_is_quarantined_asking_the_registry_once_per_batch(
 def test_a_404_that_is_not_the_registrys_unknown_id_fails_the_batch(
     spark: Any, topic: KafkaTopic, answer: str, tmp_path: Path
 ) -> None:
-    from sluice.testing.schema_registry import start_schema_registry
+    from sluice.registry_server import start_schema_registry
 
     with start_schema_registry("ingest", "registry-secret-pw") as secured:
         url = secured.url.replace("http://", "http://ingest:registry-secret-pw@")

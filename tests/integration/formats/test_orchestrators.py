@@ -13,7 +13,7 @@ import pytest
 
 from sluice.batch import plan_batch
 from sluice.formats.encode import Encoder
-from sluice.testing.schema_registry import start_schema_registry
+from sluice.registry_server import start_schema_registry
 
 from ..spark.conftest import KafkaTopic
 from .conftest import (

@@ -152,15 +152,20 @@ def s3_postgres_lake(
 
 
 def configure_rest(
-    monkeypatch: pytest.MonkeyPatch, server: RestCatalogServer, uri: str | None = None
+    monkeypatch: pytest.MonkeyPatch,
+    server: RestCatalogServer,
+    uri: str | None = None,
+    **extra: str,
 ) -> Lake:
     """A REST catalog configured the pyiceberg way (``PYICEBERG_CATALOG__<NAME>__TYPE=rest``,
     ``__URI``, ``__S3__ENDPOINT``, ...), reached at ``uri`` (default: the server's own), with a
-    namespace of the test's own."""
+    namespace of the test's own; ``extra``: more catalog properties (``connection.timeout``
+    as ``connection__timeout``)."""
     from pyiceberg.catalog import load_catalog
 
     name = f"rest{uuid.uuid4().hex[:8]}"
     properties = server.client_properties(uri)
+    properties.update({key.replace("__", "."): value for key, value in extra.items()})
     for key, value in properties.items():
         variable = key.upper().replace(".", "__").replace("-", "_")
         monkeypatch.setenv(f"PYICEBERG_CATALOG__{name.upper()}__{variable}", value)

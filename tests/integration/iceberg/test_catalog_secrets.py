@@ -6,6 +6,7 @@ before it becomes a ConfigError."""
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import uuid
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from sluice.queues import ConfigError
 from sluice.secrets import redact_text
 from sluice.spark.sinks import iceberg, open_sink
 from sluice.spark.sinks.catalogs import load_iceberg_catalog
+from sluice.testing.postgres import PostgresServer
 
 from .conftest import _drop
 
@@ -37,8 +39,8 @@ def configure(monkeypatch: pytest.MonkeyPatch, warehouse: Path, **properties: st
 
 
 def with_password(uri: str, password: str, user: str = "postgres") -> str:
-    """``uri`` (user postgres, trust authentication) with ``user`` and ``password``."""
-    return uri.replace("//postgres@", f"//{user}:{password}@")
+    """``uri`` with ``user`` and ``password`` in place of its own user info."""
+    return re.sub(r"//[^/@]*@", lambda _: f"//{user}:{password}@", uri, count=1)
 
 
 @pytest.fixture
@@ -51,18 +53,20 @@ def test_the_secrets_of_a_catalog_that_opens_are_registered(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     debug_logs: pytest.LogCaptureFixture,
+    postgres_server: PostgresServer,
     postgres_uri: str,
 ) -> None:
-    """PostgreSQL here trusts 127.0.0.1, so the uri's password opens the catalog; from then
-    on every secret property shows as *** in redacted texts and pyiceberg's logs."""
-    password = fresh("pg-pw")
+    """A login of its own with a fresh password opens the catalog; from then on every secret
+    property shows as *** in redacted texts and pyiceberg's logs."""
+    password, user = fresh("pg-pw"), f"sec_{secrets.token_hex(4)}"
+    postgres_server.execute(f"CREATE ROLE {user} LOGIN SUPERUSER PASSWORD '{password}'")
     s3_secret, session_token = fresh("s3-secret"), fresh("s3-token")
     credential, account_key = f"client:{fresh('rest-secret')}", fresh("adls-key")
     name = configure(
         monkeypatch,
         tmp_path / "warehouse",
         type="sql",
-        uri=with_password(postgres_uri, password),
+        uri=with_password(postgres_uri, password, user),
         **{
             "s3.secret-access-key": s3_secret,
             "s3.session-token": session_token,

@@ -353,7 +353,9 @@ def test_tls_settings_on_a_kafka_uri_never_connect_in_plaintext(
 ) -> None:
     """``kafka://host/t?ssl_cafile=...`` (or a client certificate) connected to a plaintext
     listener in plaintext, silently. Now TLS settings switch TLS on: the PLAINTEXT listener
-    fails the TLS handshake, where without them the same URI connects."""
+    fails the TLS handshake, where without them the same URI connects, and the error says so,
+    naming the setting that switched TLS on (it read "Unable to bootstrap ... Check
+    connection.host and connection.port ... and that the broker is running")."""
     broker, certificates = secure_kafka_broker, certificates_of(secure_kafka_broker)
     combined = tmp_path / "client.pem"  # a client certificate and its key in one file
     combined.write_bytes(certificates.cert.read_bytes() + certificates.key.read_bytes())
@@ -374,5 +376,23 @@ def test_tls_settings_on_a_kafka_uri_never_connect_in_plaintext(
     assert client_config(queue.config)["security_protocol"] == "SSL"
     with pytest.raises(ConnectionError) as failed:
         queue.open(None)
-    assert broker.bootstrap in str(failed.value), failed.value
+    message = str(failed.value)
+    keys = " and ".join(f"options.{name}" for name in settings.split("&"))
+    assert f"TLS was turned on by {keys}, and the broker at {broker.bootstrap} answered in " in (
+        message
+    )
+    assert "plaintext" in message and f"leave out {keys}" in message
+    assert "Check connection.host" not in message and "broker is running" not in message
     assert not queue.is_open()
+
+
+def test_an_explicit_tls_protocol_to_a_plaintext_listener_is_named_too(
+    secure_kafka_broker: BrokerProcess,
+) -> None:
+    """``connection.protocol`` ssl (no TLS file switched it on) against the PLAINTEXT
+    listener: the handshake's failure is named, with no setting to blame."""
+    message = refused(
+        {"connection.uri": secure_kafka_broker.listeners["PLAINTEXT"], "connection.protocol": "ssl"}
+    )
+    assert f"the broker at {secure_kafka_broker.bootstrap} answered in plaintext" in message
+    assert "TLS was turned on by" not in message and "broker is running" not in message

@@ -114,6 +114,24 @@ def test_a_client_certificate_without_a_ca_file_switches_tls_on(
         broker.close()
 
 
+def test_a_tls_file_against_a_plaintext_listener_says_that_it_answered_in_plaintext(
+    make_queue: QueueFactory, mosquitto_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """options.ssl_cafile switches TLS on; mosquitto's plaintext listener resets the
+    connection on the ClientHello, which read "Connection reset by peer. Check
+    connection.host and connection.port ... and that the broker is running"."""
+    certificates = make_certificates(tmp_path)
+    with pytest.raises(ConnectionError) as failed:
+        make_queue(mosquitto_broker, **{"options.ssl_cafile": str(certificates.ca)})
+    message = str(failed.value)
+    address = f"{mosquitto_broker.host}:{mosquitto_broker.port}"
+    assert (
+        f"TLS was turned on by options.ssl_cafile, and the broker at {address} answered in "
+        "plaintext" in message
+    )
+    assert "broker is running" not in message
+
+
 def test_nothing_listening_names_the_address_and_the_keys_to_fix(make_queue: QueueFactory) -> None:
     port = free_port()
     closed = BrokerProcess("none", "mqtt", port, [], Path("."), Path("none.log"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sluice.testing.nemesis import Outcome, Scenario, faults_for, run_scenario
+from sluice.testing.nemesis import Outcome, Scenario, run_scenario
 
 
 def assert_survives(spark: Any, scenario: Scenario, workdir: Path) -> Outcome:
@@ -13,10 +13,7 @@ def assert_survives(spark: Any, scenario: Scenario, workdir: Path) -> Outcome:
     (the report names the seed that replays it)."""
     outcome = run_scenario(spark, scenario, workdir)
     injected = {entry.split("@")[0] for entry in outcome.injected}
-    expected = {
-        f.name
-        for f in faults_for(scenario.transport, scenario.sink, scenario.store, scenario.broker)
-    }
+    expected = {f.name for f in scenario.faults()}
     expected = {f for f in expected if not scenario.only or f in scenario.only}
     assert injected == expected, outcome.report()
     assert outcome.ok, outcome.report()

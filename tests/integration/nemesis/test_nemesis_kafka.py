@@ -4,8 +4,12 @@ Delta table, on Apache Kafka (one KRaft node, the reference broker); and the fau
 replicated cluster has (a partition's leader killed, a node paused past its session timeout,
 the group's coordinator moved) on three Apache Kafka nodes. Checked by ``sluice audit`` and
 the exact multiset of payload ids; and the Parquet scenario again with Spark's own Kafka source
-reading the batches (``options.reader`` "spark"). ``bench/nemesis.py --seeds N --broker
-noida|kafka|cluster [--reader spark]`` runs more seeds."""
+reading the batches (``options.reader`` "spark"). And change data capture: Debezium changes of
+a simulated source table into current-state Iceberg and Delta tables (``write_mode="upsert"``),
+every Apache Kafka fault that deletes no message, checked by the table against the source
+table, the quarantine against the bad messages sent, and ``sluice audit``.
+``bench/nemesis.py --seeds N --broker noida|kafka|cluster [--reader spark] [--write-mode
+upsert]`` runs more seeds."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import pytest
 
 from sluice.kafka.config import DEFAULT_READER, SPARK_READER
 from sluice.testing.nemesis import Scenario
+from sluice.testing.nemesis_cdc import BAD_KINDS, TABLE_BAD_KINDS
 
 from .helpers import assert_survives
 
@@ -48,3 +53,18 @@ def test_kafka_ingests_survive_a_clusters_faults(spark: Any, tmp_path: Path) -> 
     )
     outcome = assert_survives(spark, scenario, tmp_path)
     assert not outcome.unfired, outcome.report()  # each node failure happened mid-ingest
+
+
+@pytest.mark.parametrize(("sink", "seed"), [("iceberg", 6), ("delta", 7)])
+def test_cdc_tables_equal_their_source_table_whatever_fails(
+    spark: Any, sink: str, seed: int, tmp_path: Path
+) -> None:
+    """Inserts, updates, deletes, truncates and a new column of a source table, keyed as
+    Debezium keys them (a key's changes move partition when the topic gains one), and bad
+    messages of every kind, through every Apache Kafka fault that deletes no message: the
+    table equals the source table, every bad message is quarantined once and nothing else."""
+    scenario = Scenario("kafka", sink, seed, broker="kafka", write_mode="upsert")  # type: ignore[arg-type]
+    outcome = assert_survives(spark, scenario, tmp_path)
+    assert outcome.cdc is not None
+    assert set(outcome.cdc.kinds) == {*BAD_KINDS, *TABLE_BAD_KINDS}, outcome.report()
+    assert outcome.cdc.moved > 0 and outcome.cdc.truncates > 0, outcome.report()

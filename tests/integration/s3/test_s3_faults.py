@@ -67,6 +67,43 @@ def test_a_commit_whose_answer_was_lost_is_recognised_as_its_own(
     assert_exactly_once(audit(sink, topic.source), 21)
 
 
+def test_a_completion_whose_answer_was_lost_or_whose_upload_was_aborted_still_publishes(
+    spark: Any, topic: KafkaTopic, s3_bucket: S3Bucket
+) -> None:
+    """After the commit, the batch's objects are completed. The first batch's completion
+    reaches the server and its answer is lost: the retry completes it again (SeaweedFS and
+    AWS answer as before; MinIO says NoSuchUpload, and the object at the key tells). The
+    second batch's uploads are aborted after its commit, as a lifecycle rule
+    (AbortIncompleteMultipartUpload) would: its objects are built again from the staging."""
+    sink, proxy, client = s3_bucket.uri("lake"), s3_bucket.proxy, s3_bucket.client()
+    options = {"source": topic.source, "schema": SCHEMA}
+
+    def drop_the_completion() -> None:  # the next POST on a batch's object: its completion
+        proxy.fail("drop", "POST", r"/batch_id(=|%3D)[^/]+/part-")  # the path is quoted
+
+    def lifecycle_aborts() -> None:
+        pending = client.list_multipart_uploads(Bucket=s3_bucket.name, Prefix="lake/")
+        for upload in pending.get("Uploads", []):
+            client.abort_multipart_upload(
+                Bucket=s3_bucket.name, Key=upload["Key"], UploadId=upload["UploadId"]
+            )
+            aborted.append(upload["Key"])
+
+    aborted: list[str] = []
+    with armed("publish.after_rename", drop_the_completion):
+        first = ingest(spark, send_and_plan(topic, 0), sink, **options)
+    assert first.committed and [i for i in proxy.injected if i.startswith("drop POST")]
+    with armed("publish.after_rename", lifecycle_aborts):
+        second = ingest(spark, send_and_plan(topic, 20), sink, **options)
+    assert second.committed and len(aborted) == 2, aborted  # good rows and quarantine
+
+    assert sorted(r["temperature"] for r in rows(sink)) == [i / 10 for i in range(40)]
+    assert len(rows(sink, quarantine=True)) == 2
+    assert not client.list_multipart_uploads(Bucket=s3_bucket.name).get("Uploads")
+    assert not [k for k in s3_bucket.keys("lake/_sluice/staging/")], "no staging left"
+    assert_exactly_once(audit(sink, topic.source), 42)
+
+
 @pytest.mark.parametrize("kind", ["parquet", "iceberg"])
 def test_the_s3_server_restarted_mid_write_loses_and_doubles_nothing(
     spark: Any, topic: KafkaTopic, s3_bucket: S3Bucket, kind: str, request: pytest.FixtureRequest

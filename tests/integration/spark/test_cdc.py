@@ -21,12 +21,12 @@ from sluice.spark import ingest
 from sluice.testing.debezium import Message, SourceTable
 from tests.unit.cli.runner import assert_ok, run
 
-from ..iceberg.conftest import Lake, sluice_summaries, sqlite_lake, table_rows
+from ..iceberg.conftest import Lake, faulty_lake, sluice_summaries, sqlite_lake, table_rows
 from .conftest import KafkaTopic
 from .crashes import assert_exactly_once, dead_letter_origins, maintain_days_later, run_child
 from .test_crash_matrix import KAFKA_POINTS
 
-__all__ = ["sqlite_lake"]  # a fixture of the Iceberg tests, used here
+__all__ = ["faulty_lake", "sqlite_lake"]  # fixtures of the Iceberg tests, used here
 
 
 @dataclass
@@ -216,6 +216,57 @@ def test_a_change_older_than_a_delete_does_not_create_the_row_again(
     again = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
     assert again.changes["stale"] == 0 and again.changes["upserted"] == 1
     assert current(target)[1] == {"id": 1, "name": "again"}
+
+
+def test_a_batch_whose_changes_touch_no_row_still_commits_and_the_stream_goes_on(
+    spark: Any, topic: KafkaTopic, target: Target
+) -> None:
+    """A batch whose only change deletes a key the table has no row of (created and deleted
+    before the table saw it) changes no data file; it is committed all the same, with its
+    offsets and its delete marker, and the next batch follows it. (Delta's merge commits
+    nothing when it changes no file: the batch was taken as committed without its ``txn``,
+    and every later ingest and the audit failed with StreamStateError: nemesis seed 112.)"""
+    source = SourceTable()
+    sink = target.sink
+    send(topic, source.upsert(1, name="one"))
+    first = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    late = source.upsert(9, name="late")  # older than the delete, sent after it
+    send(topic, source.delete(9))
+    quiet = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    assert (quiet.changes["upserted"], quiet.changes["deleted"]) == (0, 0)
+    assert target.batches() == [first.batch_id, quiet.batch_id]
+
+    send(topic, late + source.upsert(2, name="two"))
+    after = ingest(spark, topic.plan(), sink, source=topic.source, write_mode="upsert")
+    assert after.changes["stale"] == 1, "the delete's marker was committed with its batch"
+    assert current(target) == expected(source, ["id", "name"])
+    report = audit(sink, topic.source)
+    assert report.ok, report.lines()
+    assert plan_batch(topic.queue) is None, "lag 0: everything is committed"
+
+
+def test_another_writers_commit_on_a_new_current_state_table_is_no_appended_batch(
+    spark: Any, topic: KafkaTopic, faulty_lake: Lake
+) -> None:
+    """Another writer commits to a new Iceberg table (an empty snapshot) as the first batch of
+    changes commits: the batch commits on its retry, and the table is a current-state table
+    from then on. (An empty snapshot was taken for appended messages, and every ingest of the
+    stream failed with "holds appended messages": nemesis CDC seed 113.)"""
+    from sluice.testing.faulty_catalog import injected, planned
+
+    target = iceberg_target(faulty_lake, "customers")
+    source = SourceTable()
+    send(topic, source.upsert(1, name="a") + source.upsert(2, name="b"))
+    with planned(("conflict", "customers")):
+        ingest(spark, topic.plan(), target.sink, source=topic.source, write_mode="upsert")
+    assert ("conflict", "customers") in injected()
+    send(topic, source.upsert(1, name="a2") + source.delete(2))
+    ingest(spark, topic.plan(), target.sink, source=topic.source, write_mode="upsert")
+
+    assert current(target) == expected(source, ["id", "name"])
+    report = audit(target.sink, topic.source)
+    assert report.ok, report.lines()
+    assert plan_batch(topic.queue) is None, "lag 0: everything is committed"
 
 
 def test_a_replay_of_the_same_changes_leaves_the_same_table(

@@ -40,11 +40,11 @@ BAD = [b"not json", b'{"temperature": "warm"}']
 
 
 #: (reader, store, maintained): each reader (Spark's Kafka source too) on local disk, and the
-#: default one on S3 (``s3://``); the default one on local disk with ``sluice compact`` and
-#: ``sluice expire`` days later between the crash and the rerun (the others rerun at once)
+#: default one on S3 (``s3://``); the default one with ``sluice compact`` (local disk only)
+#: and ``sluice expire`` days later between the crash and the rerun (the others rerun at once)
 READER_STORES = [(reader, "local", reader == READERS[0]) for reader in READERS] + [
     (SPARK_READER, "local", False),
-    (READERS[0], "s3", False),
+    (READERS[0], "s3", True),
 ]
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sluice.batch import plan_batch
 from sluice.errors import QuarantineLimitError
 from sluice.spark import ingest
-from sluice.spark.workers import PythonWorkersError
+from sluice.spark.workers import PythonWorkersError, python_workers_checked
 from tests.integration.spark.conftest import SCHEMA, KafkaTopic, reading
 
 
@@ -30,26 +33,52 @@ def test_max_quarantined_fails_the_batch_before_publish_and_commit(
     assert (result.written, result.quarantined, result.committed) == (6, 4, True)
 
 
-def test_workers_that_cannot_import_pyarrow_are_named_before_anything_is_read(
-    spark: Any, topic: KafkaTopic, tmp_path: Path
-) -> None:
-    bare = tmp_path / "bare"  # a Python without pyarrow, pandas or Sluice
+@contextmanager
+def bare_python_workers(spark: Any, where: Path) -> Iterator[Path]:
+    """The session's Python workers run a Python without pyarrow, pandas or Sluice."""
+    bare = where / "bare"
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--without-pip", str(bare)], check=True)
-    topic.send([reading(i) for i in range(3)])
-    spec = topic.plan()
     context, saved = spark.sparkContext, spark.sparkContext.pythonExec
     checked = getattr(spark, "_sluice_python_workers_checked", False)
     try:
         context.pythonExec = str(bare / "bin" / "python")  # the Python the workers run
         spark._sluice_python_workers_checked = False
-        with pytest.raises(PythonWorkersError) as caught:
-            ingest(spark, spec, tmp_path / "lake", source=topic.source, schema=SCHEMA)
+        yield bare
     finally:
         context.pythonExec = saved
         spark._sluice_python_workers_checked = checked
+
+
+def test_workers_that_cannot_import_pyarrow_are_named_before_anything_is_read(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    topic.send([reading(i) for i in range(3)])
+    spec = topic.plan()
+    lake = tmp_path / "lake"
+    with (
+        bare_python_workers(spark, tmp_path) as bare,
+        pytest.raises(PythonWorkersError) as caught,
+    ):  # a partitioned dataset is written by Python tasks (Spark's writer is not used)
+        ingest(spark, spec, lake, source=topic.source, schema=SCHEMA, partition_by="device")
     said = str(caught.value)
     assert "cannot import pyarrow, pandas, sluice" in said and str(bare) in said, said
     assert "PYSPARK_PYTHON" in said and "Nothing was read or committed" in said
     assert topic.plan().batch_id == spec.batch_id  # nothing read or committed
     assert not list((tmp_path / "lake").glob("batch_id=*"))  # nothing published
+
+
+def test_a_batch_read_on_the_driver_needs_no_python_worker(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    """Read on the driver, a JSON batch into a local sink is written by Spark's own writer:
+    the workers' Python is never started (a cold task saves their start and the check)."""
+    topic.send([reading(i) for i in range(5)] + [b"not json"])
+    with bare_python_workers(spark, tmp_path):
+        result = ingest(
+            spark, topic.plan(), tmp_path / "lake", source=topic.source, schema=SCHEMA,
+            mode="driver",
+        )  # fmt: skip
+        assert not python_workers_checked(spark)
+    assert (result.written, result.quarantined, result.committed) == (5, 1, True)
+    assert plan_batch(topic.queue) is None

@@ -15,6 +15,7 @@ from sluice.kafka import KafkaMessageQueue
 from sluice.queues import ConfigError
 from sluice.spark import IngestEvent, ingest
 from sluice.spark.kafka_source import READERS
+from sluice.spark.workers import python_workers_checked
 from sluice.testing.plugin import Broker
 
 from .conftest import SCHEMA, KafkaTopic, dataset_rows, open_topic, quarantine_rows, reading
@@ -298,21 +299,25 @@ def test_the_confluent_reader_without_confluent_kafka_fails_before_reading(
     assert plan_batch(topic.queue) == spec, "nothing was committed"
 
 
-def test_auto_reads_on_the_executors_from_a_lower_count_once_the_workers_started(
+def test_auto_reads_on_the_executors_from_a_lower_count_once_the_session_is_warm(
     spark: Any, topic: KafkaTopic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``mode="auto"``: a session's first ingest (its Python workers not started yet) keeps
-    the driver up to AUTO_EXECUTOR_MESSAGES_COLD; later ones read on the executors from
-    AUTO_EXECUTOR_MESSAGES on (thresholds lowered here to a small batch's size)."""
+    """``mode="auto"``: a session's first ingest keeps the driver up to
+    AUTO_EXECUTOR_MESSAGES_COLD; later ones read on the executors from AUTO_EXECUTOR_MESSAGES
+    on (thresholds lowered here to a small batch's size), though the first, written by
+    Spark's own writer, started no Python worker."""
     ingest_module = import_module("sluice.spark.ingest")
     monkeypatch.setattr(ingest_module, "AUTO_EXECUTOR_MESSAGES", 20)
     monkeypatch.setattr(ingest_module, "AUTO_EXECUTOR_MESSAGES_COLD", 1_000)
     monkeypatch.setattr(spark, "_sluice_python_workers_checked", False, raising=False)
-    modes = []
+    monkeypatch.setattr(spark, "_sluice_ingested", False, raising=False)
+    modes, workers = [], []
     for first in (0, 30):
         topic.send([reading(first + i) for i in range(30)])
         result = ingest(spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA)
         assert result.written == 30
         modes.append(result.mode)
+        workers.append(python_workers_checked(spark))
     assert modes == ["driver", "executors"]
+    assert workers == [False, True]
     assert sorted(r["temperature"] for r in dataset_rows(tmp_path)) == [i / 10 for i in range(60)]

@@ -58,8 +58,10 @@ class ExampleSystem:
     trigger_kwargs_seen: list[str] = field(default_factory=list)
 
     @property
-    def passwords(self) -> tuple[str, str]:
-        return self.kafka_password, self.mqtt_password
+    def passwords(self) -> tuple[str, ...]:
+        """The brokers' passwords, and the metadata database's (its server's own)."""
+        database = self.deployment.postgres
+        return self.kafka_password, self.mqtt_password, *([database.password] if database else [])
 
     def publish_kafka(self, count: int) -> list[str]:
         """``count`` readings to the Kafka topic (spread over its partitions by key)."""

@@ -369,6 +369,7 @@ def test_passwords_appear_nowhere(second_batch: ExampleSystem) -> None:
     assert any("task_id=ingest" in str(p) for p in logs), "no task logs to check"
     for password in system.passwords:
         assert d.files_containing(password, d.home, system.sink) == []
+        assert d.processes_mentioning(password) == []  # the components' command lines
     # ... every row of every table of the metadata database (XCom, rendered template fields,
     # trigger kwargs, serialized DAGs, asset events, run confs) ...
     tables = [r[0] for r in d.sql("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]

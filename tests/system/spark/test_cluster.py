@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ import pytest
 from sluice.audit import audit
 from sluice.brokers import BrokerProcess, free_port
 from sluice.testing.plugin import S3Bucket
-from sluice.testing.spark_cluster import StandaloneCluster
+from sluice.testing.spark_cluster import StandaloneCluster, start_cluster
 from sluice.testing.waiting import wait_until
 from tests.integration.spark.conftest import KafkaTopic, open_topic, reading
 from tests.integration.spark.crashes import assert_exactly_once
@@ -193,6 +195,43 @@ def test_spark_reader_ingests_on_executors_without_python(
     assert sink_offsets(sink) == sorted((p, o) for p in range(6) for o in range(100))
     assert six_partitions.queue.read_message_count() == 0
     assert audit(str(sink), six_partitions.source).ok
+
+
+@pytest.fixture
+def worker_on_its_own_disk(tmp_path: Path) -> Iterator[tuple[StandaloneCluster, Path]]:
+    """A master and one worker that sees ``<tmp>/lake`` as a disk of its own (an empty
+    tmpfs there, in the worker's mount namespace), as a worker on another host sees a local
+    path the driver also has."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a worker with a disk of its own needs root and util-linux's unshare")
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    cluster = start_cluster(0, tmp_path / "cluster")
+    try:
+        cluster.add_worker(own_disk=[lake])
+        yield cluster, lake
+    finally:
+        cluster.close()
+
+
+def test_spark_writer_on_a_path_only_the_driver_has_names_the_disk_not_the_topic(
+    worker_on_its_own_disk: tuple[StandaloneCluster, Path], six_partitions: KafkaTopic
+) -> None:
+    """options.reader 'spark' writing a Parquet sink at a path that is a local disk on each
+    host: the executors wrote their files on theirs, the driver found none on its own and
+    blamed a topic that changed ("read again from a topic that changed (retention or
+    compaction)"). It says where the files went now; nothing is committed."""
+    cluster, lake = worker_on_its_own_disk
+    publish(six_partitions, 60)
+    sink = lake / "readings"
+    settings = {"source": f"{six_partitions.source}?reader=spark", "kafka_source": True}
+    driver = start_driver("python", job(six_partitions, sink, cluster.url, **settings))
+    out, err = driver.proc.communicate(timeout=240)
+    assert driver.proc.returncode != 0, f"the ingest succeeded:\n{out[-2000:]}"
+    assert "the executors wrote where the driver cannot see" in err, err[-4000:]
+    assert "topic that changed" not in err
+    assert "Nothing was published or committed" in err
+    assert six_partitions.queue.read_message_count() == 60, "nothing was committed"
 
 
 def _host_port(broker: BrokerProcess) -> dict[str, Any]:

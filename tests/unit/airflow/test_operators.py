@@ -200,6 +200,34 @@ def test_upsert_and_its_key_columns_reach_the_ingest_in_process_and_through_spar
     assert (plain.write_mode, plain.key_columns) == ("append", None)
 
 
+@pytest.mark.parametrize("submit", [False, True], ids=["in-process", "spark-submit"])
+def test_empty_key_columns_are_one_config_error_whether_the_ingest_runs_here_or_is_submitted(
+    submit: bool,
+) -> None:
+    """key_columns=[] through spark-submit became ``--key-columns ""``, which the submitted
+    script read as "the message keys' fields"; in process it was a ConfigError. Now both refuse
+    it when the task is made, before anything is submitted."""
+    from sluice.queues import ConfigError
+
+    with pytest.raises(ConfigError, match=r"key_columns must be a list of column names.*\[\]"):
+        SparkIngestOperator(
+            task_id="cdc",
+            sink="iceberg://lake/ns.customers",
+            write_mode="upsert",
+            key_columns=[],
+            submit=submit,
+        )
+
+
+def test_the_submitted_script_refuses_empty_key_columns_before_spark_starts() -> None:
+    from sluice.queues import ConfigError
+    from sluice.spark import submit
+
+    arguments = ["--spec", SPEC.to_json(), "--sink", "iceberg://lake/ns.c", "--source", "x"]
+    with pytest.raises(ConfigError, match="key_columns must be a list of column names"):
+        submit.main([*arguments, "--write-mode", "upsert", "--key-columns", ""])
+
+
 # ---- the sensor returns the trigger's batch ---------------------------------------------------
 
 

@@ -125,3 +125,29 @@ def test_empty_input_to_publish_is_an_error_unless_allowed() -> None:
     assert_error(empty, 1, "Nothing to publish: standard input holds no JSON line", "--allow-empty")
     allowed = run("publish", "kafka://127.0.0.1:1/t", "--stdin", "--allow-empty", input="")
     assert allowed.exit_code == 0 and "Published 0 messages" in allowed.stdout
+
+
+def test_a_registry_url_that_answers_like_no_registry_is_a_named_error_not_an_unexpected_one(
+    tmp_path: Path,
+) -> None:
+    """A web server (here a proxy's HTML 404 for every path) where the registry should be:
+    the CLI says what the registry client found and what to check, never "Unexpected ...
+    please report it"."""
+    from sluice.registry_server import start_schema_registry
+
+    schema = tmp_path / "reading.avsc"
+    schema.write_text(
+        '{"type": "record", "name": "Reading", "fields": [{"name": "device", "type": "string"}]}'
+    )
+    server = start_schema_registry()
+    server.proxy_404 = ("/",)
+    try:
+        result = run(
+            *("publish", "kafka://127.0.0.1:1/t", "--sample", "iot", "--count", "1"),
+            *("--format", "avro", "--schema", str(schema), "--registry", server.url),
+        )
+    finally:
+        server.stop()
+    line = assert_error(result, 1, f"The schema registry URL {server.url}", "Check the URL")
+    assert "not a schema registry's" in line
+    assert "Unexpected" not in line and "report" not in line

@@ -19,7 +19,7 @@ from sluice.formats.registry import (
     SchemaRegistry,
 )
 from sluice.formats.wire import frame
-from sluice.testing.schema_registry import SchemaRegistryServer, start_schema_registry
+from sluice.registry_server import SchemaRegistryServer, start_schema_registry
 
 PASSWORD = "reg-pass-7f3q"
 READING = {

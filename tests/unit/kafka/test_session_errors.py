@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 from types import SimpleNamespace
 
 import pytest
@@ -38,3 +39,49 @@ def test_a_refused_login_is_advised_by_mechanism_and_user_whatever_came_after_it
     assert advice.startswith("The broker refused the SASL SCRAM-SHA-256 login of user 'alice'")
     assert "Invalid username or password" in advice and "credential.password" in advice
     assert session_advice(kwargs, [TimeoutError("nothing else")]) is None
+
+
+def _handshake_failure(reason: BaseException) -> KafkaConnectionError:
+    """A handshake failure as kafka-python logs it: its error, with OpenSSL's as context."""
+    try:
+        try:
+            raise reason
+        except BaseException as exc:
+            raise KafkaConnectionError(f"Handshake failed: {exc}") from None
+    except KafkaConnectionError as wrapped:
+        wrapped.__context__ = reason
+        return wrapped
+
+
+def test_a_handshake_a_plaintext_listener_ended_names_the_setting_that_switched_tls_on() -> None:
+    kwargs = {"security_protocol": "SSL", "bootstrap_servers": ["h:9092"]}
+    eof = ssl.SSLEOFError(8, "[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred")
+    advice = session_advice(kwargs, [_handshake_failure(eof)], ("options.ssl_cafile",))
+    assert advice is not None and advice.startswith(
+        "TLS was turned on by options.ssl_cafile, and the broker at h:9092 answered in plaintext"
+    )
+    chosen = session_advice(kwargs, [_handshake_failure(ConnectionResetError(104, "reset"))])
+    assert chosen is not None and "TLS was turned on" not in chosen
+    assert "the broker at h:9092 answered in plaintext" in chosen
+    # not TLS, or not a handshake: nothing to say about plaintext
+    plain = {**kwargs, "security_protocol": "PLAINTEXT"}
+    assert session_advice(plain, [_handshake_failure(eof)], ("options.ssl_cafile",)) is None
+    assert session_advice(kwargs, [KafkaConnectionError("Connection reset by peer")]) is None
+
+
+@pytest.mark.parametrize(
+    ("uri", "settings", "switched"),
+    [
+        ("kafka://h:9092/t", {"options.ssl_cafile": "ca.pem"}, ("options.ssl_cafile",)),
+        ("h:9092", {"options.ssl_certfile": "c.pem", "options.ssl_keyfile": "k.pem"}, None),
+        ("kafka+ssl://h:9092/t", {"options.ssl_cafile": "ca.pem"}, ()),
+        ("h:9092", {"connection.protocol": "ssl", "options.ssl_cafile": "ca.pem"}, ()),
+    ],
+)
+def test_which_tls_files_switched_tls_on(
+    uri: str, settings: dict[str, str], switched: tuple[str, ...] | None
+) -> None:
+    from sluice.kafka.config import tls_switched_on_by
+
+    expected = tuple(settings) if switched is None else switched
+    assert tls_switched_on_by({"connection.uri": uri, **settings}) == expected

@@ -32,12 +32,15 @@ def configured(**config: object) -> MqttMessageQueue:
         ({"connection.uri": "mqtts://h"}, ("h", 8883, True, "tcp")),
         ({"connection.host": "h", "connection.protocol": "ssl"}, ("h", 8883, True, "tcp")),
         ({"connection.host": "h", "connection.protocol": "tcp"}, ("h", 1883, False, "tcp")),
-        ({"connection.host": "h", "options.ssl_cafile": "/ca.pem"}, ("h", 8883, True, "tcp")),
+        (
+            {"connection.host": "h", "options.ssl_cafile": "/ca.pem"},
+            ("h", 8883, True, "tcp", ("options.ssl_cafile",)),
+        ),
         ({"connection.uri": "ws://h:9001"}, ("h", 9001, False, "websockets")),
         ({"connection.uri": "wss://h"}, ("h", 443, True, "websockets")),
     ],
 )
-def test_broker_address(config: dict[str, object], address: tuple[str, int, bool, str]) -> None:
+def test_broker_address(config: dict[str, object], address: tuple[object, ...]) -> None:
     assert broker_address(configured(**config).config) == Endpoint(*address)
 
 

@@ -6,12 +6,12 @@ from sluice.spark.ingest import AUTO_EXECUTOR_MESSAGES, AUTO_EXECUTOR_MESSAGES_C
 
 
 def test_executors_from_the_warm_threshold_once_the_workers_started() -> None:
-    assert auto_mode(AUTO_EXECUTOR_MESSAGES - 1, workers_started=True) == "driver"
-    assert auto_mode(AUTO_EXECUTOR_MESSAGES, workers_started=True) == "executors"
+    assert auto_mode(AUTO_EXECUTOR_MESSAGES - 1, warm=True) == "driver"
+    assert auto_mode(AUTO_EXECUTOR_MESSAGES, warm=True) == "executors"
 
 
 def test_a_sessions_first_ingest_keeps_the_driver_up_to_the_cold_threshold() -> None:
     assert AUTO_EXECUTOR_MESSAGES < AUTO_EXECUTOR_MESSAGES_COLD
-    assert auto_mode(AUTO_EXECUTOR_MESSAGES, workers_started=False) == "driver"
-    assert auto_mode(AUTO_EXECUTOR_MESSAGES_COLD - 1, workers_started=False) == "driver"
-    assert auto_mode(AUTO_EXECUTOR_MESSAGES_COLD, workers_started=False) == "executors"
+    assert auto_mode(AUTO_EXECUTOR_MESSAGES, warm=False) == "driver"
+    assert auto_mode(AUTO_EXECUTOR_MESSAGES_COLD - 1, warm=False) == "driver"
+    assert auto_mode(AUTO_EXECUTOR_MESSAGES_COLD, warm=False) == "executors"

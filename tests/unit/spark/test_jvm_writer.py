@@ -48,3 +48,24 @@ def test_files_holding_other_counts_than_the_read_fail_the_batch() -> None:
     _check_counts(offsets([(0, 1), (0, 2)], 1, 1), {"good": 1, "bad": 1})
     with pytest.raises(RuntimeError, match="wrote 1 quarantined rows where the read counted 2"):
         _check_counts(offsets([(0, 1), (0, 2)], 1, 1), {"good": 1, "bad": 2})
+
+
+def test_fewer_files_than_tasks_that_wrote_rows_name_the_disk_not_the_topic() -> None:
+    """Three tasks wrote good rows, each a file; the driver lists one: the executors wrote on
+    disks of their own (a local path on a cluster of several hosts). Its rows are fewer too,
+    which once read as rows read again from a topic that changed."""
+    seen = {"good": 30, "bad": 0, "good_tasks": [0, 1, 2], "bad_tasks": []}
+    one_file = _Offsets(
+        np.zeros(10, np.int64), np.arange(10), {"good": 10, "bad": 0}, {"good": 1, "bad": 0}
+    )
+    with pytest.raises(RuntimeError) as failed:
+        _check_counts(one_file, seen, {"good": "/lake/readings", "bad": "/lake/q"})
+    message = str(failed.value)
+    assert "in 3 task(s)" in message and "finds 1 of those files under /lake/readings" in message
+    assert "the executors wrote where the driver cannot see" in message
+    assert "topic that changed" not in message
+    every_file = _Offsets(
+        np.zeros(10, np.int64), np.arange(10), {"good": 10, "bad": 0}, {"good": 3, "bad": 0}
+    )
+    with pytest.raises(RuntimeError, match="topic that changed"):
+        _check_counts(every_file, seen)  # every file is there: the rows differ

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
 
 import pytest
 
 from sluice.brokers import KafkaSecurity
-from sluice.testing import BrokerError, BrokerProcess, start_mosquitto, start_noida, start_tansu
+from sluice.testing import (
+    BrokerError,
+    BrokerProcess,
+    start_mosquitto,
+    start_noida,
+    start_tansu,
+    wait_until,
+)
 
 
 def accepts(broker: BrokerProcess) -> bool:
@@ -54,6 +63,42 @@ def test_restart_reuses_the_port() -> None:
     finally:
         broker.close()
     assert not broker.workdir.exists()
+
+
+def test_a_restart_waits_for_its_port_while_another_process_holds_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker restarts on its own port (its clients know it; a Kafka node's quorum knows its
+    controller port). Taken meanwhile by another process (here a listener of the test's, let
+    go once the restart has found it taken), the restart waits for it and starts; it failed
+    at once."""
+    broker = start_mosquitto()
+    holder = socket.socket()
+    try:
+        broker.stop()
+        holder.bind((broker.host, broker.port))
+        holder.listen()
+
+        def let_go_once_refused() -> None:
+            wait_until(
+                lambda: f"port {broker.port} taken by another process" in caplog.text,
+                20,
+                0.05,
+                "the restart to find its port taken",
+            )
+            holder.close()
+
+        with caplog.at_level(logging.WARNING, "sluice.brokers"):
+            releaser = threading.Thread(target=let_go_once_refused)
+            releaser.start()
+            try:
+                broker.restart(timeout=30)
+            finally:
+                releaser.join()
+        assert accepts(broker)
+    finally:
+        holder.close()
+        broker.close()
 
 
 def test_a_broker_that_cannot_listen_reports_its_log() -> None:

@@ -168,12 +168,12 @@ def _start_registry(port: int | None = None, workdir: Path | None = None) -> Bro
     import sys
 
     from sluice.brokers import free_port
-    from sluice.testing.schema_registry import BANNER
+    from sluice.registry_server import BANNER
 
     assert workdir is not None
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    module = "sluice.testing.schema_registry"
+    module = "sluice.registry_server"
     _progress(BANNER)
     registry = BrokerProcess(
         name=REGISTRY,
@@ -192,9 +192,9 @@ ICEBERG_REST = "iceberg-rest"
 
 
 def _start_iceberg_rest(port: int | None = None, workdir: Path | None = None) -> BrokerProcess:
-    """Apache Iceberg's REST catalog test server (:mod:`sluice.testing.rest_catalog`): its
+    """Apache Iceberg's REST catalog test server (:mod:`sluice.rest_catalog_server`): its
     warehouse ``s3://lake/warehouse`` on the S3 server ``--s3`` started, else a directory."""
-    from sluice.testing.rest_catalog import ICEBERG_VERSION, start_rest_catalog
+    from sluice.rest_catalog_server import ICEBERG_VERSION, start_rest_catalog
 
     assert workdir is not None
     workdir.mkdir(parents=True, exist_ok=True)

@@ -64,6 +64,10 @@ _SELF_EXPLAINING = (
     "StreamStateError",
     "TopicNotFoundError",
     "PythonWorkersError",
+    # a schema registry that refused a request, or an answer that is no registry's
+    "RegistryError",
+    "SchemaNotFoundError",
+    "IncompatibleSchemaError",
 )
 
 #: How the queues name the address to fix; a CLI user typed a URI, not config keys.

@@ -265,23 +265,7 @@ def security_protocol(config: dict[str, Any]) -> str:
       guessed offline from the exchange, and the messages themselves travel in clear: prefer
       TLS).
     """
-    explicit = config.get("connection.protocol")
-    uri = config.get("connection.uri")
-    scheme = _split_uri(str(uri))[0] if uri else None
-    if explicit:
-        key = _protocol_key(explicit, "config key 'connection.protocol'")
-        if scheme:
-            from_scheme = _protocol_key(scheme, "the scheme of config key 'connection.uri'")
-            if _PROTOCOLS[from_scheme].endswith("SSL") and not _PROTOCOLS[key].endswith("SSL"):
-                raise ConfigError(
-                    f"KafkaConnection: config key 'connection.protocol' is {key!r} "
-                    f"({_PROTOCOLS[key]}) but the scheme of config key 'connection.uri' is "
-                    f"'{scheme}://' ({_PROTOCOLS[from_scheme]}): the URI asks for TLS, the "
-                    "protocol for none. Make them agree (kafka+ssl:// with ssl or sasl_ssl), "
-                    "or leave out connection.protocol."
-                )
-    else:
-        key = _protocol_key(scheme, "the scheme of config key 'connection.uri'")
+    key, explicit, scheme = _named_protocol(config)
     chosen = _PROTOCOLS[key]
     tls_on = tls.tls_switched_on(
         config,
@@ -312,6 +296,36 @@ def security_protocol(config: dict[str, Any]) -> str:
         also_allowed_by="config key 'connection.protocol' sasl_plaintext",
     )
     return "SASL_SSL" if tls_on else "SASL_PLAINTEXT"
+
+
+def tls_switched_on_by(config: dict[str, Any]) -> tuple[str, ...]:
+    """The TLS files (``options.ssl_cafile`` ...) that switched TLS on, where neither
+    ``connection.protocol`` nor the URI's scheme asked for it; () otherwise."""
+    key = _named_protocol(config)[0]
+    return tls.switched_on_by(config, tls=_PROTOCOLS[key].endswith("SSL"))
+
+
+def _named_protocol(config: dict[str, Any]) -> tuple[str | None, Any, str | None]:
+    """(the protocol's key in ``_PROTOCOLS``, ``connection.protocol``, the URI's scheme) as
+    the configuration names them, before TLS settings switch TLS on."""
+    explicit = config.get("connection.protocol")
+    uri = config.get("connection.uri")
+    scheme = _split_uri(str(uri))[0] if uri else None
+    if explicit:
+        key = _protocol_key(explicit, "config key 'connection.protocol'")
+        if scheme:
+            from_scheme = _protocol_key(scheme, "the scheme of config key 'connection.uri'")
+            if _PROTOCOLS[from_scheme].endswith("SSL") and not _PROTOCOLS[key].endswith("SSL"):
+                raise ConfigError(
+                    f"KafkaConnection: config key 'connection.protocol' is {key!r} "
+                    f"({_PROTOCOLS[key]}) but the scheme of config key 'connection.uri' is "
+                    f"'{scheme}://' ({_PROTOCOLS[from_scheme]}): the URI asks for TLS, the "
+                    "protocol for none. Make them agree (kafka+ssl:// with ssl or sasl_ssl), "
+                    "or leave out connection.protocol."
+                )
+    else:
+        key = _protocol_key(scheme, "the scheme of config key 'connection.uri'")
+    return key, explicit, scheme
 
 
 def consumer_config(config: dict[str, Any]) -> dict[str, Any]:

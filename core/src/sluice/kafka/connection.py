@@ -35,6 +35,7 @@ from .config import (
     consumer_config,
     credentials,
     security_protocol,
+    tls_switched_on_by,
 )
 from .logs import hide_secret, kafka_log_level
 from .offsets import ENDS_CONSUMER, EndProbe, track, waiting_out_coordinator
@@ -128,7 +129,9 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
                     )
                     if attempt < attempts:
                         time.sleep(self._config["options.retry_timeout"] / 1000)
-        advice = session_advice(self.client_config(), failures) or (
+        advice = session_advice(
+            self.client_config(), failures, tls_switched_on_by(self._config)
+        ) or (
             "Check connection.host and connection.port (or connection.uri) and that the broker "
             "is running."
         )

@@ -1,10 +1,11 @@
 """Why a Kafka client could not start a session, in words that say what to fix.
 
 kafka-python retries a refused bootstrap connection until its timeout and then reports only
-"Unable to bootstrap": a wrong password, an untrusted broker certificate and a broker that is
-not running all read the same. :func:`recorded_failures` keeps the reasons kafka-python logs
-for each failed connection meanwhile, and :func:`session_advice` turns the last one into a
-sentence naming the mechanism, the user or the TLS keys to check (never the password).
+"Unable to bootstrap": a wrong password, an untrusted broker certificate, a TLS client talking
+to a plaintext listener and a broker that is not running all read the same.
+:func:`recorded_failures` keeps the reasons kafka-python logs for each failed connection
+meanwhile, and :func:`session_advice` turns the last one into a sentence naming the
+mechanism, the user or the TLS keys to check (never the password).
 
 It also mends a kafka-python 3.0.12 defect (:func:`_deliver_data_before_eof`): a read that
 returns a broker's last bytes together with the end of the stream dropped those bytes. Apache
@@ -18,11 +19,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kafka.errors import KafkaTimeoutError, SaslAuthenticationFailedError
 from kafka.net import transport
+
+from ..queues import tls
 
 __all__ = ["explained_bootstrap", "recorded_failures", "session_advice"]
 
@@ -81,29 +84,19 @@ def recorded_failures() -> Iterator[list[BaseException]]:
         logger.removeHandler(handler)
 
 
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    """``error``, its causes and the exceptions among its arguments (kafka-python wraps an
-    ``ssl.SSLError`` in a connection error, as its argument or its context)."""
-    seen: set[int] = set()
-    pending = [error]
-    while pending:
-        current = pending.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        pending += [a for a in current.args if isinstance(a, BaseException)]
-        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
-
-
-def session_advice(kwargs: Mapping[str, Any], errors: list[BaseException]) -> str | None:
+def session_advice(
+    kwargs: Mapping[str, Any], errors: list[BaseException], tls_switched_by: Sequence[str] = ()
+) -> str | None:
     """What the latest of ``errors`` (of a client built with ``kwargs``, kafka-python's
     arguments as :func:`sluice.kafka.config.client_config` makes them) that is a refused
-    login, an untrusted broker certificate or a refused client certificate means, and which
-    keys to check; None when there is none (the last attempt may end in a plain timeout)."""
+    login, an untrusted broker certificate, a refused client certificate or a TLS handshake
+    answered in plaintext means, and which keys to check; None when there is none (the last
+    attempt may end in a plain timeout). ``tls_switched_by``: the TLS files that switched TLS
+    on (:func:`sluice.kafka.config.tls_switched_on_by`), named in the plaintext answer."""
     mechanism, user = kwargs.get("sasl_mechanism"), kwargs.get("sasl_plain_username")
+    on_tls = str(kwargs.get("security_protocol", "")).endswith("SSL")
     for error in reversed(errors):
-        chain = list(_chain(error))
+        chain = list(tls.error_chain(error))
         if any(isinstance(e, SaslAuthenticationFailedError) for e in chain):
             return (
                 f"The broker refused the SASL {mechanism} login of user '{user}' ({error}). "
@@ -115,14 +108,26 @@ def session_advice(kwargs: Mapping[str, Any], errors: list[BaseException]) -> st
                 "options.ssl_cafile (the CA that signed the broker's certificate) and "
                 "options.ssl_check_hostname."
             )
-        reasons = [str(e.reason) for e in chain if isinstance(e, ssl.SSLError) and e.reason]
+        reasons = [
+            str(getattr(e, "reason", None) or "") for e in chain if isinstance(e, ssl.SSLError)
+        ]
         if any(r.endswith(_CLIENT_CERTIFICATE_ALERTS) for r in reasons):
             return (
                 f"TLS: the broker refused the connection for want of a client certificate it "
                 f"trusts ({error}). Set options.ssl_certfile and options.ssl_keyfile to a "
                 "certificate signed by a CA the broker trusts."
             )
+        if on_tls and _in_handshake(chain) and tls.answered_in_plaintext(error):
+            servers = kwargs.get("bootstrap_servers") or []
+            address = ",".join([servers] if isinstance(servers, str) else servers)
+            return tls.plaintext_answer(address, tls_switched_by, error)
     return None
+
+
+def _in_handshake(chain: list[BaseException]) -> bool:
+    """Whether the errors of ``chain`` come from a TLS handshake (kafka-python says
+    "Handshake failed", or OpenSSL raised)."""
+    return any(isinstance(e, ssl.SSLError) or "Handshake failed" in str(e) for e in chain)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,8 @@ forward.
   and deletes only what it wrote.
 - :func:`expire` removes what nothing needs any more: Iceberg snapshots older than the cutoff
   and the files only they held, and orphan files (of crashed runs); Parquet directories a
-  compaction replaced, and the staging of crashed runs. Stream state and batch records are
+  compaction replaced, and the staging of crashed runs (on S3 also the uploads they never
+  completed, :mod:`.parquet_s3`). Stream state and batch records are
   where it cannot reach (Iceberg: table properties and record files beside the table;
   Parquet: ``_sluice/streams`` and ``_sluice/compacted``), and a file a live run may still
   write is never removed (the per-stream run lock, and a minimum age).
@@ -223,6 +224,12 @@ def expire(
         from .parquet import expire_parquet
 
         return expire_parquet(opened, age, dry_run, say, at)
+    from ..spark.sinks.parquet_s3 import S3ParquetSink
+
+    if isinstance(opened, S3ParquetSink):
+        from .parquet_s3 import expire_parquet_s3
+
+        return expire_parquet_s3(opened, age, dry_run, say, at)
     from ..spark.sinks.iceberg import IcebergSink
 
     if isinstance(opened, IcebergSink):
@@ -239,9 +246,14 @@ def expire(
 
 
 def _unsupported(sink: str | os.PathLike[str]) -> str:
+    if str(sink).lower().startswith(("s3://", "s3a://")):
+        return (
+            f"{sink}: a Parquet dataset on S3 is not compacted: each batch is one file per "
+            "partition directory already, and several batches' files merged into one could "
+            "not replace them at once for plain readers (S3 has no rename). Ingest into an "
+            "Iceberg table on S3 to have its files compacted; sluice expire works on it."
+        )
     return (
-        f"{sink}: compaction and expiry work on local Parquet datasets, Iceberg and Delta "
-        "tables; a "
-        "Parquet dataset on S3 is not supported yet (ingest into an Iceberg table on S3 to "
-        "have its files compacted)."
+        f"{sink}: compaction and expiry work on Parquet datasets (expiry only, on S3), "
+        "Iceberg and Delta tables."
     )

@@ -98,7 +98,9 @@ def expire_delta(
     hours = math.ceil(age / 3600)
     store = sink.store
     held = store.held_since(sink.root / "_sluice" / "runs", now)
-    oldest_live = min(held, default=now)
+    # to the whole second below: S3 lists a file's time in whole seconds, so one written in
+    # the second its run's lease was taken would look older than the lease
+    oldest_live = math.floor(min(held, default=now))
     orphan_before = min(now - max(age, floor), oldest_live)
     for name, root, table in _tables(sink):
         removed = table.vacuum(

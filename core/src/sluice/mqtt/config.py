@@ -148,6 +148,8 @@ class Endpoint(NamedTuple):
     port: int
     tls: bool
     transport: str  # paho's "tcp" or "websockets"
+    #: the TLS files that switched TLS on, where the protocol named none
+    tls_switched_by: tuple[str, ...] = ()
 
 
 def _known_protocol(protocol: str, where: str) -> str:
@@ -193,15 +195,19 @@ def broker_address(config: dict[str, Any]) -> Endpoint:
         host, port = parts.hostname, parts.port
     else:
         host, port = config.get("connection.host"), config.get("connection.port")
-    tls, transport = _PROTOCOLS[protocol or "mqtt"]
+    named, transport = _PROTOCOLS[protocol or "mqtt"]
     tls = rule.tls_switched_on(
         config,
         "MqttConnection",
-        tls=tls,
+        tls=named,
         plaintext_chosen=f"config key 'connection.protocol' is '{explicit}'" if explicit else None,
     )
     return Endpoint(
-        str(host or "localhost"), int(port or _DEFAULT_PORTS[tls, transport]), tls, transport
+        str(host or "localhost"),
+        int(port or _DEFAULT_PORTS[tls, transport]),
+        tls,
+        transport,
+        rule.switched_on_by(config, tls=named),
     )
 
 

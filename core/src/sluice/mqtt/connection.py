@@ -32,6 +32,7 @@ from pip_services3_commons.config import ConfigParams, IConfigurable
 from pip_services3_commons.refer import IReferenceable, IReferences
 from pip_services3_commons.run import IOpenable
 
+from ..queues import tls as rule
 from ..queues.config import read_config, to_config_params
 from ..queues.references import resolve_references
 from .acks import AckLedger
@@ -219,17 +220,21 @@ class MqttConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore[
                 clean_start=not self.is_persistent if v5 else paho.MQTT_CLEAN_START_FIRST_ONLY,
                 properties=properties,
             )
-        except ssl.SSLError as exc:
+        except OSError as exc:  # ssl.SSLError too
+            if endpoint.tls and rule.answered_in_plaintext(exc):
+                raise ConnectionError(
+                    rule.plaintext_answer(self.address, endpoint.tls_switched_by, exc)
+                ) from None
+            if not isinstance(exc, ssl.SSLError):
+                raise ConnectionError(
+                    f"Cannot connect to the MQTT broker at {self.address}: {exc}. "
+                    "Check connection.host and connection.port (or connection.uri) "
+                    "and that the broker is running."
+                ) from None
             raise ConnectionError(
                 f"The TLS handshake with the MQTT broker at {self.address} failed: {exc}. "
                 "Check options.ssl_cafile (the CA that signed the broker's certificate), "
                 "options.ssl_certfile/ssl_keyfile, and that the port speaks TLS."
-            ) from None
-        except OSError as exc:
-            raise ConnectionError(
-                f"Cannot connect to the MQTT broker at {self.address}: {exc}. "
-                "Check connection.host and connection.port (or connection.uri) "
-                "and that the broker is running."
             ) from None
 
     def _refused(self, reason: Any) -> ConnectionError:

@@ -8,6 +8,11 @@
    ``options.allow_plaintext_credentials`` true (``?allow_plaintext_credentials=true`` in a
    URI), the same key for every transport. Without it, a password that would be sent as it is
    over a connection without TLS is a :class:`ConfigError` naming the key and the ways out.
+3. A TLS handshake that meets a plaintext listener (the broker closes the connection on the
+   ClientHello, or answers with bytes that are no TLS record) is said to be one
+   (:func:`answered_in_plaintext`, :func:`plaintext_answer`), naming the TLS file that
+   switched TLS on where one did (:func:`switched_on_by`), never as a broker that is not
+   running.
 
 Each transport decides what its settings mean (its protocols, its schemes, whether its
 authentication sends the password at all: Kafka's SCRAM does not) and asks this module.
@@ -15,7 +20,8 @@ authentication sends the password at all: Kafka's SCRAM does not) and asks this 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ssl
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .config import ConfigError, ConfigKey
@@ -24,7 +30,11 @@ __all__ = [
     "ALLOW_PLAINTEXT_CREDENTIALS",
     "KEYS",
     "TLS_FILE_KEYS",
+    "answered_in_plaintext",
     "check_credentials",
+    "error_chain",
+    "plaintext_answer",
+    "switched_on_by",
     "tls_switched_on",
 ]
 
@@ -33,6 +43,17 @@ ALLOW_PLAINTEXT_CREDENTIALS = "options.allow_plaintext_credentials"
 
 #: The settings that only mean something with TLS, and so switch it on.
 TLS_FILE_KEYS = ("options.ssl_cafile", "options.ssl_certfile", "options.ssl_keyfile")
+
+#: OpenSSL's reasons for a handshake whose peer speaks no TLS: it closed the connection on the
+#: ClientHello (Apache Kafka's and mosquitto's plaintext listeners do) or answered with bytes
+#: that are no TLS record (a plaintext protocol's own answer).
+_PLAINTEXT_PEER = (
+    "UNEXPECTED_EOF_WHILE_READING",
+    "WRONG_VERSION_NUMBER",
+    "RECORD_LAYER_FAILURE",
+    "PACKET_LENGTH_TOO_LONG",
+    "HTTP_REQUEST",
+)
 
 #: The keys of the rule: every connection that takes credentials declares them.
 KEYS: tuple[ConfigKey, ...] = (
@@ -67,6 +88,59 @@ def tls_switched_on(
             "leave it out: a TLS setting then switches TLS on), or remove the TLS settings."
         )
     return True
+
+
+def switched_on_by(config: Mapping[str, Any], *, tls: bool) -> tuple[str, ...]:
+    """The keys of :data:`TLS_FILE_KEYS` that switched TLS on (:func:`tls_switched_on`):
+    those given, when the protocol itself (``tls``: what the transport's protocol or scheme
+    says) named no TLS; () when it did."""
+    return () if tls else tuple(key for key in TLS_FILE_KEYS if config.get(key))
+
+
+def error_chain(error: BaseException) -> Iterator[BaseException]:
+    """``error``, its causes and contexts, and the exceptions among its arguments (client
+    libraries wrap an ``ssl.SSLError`` in their own connection errors, either way)."""
+    seen: set[int] = set()
+    pending = [error]
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        pending += [a for a in current.args if isinstance(a, BaseException)]
+        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+
+
+def answered_in_plaintext(error: BaseException) -> bool:
+    """Whether ``error``, the failure of a TLS handshake (ask about nothing else), says that
+    the listener speaks no TLS (the module docstring, rule 3): it closed the connection on the
+    ClientHello, cleanly or with a reset (mosquitto resets it), or answered with bytes that
+    are no TLS record."""
+    for found in error_chain(error):
+        if isinstance(found, (ssl.SSLEOFError, ConnectionResetError)):
+            return True
+        if isinstance(found, ssl.SSLError) and getattr(found, "reason", None) in _PLAINTEXT_PEER:
+            return True
+    return False
+
+
+def plaintext_answer(address: str, switched_by: Sequence[str], error: BaseException) -> str:
+    """The sentence for a handshake that met a plaintext listener at ``address``:
+    ``switched_by`` the TLS files that turned TLS on (:func:`switched_on_by`), ``error`` the
+    handshake's failure."""
+    if switched_by:
+        keys = " and ".join(switched_by)
+        return (
+            f"TLS was turned on by {keys}, and the broker at {address} answered in plaintext "
+            f"(the TLS handshake failed: {error}). Point connection.port (or connection.uri) at "
+            f"the broker's TLS listener, or leave out {keys} to connect in plaintext."
+        )
+    return (
+        f"The connection asks for TLS, and the broker at {address} answered in plaintext (the "
+        f"TLS handshake failed: {error}). Point connection.port (or connection.uri) at the "
+        "broker's TLS listener, or choose a plaintext protocol."
+    )
 
 
 def check_credentials(

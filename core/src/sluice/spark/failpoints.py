@@ -25,6 +25,7 @@ from contextlib import contextmanager
 __all__ = [
     "FAILPOINTS",
     "MAINTENANCE_FAILPOINTS",
+    "OBJECT_STORE_FAILPOINTS",
     "TASK_FAILPOINTS",
     "FailpointError",
     "armed",
@@ -48,6 +49,11 @@ FAILPOINTS = (
     "commit.after",  # committed or acknowledged
 )
 
+
+#: Steps only the Parquet sink on S3 passes (:mod:`.sinks.parquet_s3`), after its commit.
+OBJECT_STORE_FAILPOINTS = (
+    "publish.midway",  # the batch's quarantine object is complete, its good rows' are not
+)
 
 #: Faults inside Spark tasks rather than at a step of the driver: ``task.lost`` makes the
 #: first writing task of the next write job die (``os._exit``) after writing its files and
@@ -75,7 +81,7 @@ def _parse(text: str) -> dict[str, str]:
     points: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, action = item.partition("=")
-        known = FAILPOINTS + TASK_FAILPOINTS + MAINTENANCE_FAILPOINTS
+        known = FAILPOINTS + OBJECT_STORE_FAILPOINTS + TASK_FAILPOINTS + MAINTENANCE_FAILPOINTS
         if name not in known:
             raise ValueError(
                 f"{ENVIRONMENT_VARIABLE} names an unknown failpoint {name!r}; "

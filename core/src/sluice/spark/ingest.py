@@ -91,15 +91,16 @@ Stage = Literal[
 Mode = Literal["auto", "driver", "executors"]
 WriteMode = Literal["append", "upsert"]
 
-#: ``mode="auto"`` reads on the executors from this many messages on, once the session's
-#: Python workers have started (:func:`auto_mode`). Warm, on a 2-core machine against
-#: Apache Kafka (``bench/ingest.py``, confluent reader), driver mode was ahead at 20,000
-#: messages (1.31x) and 60,000 (1.10x), executor mode at 200,000 (1.63x).
+#: ``mode="auto"`` reads on the executors from this many messages on, once the session has
+#: ingested a batch or started its Python workers (:func:`auto_mode`). Warm, on a 2-core
+#: machine against Apache Kafka (``bench/ingest.py``, confluent reader), driver mode was
+#: ahead at 20,000 messages (1.31x) and 60,000 (1.10x), executor mode at 200,000 (1.63x).
 AUTO_EXECUTOR_MESSAGES = 100_000
 #: The same in a session's first ingest: its executor-mode tasks start the Python workers
 #: and import the reader there, which a cold Airflow task at 200,000 messages paid with
 #: 1.2 s more than driver mode (``bench/cold_task.py --sides sluice,driver``).
 AUTO_EXECUTOR_MESSAGES_COLD = 1_000_000
+_INGESTED = "_sluice_ingested"  # set on a session once it has ingested a Kafka batch
 #: A chunk read on the driver is handed to Spark in one file per core, of at least this many
 #: rows each.
 MIN_ROWS_PER_TASK = 10_000
@@ -311,11 +312,12 @@ def _check_upsert(spec: BatchSpec, schema: Any, payload_column: str | None) -> N
         )
 
 
-def auto_mode(messages: int, workers_started: bool) -> str:
+def auto_mode(messages: int, warm: bool) -> str:
     """Where ``mode="auto"`` reads a batch of ``messages``: "executors" from
-    :data:`AUTO_EXECUTOR_MESSAGES` on when the session's Python workers have started
-    (``workers_started``), else from :data:`AUTO_EXECUTOR_MESSAGES_COLD`; else "driver"."""
-    threshold = AUTO_EXECUTOR_MESSAGES if workers_started else AUTO_EXECUTOR_MESSAGES_COLD
+    :data:`AUTO_EXECUTOR_MESSAGES` on in a ``warm`` session (one that has ingested, or
+    started its Python workers), else from :data:`AUTO_EXECUTOR_MESSAGES_COLD`; else
+    "driver"."""
+    threshold = AUTO_EXECUTOR_MESSAGES if warm else AUTO_EXECUTOR_MESSAGES_COLD
     return "executors" if messages >= threshold else "driver"
 
 
@@ -502,13 +504,13 @@ class _Job:
         staging: Staging,
         largest: int | None = None,
         aliases: Mapping[str, Any] | None = None,
-        read_by_spark: Sequence[int] = (),
+        in_jvm: Sequence[int] = (),
     ) -> WriteCounts:
         """Decode (:mod:`.formats`) and sort ``raw`` into good and bad rows and add both to
         ``staging``, in one Spark job (:mod:`.writing`); ``largest``: the bytes of its largest
         message, if known; ``aliases``: the Sparkplug B alias book before the batch;
-        ``read_by_spark``: the Kafka partitions Spark's source read, written by Spark's own
-        writer where nothing needs Python (:mod:`.jvm_writer`)."""
+        ``in_jvm``: the Kafka partitions ``raw`` holds, to be written by Spark's own writer
+        where nothing needs Python (:mod:`.jvm_writer`): then no Python worker starts."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -529,9 +531,9 @@ class _Job:
         def writing(done: int | None, parts: int | None) -> None:
             self._event("writing", total or 0, total, done=done, parts=parts)
 
-        if read_by_spark and jvm_writable(self.formats.decodes, targets):
+        if in_jvm and jvm_writable(self.formats.decodes, targets):
             with job_progress(self.spark, writing):
-                return write_outcomes_in_jvm(frame, good, bad, targets, read_by_spark)
+                return write_outcomes_in_jvm(frame, good, bad, targets, in_jvm)
         check_python_workers(self.spark)
         with format_task_errors(), job_progress(self.spark, writing):
             return write_outcomes(frame, good, bad, targets, largest)
@@ -566,11 +568,15 @@ class _Job:
         staging: Staging,
         largest: int,
         aliases: Mapping[str, Any] | None = None,
+        partitions: Sequence[int] = (),
     ) -> WriteCounts:
         """Sort the raw rows of ``files`` into ``staging`` (one Spark job), then delete them;
-        ``largest``: the bytes of their largest message."""
+        ``largest``: the bytes of their largest message. ``partitions``: the Kafka partitions
+        they hold, written by Spark's own writer where it can (:meth:`_write`): a small batch
+        read on the driver then starts no Python worker, which cost a cold task about as
+        much as its write."""
         raw = self.spark.read.schema(RAW_SCHEMA_DDL).parquet(*map(str, files))
-        counts = self._write(raw, staging, largest, aliases)
+        counts = self._write(raw, staging, largest, aliases, in_jvm=partitions)
         for raw_file in files:
             raw_file.unlink()
         return counts
@@ -596,10 +602,14 @@ class _Job:
         if kwargs.reader == SPARK_READER:
             chosen = "spark"
         elif mode == "auto":
-            chosen = auto_mode(spec.message_count, python_workers_checked(self.spark))
+            warm = python_workers_checked(self.spark) or getattr(self.spark, _INGESTED, False)
+            chosen = auto_mode(spec.message_count, warm)
         result = self._result(chosen, spec.batch_id)
         with self.sink.exclusive(StreamKey.of(spec)):
-            return self._run_kafka(kwargs, chosen, result)
+            done = self._run_kafka(kwargs, chosen, result)
+        # (a driver-mode batch may start no Python worker: the session is warm all the same)
+        setattr(self.spark, _INGESTED, True)
+        return done
 
     def _run_kafka(self, kwargs: ReaderKwargs, mode: str, result: IngestResult) -> IngestResult:
         from .dead_letters import send_kafka_dead_letters
@@ -832,7 +842,9 @@ class _Job:
         self._event("read", done, total)
         if not files:  # none when the ranges hold only offsets without a message
             return WriteCounts(0, 0, 0)
-        return self._write_files(files, staging, largest)
+        return self._write_files(
+            files, staging, largest, partitions=sorted({r.partition for r in todo})
+        )
 
     def _read_on_executors(
         self, kwargs: ReaderKwargs, todo: list[OffsetRange], staging: Staging, total: int
@@ -861,7 +873,7 @@ class _Job:
         raw = read_with_spark(self.spark, kwargs, self.spec.topic, todo)
         failpoint("read.after_first_chunk")
         with task_errors():
-            counts = self._write(raw, staging, read_by_spark=sorted({r.partition for r in todo}))
+            counts = self._write(raw, staging, in_jvm=sorted({r.partition for r in todo}))
         check_range_ends(kwargs, self.spec.topic, todo)
         self.report(IngestEvent("reading", total, total))
         return counts

@@ -24,12 +24,17 @@ runs of consecutive offsets (a repeated offset stays in its run and shows as mor
 offsets). The last message's fingerprint is taken there too (:mod:`.fingerprints` is
 BLAKE2, which Spark SQL lacks). Row counts that differ between the files and the
 observation fail the batch (a cache block lost and read again from a topic that changed).
+
+The observation also names the tasks that wrote rows, each of which wrote a file at least. A
+driver that finds fewer files than that is looking at another disk than the executors wrote
+to (a path on each host's own file system, on a cluster of several hosts): the batch fails
+saying so, not blaming the topic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,6 +59,9 @@ __all__ = ["jvm_writable", "write_outcomes_in_jvm"]
 
 #: Spark writes timestamps as INT96 unless told; every reader of the sinks takes these.
 _PARQUET_SETTINGS = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+#: The writing task's number, a column of the observed rows only (Spark cannot evaluate
+#: ``spark_partition_id()`` inside an observation's aggregate itself).
+_TASK = "_sluice_task"
 
 
 def jvm_writable(decodes_in_python: bool, targets: WriteTargets) -> bool:
@@ -87,7 +95,8 @@ def write_outcomes_in_jvm(
     cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         with session_conf(spark, _PARQUET_SETTINGS):
-            observed = cached.observe(observation, *_measures(partitions))
+            tasked = cached.withColumn(_TASK, F.spark_partition_id())
+            observed = tasked.observe(observation, *_measures(partitions))
             encoded = layout.spark_writer_options()
             observed.filter(~bad).select(good_columns).write.options(**encoded).parquet(
                 _uri(attempts["good"])
@@ -100,7 +109,7 @@ def write_outcomes_in_jvm(
                 )
                 written += [("bad", name) for name in _parquet_names(attempts["bad"])]
         offsets = _offsets(attempts, written)
-        _check_counts(offsets, seen)
+        _check_counts(offsets, seen, dirs)
         written = [(kind, name) for kind, name in written if seen[kind]]  # not an empty file
         for kind, name in written:
             durable.sync_file(f"{attempts[kind]}/{name}")  # Spark's tasks do not sync
@@ -113,15 +122,18 @@ def write_outcomes_in_jvm(
 
 
 def _measures(partitions: Sequence[int]) -> list[Any]:
-    """The observation's aggregates: rows per output, value bytes, and per partition the
-    last message (key, value, timestamp) by offset."""
+    """The observation's aggregates: rows per output and the tasks that wrote them, value
+    bytes, and per partition the last message (key, value, timestamp) by offset."""
     from pyspark.sql import functions as F
 
     message = F.struct("offset", "key", "value", F.unix_micros("timestamp").alias("micros"))
     of = F.col("partition")
+    good = F.col("reason").isNull()
     return [
-        F.count_if(F.col("reason").isNull()).alias("good"),
-        F.count_if(F.col("reason").isNotNull()).alias("bad"),
+        F.count_if(good).alias("good"),
+        F.count_if(~good).alias("bad"),
+        F.collect_set(F.when(good, F.col(_TASK))).alias("good_tasks"),
+        F.collect_set(F.when(~good, F.col(_TASK))).alias("bad_tasks"),
         F.sum(F.coalesce(F.length("value"), F.lit(0))).alias("value_bytes"),
         *(
             F.max_by(message, F.when(of == p, F.col("offset"))).alias(f"last_{p}")
@@ -138,23 +150,45 @@ class _Offsets:
     partition: np.ndarray
     offset: np.ndarray
     rows: dict[str, int]
+    #: the files with rows each output has
+    files: dict[str, int] = field(default_factory=dict)
 
 
 def _offsets(attempts: dict[str, str], written: list[tuple[str, str]]) -> _Offsets:
     """:class:`_Offsets` of the files ``written`` (output, name under its attempts)."""
-    tables, rows = [], {"good": 0, "bad": 0}
+    tables, rows, files = [], {"good": 0, "bad": 0}, {"good": 0, "bad": 0}
     for kind, name in written:
         path = local_target(f"{attempts[kind]}/{name}")
         table = pq.read_table(path, columns=["partition", "offset"])
         tables.append(table)
         rows[kind] += table.num_rows
+        files[kind] += table.num_rows > 0
     if not tables:
-        return _Offsets(np.zeros(0, np.int64), np.zeros(0, np.int64), rows)
+        return _Offsets(np.zeros(0, np.int64), np.zeros(0, np.int64), rows, files)
     both = pa.concat_tables(tables)
-    return _Offsets(both["partition"].to_numpy(), both["offset"].to_numpy(), rows)
+    return _Offsets(both["partition"].to_numpy(), both["offset"].to_numpy(), rows, files)
 
 
-def _check_counts(offsets: _Offsets, seen: dict[str, Any]) -> None:
+def _check_counts(
+    offsets: _Offsets, seen: Mapping[str, Any], dirs: Mapping[str, str] | None = None
+) -> None:
+    """Fail the batch when the written files do not hold what the observation counted:
+    fewer files than tasks that wrote rows (the executors wrote where the driver cannot see),
+    else other row counts (rows read again from a topic that changed). ``dirs``: the
+    outputs' directories, for the message."""
+    for kind, label in (("good", "good"), ("bad", "quarantined")):
+        tasks = len(seen.get(f"{kind}_tasks") or ())
+        found = offsets.files.get(kind, 0)
+        if found < tasks:
+            where = (dirs or {}).get(kind, "the sink's directory")
+            raise RuntimeError(
+                f"Spark's executors wrote the batch's {label} rows in {tasks} task(s), each a "
+                f"file at least, and the driver finds {found} of those files under {where}: "
+                "the executors wrote where the driver cannot see (a path on each host's own "
+                "disk, on a cluster of several hosts). Give the sink a path every host shares "
+                "(one file system mounted at the same path on the driver and every executor) "
+                "or an object store (s3://...). Nothing was published or committed."
+            )
     for kind, label in (("good", "good"), ("bad", "quarantined")):
         if offsets.rows[kind] != seen[kind]:
             raise RuntimeError(

@@ -175,6 +175,7 @@ def _ingest(args: argparse.Namespace, source: str | dict[str, Any]) -> Any:
 
     spec = BatchSpec.from_json(_value(args.spec, "--spec"))
     limit = parse_limit(args.max_quarantined)
+    key_columns = _key_columns(args.key_columns)
     log = ProgressLog(_say, spec.batch_id)
     _say("starting Spark")
     try:
@@ -202,13 +203,23 @@ def _ingest(args: argparse.Namespace, source: str | dict[str, Any]) -> Any:
                 max_quarantined=limit,
                 partition_by=args.partition_by,
                 write_mode=args.write_mode,
-                key_columns=args.key_columns.split(",") if args.key_columns else None,
+                key_columns=key_columns,
                 on_truncate=args.on_truncate,
                 keep_message=keep_of_text(args.keep_message),
             )
     except KeyboardInterrupt:
         _say(log.state())
         raise SystemExit(130) from None
+
+
+def _key_columns(text: str | None) -> list[str] | None:
+    """``--key-columns``: absent is None (the message keys' fields); given, the columns it
+    names, by the rule of every surface (an empty one is a ConfigError, before Spark starts)."""
+    from sluice.spark.sinks.upsert import check_key_columns
+
+    columns = text.split(",") if text is not None else None
+    check_key_columns(columns)
+    return columns
 
 
 if __name__ == "__main__":

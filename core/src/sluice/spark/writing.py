@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -261,20 +262,71 @@ def arrow_settings(rows: int) -> dict[str, str]:
     return {_ARROW_ROWS: str(rows), _ARROW_BYTES: _NO_BYTE_LIMIT}
 
 
+@dataclass
+class _Hold:
+    """A setting that blocks of :func:`session_conf` hold in one session: its value, the
+    session's own value before the first of them (None: unset), and the threads inside."""
+
+    value: str
+    before: str | None
+    threads: list[int]
+
+
+#: The settings held, by (session, key); and the condition a block waits on for a setting
+#: another block holds with another value.
+_held: dict[tuple[int, str], _Hold] = {}
+_held_changed = threading.Condition()
+
+
 @contextlib.contextmanager
 def session_conf(spark: Any, settings: dict[str, str]) -> Iterator[None]:
-    """``settings`` in ``spark``'s runtime configuration while the block runs."""
-    before = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
+    """``settings`` in ``spark``'s runtime configuration while the block runs.
+
+    A session's configuration is shared: two ingests at once in one session (threads of one
+    driver: Dagster's in-process executor, a Spark Connect client) must not undo each
+    other's setting mid-write. So a setting is held by every block that asks for its value,
+    and the session's own value comes back when the last of them leaves; a block that asks
+    for another value of a setting held waits until it is free."""
+    session = id(spark)
+    keys = [(session, key) for key in settings]
+    me = threading.get_ident()
+
+    def free() -> bool:
+        for key in keys:
+            hold = _held.get(key)
+            if hold is not None and hold.value != settings[key[1]]:
+                if me in hold.threads:
+                    raise RuntimeError(
+                        f"session_conf: {key[1]} is held by this thread with "
+                        f"{hold.value!r}, and asked again with {settings[key[1]]!r}"
+                    )
+                return False
+        return True
+
+    with _held_changed:
+        _held_changed.wait_for(free)
+        for key in keys:
+            hold = _held.get(key)
+            if hold is None:
+                before = spark.conf.get(key[1], None)
+                spark.conf.set(key[1], settings[key[1]])
+                hold = _held[key] = _Hold(settings[key[1]], before, [])
+            hold.threads.append(me)
     try:
         yield
     finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+        with _held_changed:
+            for key in keys:
+                hold = _held[key]
+                hold.threads.remove(me)
+                if hold.threads:
+                    continue
+                del _held[key]
+                if hold.before is None:
+                    spark.conf.unset(key[1])
+                else:
+                    spark.conf.set(key[1], hold.before)
+            _held_changed.notify_all()
 
 
 def _task_writer(

@@ -2,7 +2,9 @@
 table simulated in memory (:class:`SourceTable`) whose inserts, updates and deletes come out
 as (key, value) pairs the way Debezium's PostgreSQL connector writes them with the JSON
 converter (``schemas.enable`` on: the ``schema``/``payload`` wrapper; off: the bare envelope),
-a tombstone after each delete, and the ``lsn`` growing with every change."""
+a tombstone after each delete, and the ``lsn`` growing with every change; truncates (key-less,
+as Debezium sends them), heartbeats, and stray messages shaped like the table's that change
+nothing (for the nemesis' changes a sink must refuse)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from typing import Any
 
 __all__ = ["Message", "SourceTable", "random_changes"]
 
-Message = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
+#: (key, value): a None value is a tombstone; a None key is a message without one (a truncate)
+Message = tuple[bytes | None, bytes | None]
 
 
 def _document(payload: Any, wrapped: bool) -> bytes:
@@ -66,6 +69,26 @@ class SourceTable:
         if self.tombstones:
             messages.append((self._key(key), None))
         return messages
+
+    def truncate(self) -> list[Message]:
+        """Truncate the table (op ``t``, without a key, as Debezium sends it)."""
+        self.rows.clear()
+        return [(None, _document(self._envelope("t", None, None), self.wrapped))]
+
+    def heartbeat(self) -> Message:
+        """A heartbeat (``heartbeat.interval.ms``): no change, keyed by the server's name."""
+        return (
+            _document({"serverName": "shop"}, self.wrapped),
+            _document({"ts_ms": 1_700_000_000_000 + self.lsn}, self.wrapped),
+        )
+
+    def stray(self, key: Any, op: str, after: Any, **fields: Any) -> Message:
+        """A message shaped like this table's changes (its next ``lsn``) that changes nothing
+        in :attr:`rows`: ``key`` is the key's document (None: no key), ``fields`` join the
+        envelope. For changes a sink must set aside."""
+        envelope = {**self._envelope(op, None, after), **fields}
+        encoded = None if key is None else _document(key, self.wrapped)
+        return encoded, _document(envelope, self.wrapped)
 
 
 def random_changes(

@@ -254,6 +254,13 @@ class Capture:
             self.worker.restart_connector(self.name)
             wait_until(self._not_failed, 30, 0.2, f"{self.name} to leave FAILED")
 
+    def _restart_if_failed(self) -> None:
+        """A task that lost PostgreSQL or its worker mid-way fails for good: restart it."""
+        if not self._not_failed():
+            # the worker may be busy or starting: asked again on the next poll
+            with contextlib.suppress(ConnectError):
+                self.worker.restart_connector(self.name)
+
     def _not_failed(self) -> bool:
         try:
             found = self.worker.status(self.name)
@@ -265,15 +272,24 @@ class Capture:
         """Write the fence row and wait until the connector has sent it and committed its
         offset (PostgreSQL's slot confirms its position): every change before it is in
         Kafka. Returns the fence's ``lsn``."""
+        self.recover(timeout)
         number = self.workload.fence(self.dsn)
-        seen = wait_until(lambda: self._fence_lsn(number), timeout, 0.5, f"fence {number} sent")
+
+        def sent() -> int | None:
+            self._restart_if_failed()
+            return self._fence_lsn(number)
+
+        seen = wait_until(sent, timeout, 0.5, f"fence {number} sent")
         assert seen is not None
         lsn = seen
         query = "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s"
 
         def confirmed() -> bool:
             rows = _query(self.dsn, query, (self.slot,))
-            return bool(rows) and rows[0][0] is not None and _lsn(rows[0][0]) >= lsn
+            if bool(rows) and rows[0][0] is not None and _lsn(rows[0][0]) >= lsn:
+                return True
+            self._restart_if_failed()
+            return False
 
         wait_until(confirmed, timeout, 0.5, f"the slot to confirm lsn {lsn}")
         return lsn

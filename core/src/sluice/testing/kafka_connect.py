@@ -260,6 +260,14 @@ class ConnectWorker:
         found: dict[str, Any] = self.request("GET", f"/connectors/{name}/status")
         return found
 
+    def pause(self, name: str) -> None:
+        """Pause the connector: its tasks keep their partitions and stop consuming."""
+        self.request("PUT", f"/connectors/{name}/pause")
+
+    def resume(self, name: str) -> None:
+        """Resume a paused connector: its tasks go on from where they stopped."""
+        self.request("PUT", f"/connectors/{name}/resume")
+
     def restart_connector(self, name: str, only_failed: bool = True) -> None:
         """Restart the connector and its (failed) tasks."""
         failed = "true" if only_failed else "false"
@@ -324,6 +332,7 @@ def start_connect(
     group: str | None = None,
     properties: Mapping[str, str] | None = None,
     version: str | None = None,
+    environment: Mapping[str, str] | None = None,
     timeout: float = 180.0,
 ) -> ConnectWorker:
     """A Kafka Connect worker in distributed mode on a free loopback port, its group
@@ -331,7 +340,9 @@ def start_connect(
     plugin path; returns once its REST API answers. ``properties``: worker settings that
     replace or add to the defaults (converters, timeouts). ``version``: the Apache Kafka
     release of the worker (default: the one the plugins need, else
-    :data:`sluice.brokers.KAFKA_VERSION`)."""
+    :data:`sluice.brokers.KAFKA_VERSION`). ``environment``: variables added to the worker's
+    environment (a plugin's secrets, e.g. ``AWS_*`` keys: never on its command line or in a
+    connector's configuration, which the REST API shows)."""
     try:
         java = jars.find_java()
     except jars.JarError as exc:
@@ -370,6 +381,7 @@ def start_connect(
         workdir=path,
         log_path=path / "connect.log",
         identity=str(config),
+        env={**os.environ, **environment} if environment else None,
     )
     worker = ConnectWorker(process, group, tuple(plugins), _owns_workdir=owns)
     try:

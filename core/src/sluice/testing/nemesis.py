@@ -29,6 +29,12 @@ The oracle, after the last round:
   message the broker itself lost when it restarted without persistence;
 - nothing waits: the group's lag is 0 (Kafka) or the session is empty (MQTT).
 
+A change data capture scenario (``Scenario(write_mode="upsert")``, Kafka into a current-state
+Iceberg or Delta table: :mod:`.nemesis_cdc`) publishes Debezium changes of a simulated source
+table instead, plays every fault above but those that delete messages on purpose (retention,
+segment-retention, recreate), and is judged by the table against the source table, the
+quarantine against the bad messages sent, ``sluice audit`` and the lag.
+
 Any failure names the seed, which replays the scenario. ``bench/nemesis.py --seeds N`` runs
 many; the test suite runs a fixed set that covers every fault on each transport and sink.
 """
@@ -72,6 +78,9 @@ SinkKind = Literal["parquet", "iceberg", "delta"]
 Store = Literal["local", "s3"]
 #: The Kafka world's broker: noida-db, one Apache Kafka node, or three Apache Kafka nodes.
 KafkaBroker = Literal["noida", "kafka", "cluster"]
+#: How the ingests write: appended messages, or Debezium changes applied to a current-state
+#: table (``write_mode="upsert"``, Kafka into Iceberg or Delta: :mod:`.nemesis_cdc`).
+WriteMode = Literal["append", "upsert"]
 
 SCHEMA = "id STRING, device STRING, temperature DOUBLE"
 #: Milliseconds a broker request may take in a scenario (a stalled read fails after this).
@@ -101,6 +110,9 @@ class Fault:
     description: str = ""
     stores: tuple[Store, ...] = ("local", "s3")
     brokers: tuple[KafkaBroker, ...] = ("noida", "kafka", "cluster")  # Kafka only
+    #: a fault that deletes messages on purpose is no fault of a current-state table's
+    #: scenario, whose oracle is "the table equals the source table"
+    write_modes: tuple[WriteMode, ...] = ("append", "upsert")
 
 
 _DRIVER_STEPS = (
@@ -136,6 +148,7 @@ FAULTS: dict[str, Fault] = {
             ("read.before", "read.after_first_chunk", "stage.after_write", "commit.before"),
             transports=("kafka",),
             description="retention deletes the start of a partition at a step",
+            write_modes=("append",),
         ),
         Fault(
             "segment-retention",
@@ -144,12 +157,14 @@ FAULTS: dict[str, Fault] = {
             brokers=("kafka", "cluster"),
             description="the broker's own retention deletes every segment of the topic "
             "(retention.ms 1 ms for a moment), not DeleteRecords",
+            write_modes=("append",),
         ),
         Fault(
             "recreate",
             ("read.before", "stage.after_write", "commit.after"),
             transports=("kafka",),
             description="the topic is deleted and created again, and new messages arrive",
+            write_modes=("append",),
         ),
         Fault(
             "partitions-added",
@@ -231,9 +246,14 @@ FAULTS: dict[str, Fault] = {
 
 
 def faults_for(
-    transport: Transport, sink: SinkKind, store: Store = "local", broker: KafkaBroker = "noida"
+    transport: Transport,
+    sink: SinkKind,
+    store: Store = "local",
+    broker: KafkaBroker = "noida",
+    write_mode: WriteMode = "append",
 ) -> list[Fault]:
-    """The faults that apply to a transport, a sink, a store and (Kafka) a broker."""
+    """The faults that apply to a transport, a sink, a store, (Kafka) a broker and a write
+    mode."""
     return [
         f
         for f in FAULTS.values()
@@ -241,6 +261,7 @@ def faults_for(
         and sink in f.sinks
         and store in f.stores
         and (transport != "kafka" or broker in f.brokers)
+        and write_mode in f.write_modes
     ]
 
 
@@ -258,6 +279,18 @@ class Scenario:
     #: Kafka: the range reader (``options.reader``): "auto", "kafka-python", "confluent", or
     #: "spark" (Spark's own Kafka source; the session needs it on its class path)
     reader: str = DEFAULT_READER
+    #: "upsert": Debezium changes of a simulated source table into a current-state table
+    #: (Kafka into Iceberg or Delta, JSON envelopes; :mod:`.nemesis_cdc`)
+    write_mode: WriteMode = "append"
+
+    def __post_init__(self) -> None:
+        if self.write_mode == "upsert" and (
+            self.transport != "kafka" or self.sink == "parquet" or self.value_format != "json"
+        ):
+            raise ValueError(
+                "The nemesis plays write_mode='upsert' (change data capture) on Kafka into an "
+                "Iceberg or Delta table, with JSON envelopes."
+            )
 
     @property
     def replay(self) -> str:
@@ -265,6 +298,8 @@ class Scenario:
         broker = f" --broker {self.broker}" if self.transport == "kafka" else ""
         if self.transport == "kafka" and self.reader != DEFAULT_READER:
             broker += f" --reader {self.reader}"
+        if self.write_mode != "append":
+            broker += f" --write-mode {self.write_mode}"
         only = f" --only {','.join(self.only)}" if self.only else ""
         return (
             f"bench/nemesis.py --transport {self.transport} --sink {self.sink} "
@@ -273,16 +308,46 @@ class Scenario:
 
     def __str__(self) -> str:
         fmt = "" if self.value_format == "json" else f" {self.value_format}"
+        fmt += "" if self.write_mode == "append" else f" {self.write_mode}"
         store = "" if self.store == "local" else f" on {self.store}"
         broker = f" ({self.broker})" if self.transport == "kafka" else ""
         if self.transport == "kafka" and self.reader != DEFAULT_READER:
             broker = f" ({self.broker}, reader {self.reader})"
         return f"{self.transport}{broker}/{self.sink}{fmt}{store} seed {self.seed}"
 
+    def faults(self) -> list[Fault]:
+        """The faults that apply to this scenario (before ``only``)."""
+        return faults_for(self.transport, self.sink, self.store, self.broker, self.write_mode)
+
+
+@dataclass
+class CdcFindings:
+    """What the oracle of a current-state table's scenario found besides the audit
+    (:mod:`.nemesis_cdc`): the table against the simulated source table."""
+
+    source_rows: int = 0  # rows of the source table at the end
+    rows: int = 0  # rows of the current-state table
+    differs: list[str] = field(default_factory=list)  # keys whose row is not the source's
+    changes: int = 0  # good changes published (inserts, updates, deletes, truncates)
+    bad: int = 0  # messages published that must be quarantined
+    kinds: Counter[str] = field(default_factory=Counter)  # of the bad ones, by what is wrong
+    quarantined: int = 0  # rows of the quarantine table
+    moved: int = 0  # keys whose changes went to more than one partition
+    #: changes committed in a later batch than a newer change of their key (after a key moved
+    #: partition): each must lose to the newer one
+    overtaken: int = 0
+    truncates: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.differs
+
 
 @dataclass
 class Outcome:
-    """What a scenario did and what the oracle found."""
+    """What a scenario did and what the oracle found. A current-state table's scenario
+    (``cdc`` set) counts its bad messages in ``doubled`` (quarantined twice), ``missing``
+    (not quarantined) and ``unknown`` (quarantined, not sent as bad)."""
 
     scenario: Scenario
     injected: list[str] = field(default_factory=list)  # "fault@step", in order
@@ -299,6 +364,7 @@ class Outcome:
     #: faults armed at a step that no ingest reached ("fault@step"), or in a round that
     #: emitted no batch: named, so a scenario that claims a fault can show it happened
     unfired: list[str] = field(default_factory=list)
+    cdc: CdcFindings | None = None  # write_mode "upsert"
 
     @property
     def ok(self) -> bool:
@@ -308,6 +374,7 @@ class Outcome:
             and not self.unknown
             and not self.missing
             and not self.waiting
+            and (self.cdc is None or self.cdc.ok)
         )
 
     def report(self) -> str:
@@ -315,14 +382,35 @@ class Outcome:
         lines = [
             f"{verdict}: {self.scenario} (replay: {self.scenario.replay})",
             f"  faults: {', '.join(self.injected)}",
-            f"  published {self.published}, in the sink {self.held}, lost to faults and "
-            f"recorded {self.accounted}, doubled {len(self.doubled)}, missing "
-            f"{len(self.missing)}, unknown {len(self.unknown)}, left waiting {self.waiting}",
         ]
+        cdc = self.cdc
+        if cdc is None:
+            lines.append(
+                f"  published {self.published}, in the sink {self.held}, lost to faults and "
+                f"recorded {self.accounted}, doubled {len(self.doubled)}, missing "
+                f"{len(self.missing)}, unknown {len(self.unknown)}, left waiting {self.waiting}"
+            )
+        else:
+            lines += [
+                f"  published {self.published} messages ({cdc.changes} changes, "
+                f"{cdc.truncates} of them truncates, {cdc.bad} bad); {cdc.moved} keys moved "
+                f"partition, {cdc.overtaken} changes read after a newer one of their key was "
+                "committed",
+                f"  the table: {cdc.rows} rows, the source table {cdc.source_rows}, rows that "
+                f"differ {len(cdc.differs)}; quarantined {cdc.quarantined} (bad ones twice "
+                f"{len(self.doubled)}, bad ones not quarantined {len(self.missing)}, good ones "
+                f"quarantined {len(self.unknown)}); left waiting {self.waiting}",
+                f"  bad messages: {', '.join(f'{k} {n}' for k, n in sorted(cdc.kinds.items()))}",
+            ]
         if self.unfired:
             lines.append(f"  not reached: {', '.join(self.unfired)}")
         if not self.ok:
             lines += [f"  doubled: {self.doubled[:10]}", f"  missing: {self.missing[:10]}"]
+            if self.unknown:
+                lines.append(f"  unknown: {self.unknown[:10]}")
+            if cdc is not None and cdc.differs:
+                lines += ["  the table against the source:"]
+                lines += [f"    {d}" for d in cdc.differs[:10]]
             lines += ["  audit:"] + [f"    {line}" for line in self.audit_lines]
             lines += ["  errors of the rounds:"] + [f"    {e}" for e in self.errors[-10:]]
         return "\n".join(lines)
@@ -332,15 +420,12 @@ def run_scenario(spark: Any, scenario: Scenario, workdir: Path) -> Outcome:
     """Play ``scenario`` on ``spark`` with brokers and a sink under ``workdir`` (see the
     module docstring); the brokers are stopped at the end."""
     workdir.mkdir(parents=True, exist_ok=True)
-    world: _World = (_KafkaWorld if scenario.transport == "kafka" else _MqttWorld)(
-        spark, scenario, workdir
-    )
+    world = _world(scenario)(spark, scenario, workdir)
     try:
         with world.store_environment(), world.catalog_environment():
             world.open()
             chooser = random.Random(scenario.seed)
-            plan = faults_for(scenario.transport, scenario.sink, scenario.store, scenario.broker)
-            plan = [f for f in plan if not scenario.only or f.name in scenario.only]
+            plan = [f for f in scenario.faults() if not scenario.only or f.name in scenario.only]
             chooser.shuffle(plan)
             plan += [chooser.choice(plan) for _ in range(scenario.extra)]
             for fault in plan:
@@ -350,6 +435,14 @@ def run_scenario(spark: Any, scenario: Scenario, workdir: Path) -> Outcome:
             return world.judge()
     finally:
         world.close()
+
+
+def _world(scenario: Scenario) -> type[_World]:
+    if scenario.write_mode == "upsert":
+        from .nemesis_cdc import CdcWorld
+
+        return CdcWorld
+    return _KafkaWorld if scenario.transport == "kafka" else _MqttWorld
 
 
 def _steps(fault: Fault, scenario: Scenario) -> tuple[str, ...]:
@@ -388,7 +481,7 @@ class _AvroPayloads:
 
     def __init__(self, topic: str) -> None:
         from ..formats.encode import Encoder
-        from .schema_registry import start_schema_registry
+        from ..registry_server import start_schema_registry
 
         self.registry = start_schema_registry()
         self.encoder = Encoder("avro", topic, json.dumps(AVRO_SCHEMA), self.registry.url)
@@ -568,8 +661,8 @@ class _World:
                 spec,
                 self.sink,
                 source=self.source(),
-                schema=SCHEMA,
                 mode=mode,  # type: ignore[arg-type]
+                **self._write_options(),
                 **self._operator_choices(),
                 **self.formats(),
             )
@@ -583,6 +676,10 @@ class _World:
             if type(exc).__name__ == "QuarantineLimitError":
                 self.quarantine_limit = False
 
+    def _write_options(self) -> dict[str, Any]:
+        """How the ingests write: messages appended as :data:`SCHEMA`'s columns."""
+        return {"schema": SCHEMA}
+
     def _operator_choices(self) -> dict[str, Any]:
         """The ingest options an operator changes after an error (see :meth:`_ingest`)."""
         lifted = {} if self.quarantine_limit else {"max_quarantined": None}
@@ -595,8 +692,8 @@ class _World:
             "spec": spec.to_dict(),
             "sink": self.sink,
             "source": self.source(),
-            "schema": SCHEMA,
             "mode": mode,
+            **self._write_options(),
             **self._operator_choices(),
             **self.formats(),
         }
@@ -910,22 +1007,21 @@ class _KafkaWorld(_World):
             message_id = self._new_id()
             partition = chooser.randrange(self.partitions)
             payload = self.payload(message_id, chooser)
-            sent.append((message_id, self._send(payload, message_id, partition)))
+            sent.append((message_id, self._send(payload, message_id.encode(), partition)))
         self.producer.flush(30)
         for message_id, future in sent:
             metadata = future.get(30)
             self.where[message_id] = (self.generation, metadata.partition, metadata.offset)
             self.published.append(message_id)
 
-    def _send(self, payload: bytes, message_id: str, partition: int) -> Any:
-        """Send one message; a producer whose metadata lost sight of a partition (the broker
-        reported fewer for a moment: soak seeds 1137 and 1200) is replaced and the send tried
-        again."""
+    def _send(self, payload: bytes | None, key: bytes | None, partition: int | None) -> Any:
+        """Send one message (``partition`` None: the one the producer's partitioner picks for
+        ``key``, Kafka's default: the key's murmur2 hash); a producer whose metadata lost sight
+        of a partition (the broker reported fewer for a moment: soak seeds 1137 and 1200) is
+        replaced and the send tried again."""
         for attempt in range(3):
             try:
-                return self.producer.send(
-                    self.topic, payload, key=message_id.encode(), partition=partition
-                )
+                return self.producer.send(self.topic, payload, key=key, partition=partition)
             except ValueError as exc:
                 if "Unrecognized partition" not in str(exc) or attempt == 2:
                     raise
@@ -1453,10 +1549,9 @@ def sink_ids(sink: str) -> Counter[str]:
     quarantined ones by the id inside their value."""
     from ..spark.sinks import is_delta, is_iceberg
 
-    if is_delta(sink):
-        good, bad = _delta_rows(sink)
-    elif is_iceberg(sink):
-        good, bad = _iceberg_rows(sink)
+    if is_delta(sink) or is_iceberg(sink):
+        good = table_columns(sink, False, ("id",)).column("id").to_pylist()
+        bad = table_columns(sink, True, ("value",)).column("value").to_pylist()
     elif sink.startswith("s3://"):
         good, bad = _committed_rows(sink)
     else:
@@ -1495,33 +1590,28 @@ def _committed_rows(sink: str) -> tuple[list[str | None], list[bytes | None]]:
     return column(False, "id"), column(True, "value")
 
 
-def _iceberg_rows(sink: str) -> tuple[list[str | None], list[bytes | None]]:
+def table_columns(sink: str, quarantine: bool, columns: tuple[str, ...]) -> Any:
+    """``columns`` of every row of an Iceberg or a Delta sink's table, or of its quarantine
+    table (a pyarrow table; no rows while there is no table)."""
+    import pyarrow as pa
+
+    from ..spark.sinks import is_delta
+
+    empty = pa.table({c: pa.array([], pa.null()) for c in columns})
+    if is_delta(sink):
+        from deltalake import DeltaTable
+
+        from ..spark.sinks.delta import parse_delta_uri
+
+        target = parse_delta_uri(sink)
+        path = target.quarantine if quarantine else target.table
+        if not (Path(path) / "_delta_log").is_dir():  # the nemesis's Delta tables are local
+            return empty
+        return DeltaTable(target.uri(path)).to_pyarrow_table(columns=list(columns))
     from ..spark.sinks.iceberg import IcebergSink
 
     opened = IcebergSink(sink)
-    good: list[str | None] = []
-    bad: list[bytes | None] = []
-    for identifier, column, into in (
-        (opened.target.table, "id", good),
-        (opened.target.quarantine, "value", bad),
-    ):
-        table = opened._load(identifier)
-        if table is not None and table.current_snapshot() is not None:
-            into += table.scan(selected_fields=(column,)).to_arrow().column(column).to_pylist()
-    return good, bad
-
-
-def _delta_rows(sink: str) -> tuple[list[str | None], list[bytes | None]]:
-    from deltalake import DeltaTable
-
-    from ..spark.sinks.delta import parse_delta_uri
-
-    target = parse_delta_uri(sink)
-    good: list[str | None] = []
-    bad: list[bytes | None] = []
-    for path, column, into in ((target.table, "id", good), (target.quarantine, "value", bad)):
-        if (Path(path) / "_delta_log").is_dir():
-            into += (
-                DeltaTable(str(path)).to_pyarrow_table(columns=[column]).column(column).to_pylist()
-            )
-    return good, bad
+    table = opened._load(opened.target.quarantine if quarantine else opened.target.table)
+    if table is None or table.current_snapshot() is None:
+        return empty
+    return table.scan(selected_fields=columns).to_arrow().select(list(columns))

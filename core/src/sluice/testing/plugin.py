@@ -29,7 +29,7 @@ adds no fixtures to other projects.
   (:mod:`.rest_catalog`), one per test session, its warehouse in a bucket of ``s3_server``.
 - ``unique_name``: a fresh topic / group / client id for one test.
 - ``schema_registry``: a stand-in Schema Registry on a free port for one test
-  (:mod:`sluice.testing.schema_registry`).
+  (:mod:`sluice.registry_server`).
 - ``spark``: one local SparkSession for the whole test session (it takes ~6 s to start).
 
 Every broker is stopped by its pid when its scope ends.
@@ -358,7 +358,7 @@ def rest_catalog(s3_server: S3Server) -> Iterator[RestCatalogServer]:
 @pytest.fixture
 def schema_registry() -> Iterator[Any]:
     """A stand-in Schema Registry of the test's own (HTTP on 127.0.0.1), stopped after it."""
-    from .schema_registry import start_schema_registry
+    from ..registry_server import start_schema_registry
 
     server = start_schema_registry()
     yield server

@@ -22,16 +22,21 @@ applies to the next requests matching a method and a key pattern:
 :attr:`S3Proxy.unconditional` strips ``If-None-Match`` and ``If-Match`` from every ``PUT``: in
 front of a server that does not check signatures (moto's), it stands for an S3 server that
 ignores conditional writes.
+
+:meth:`S3Proxy.on` runs a function of the test's just before such a request goes on to the
+server (e.g. pausing the server with SIGSTOP: the request then waits in its socket).
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import select
 import socket
 import socketserver
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -46,7 +51,7 @@ _ERRORS = {"500": ("Internal Server Error", "InternalError"), "503": ("Slow Down
 
 @dataclass
 class _Fault:
-    kind: FaultKind
+    kind: FaultKind | Callable[[], None]  # or a function to run before forwarding
     method: str  # PUT, GET, ... or * for any
     key: re.Pattern[str]
     times: int
@@ -113,6 +118,12 @@ class S3Proxy:
         with self._lock:
             self._faults.append(_Fault(kind, method.upper(), re.compile(key), times))
 
+    def on(self, method: str, key: str, action: Callable[[], None], times: int = 1) -> None:
+        """Run ``action`` before each of the next ``times`` requests of ``method`` whose key
+        matches ``key`` goes on to the server (which then answers it as usual)."""
+        with self._lock:
+            self._faults.append(_Fault(action, method.upper(), re.compile(key), times))
+
     def clear(self) -> None:
         """Forget the planned faults and the record of those injected."""
         with self._lock:
@@ -126,7 +137,7 @@ class S3Proxy:
             counts, self.counts = self.counts, Counter()
         return counts
 
-    def _fault_for(self, operation: str, key: str) -> FaultKind | None:
+    def _fault_for(self, operation: str, key: str) -> FaultKind | Callable[[], None] | None:
         with self._lock:
             self.counts[operation] += 1
             for fault in self._faults:
@@ -134,7 +145,8 @@ class S3Proxy:
                     fault.times -= 1
                     if fault.times <= 0:
                         self._faults.remove(fault)
-                    self.injected.append(f"{fault.kind} {operation} {key}")
+                    kind = fault.kind if isinstance(fault.kind, str) else "on"
+                    self.injected.append(f"{kind} {operation} {key}")
                     return fault.kind
         return None
 
@@ -159,9 +171,14 @@ class S3Proxy:
                         h for h in head if h.partition(b":")[0].strip().lower() not in conditions
                     ]
                 fault = self._fault_for(operation, key)
-                if fault in ("500", "503"):
+                if callable(fault):
+                    fault()
+                elif fault in ("500", "503"):
                     client.sendall(_error(fault))
                     continue
+                if upstream is not None and _closed(upstream):
+                    upstream.close()  # the server closed it while idle (Jetty: after 30 s)
+                    upstream = None
                 if upstream is None:
                     upstream = socket.create_connection(self.upstream, timeout=60)
                     upstream_reader = upstream.makefile("rb")
@@ -183,6 +200,19 @@ class S3Proxy:
             if upstream is not None:
                 with contextlib.suppress(OSError):
                     upstream.close()
+
+
+def _closed(connection: socket.socket) -> bool:
+    """Whether the server closed ``connection`` (an idle kept-alive one): it is readable
+    with nothing to read. A request sent on it would get no answer, and the client would see
+    its connection dropped by the proxy."""
+    readable, _, _ = select.select([connection], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 def _read_head(reader: BinaryIO) -> list[bytes] | None:

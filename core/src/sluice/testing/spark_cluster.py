@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -123,6 +124,20 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _on_a_disk_of_its_own(command: list[str], directories: Sequence[str | Path]) -> list[str]:
+    """``command`` run in a mount namespace of its own with an empty tmpfs over each of
+    ``directories`` (``unshare``, which needs root); it still replaces the process (exec),
+    so its pid is the command's."""
+    unshare = shutil.which("unshare")
+    if unshare is None or os.geteuid() != 0:
+        raise BrokerError("a worker with a disk of its own needs root and util-linux's unshare")
+    mounts = " && ".join(
+        f"mount -t tmpfs sluice-own-disk {shlex.quote(str(d))}" for d in directories
+    )
+    script = f'{mounts} && exec "$@"'
+    return [unshare, "--mount", "--propagation", "private", "sh", "-c", script, "sh", *command]
+
+
 def _launch(
     name: str, command: list[str], log: Path, env: dict[str, str]
 ) -> subprocess.Popen[bytes]:
@@ -160,8 +175,17 @@ class StandaloneCluster:
             return set()
         return {int(w["port"]) for w in workers if w["state"] == "ALIVE"}
 
-    def add_worker(self, cores: int = 1, memory: str = "1g", timeout: float = 60.0) -> SparkProcess:
-        """Start one more worker and wait until the master has registered it."""
+    def add_worker(
+        self,
+        cores: int = 1,
+        memory: str = "1g",
+        timeout: float = 60.0,
+        own_disk: Sequence[str | Path] = (),
+    ) -> SparkProcess:
+        """Start one more worker and wait until the master has registered it. ``own_disk``:
+        directories the worker and its executors see as a disk of their own, as a worker on
+        another host sees its local paths (an empty file system mounted over each, in a mount
+        namespace of the worker's; root only): what they write there the driver never sees."""
         number = len(self.workers) + 1
         port, webui = free_port(), free_port()
         workdir = self.workdir / f"worker-{number}"
@@ -173,6 +197,8 @@ class StandaloneCluster:
             *("--cores", str(cores), "--memory", memory, "--work-dir", str(workdir)),
             self.url,
         ]
+        if own_disk:
+            command = _on_a_disk_of_its_own(command, own_disk)
         log = self.workdir / f"worker-{number}.log"
         env = _environment(SPARK_WORKER_OPTS=f"-Dspark.worker.timeout={WORKER_TIMEOUT_S}")
         worker = SparkProcess(

@@ -36,7 +36,7 @@ def open_sink(
     URI) a Parquet dataset; ``delta://PATH``, or a directory holding a ``_delta_log``, a Delta
     Lake table (:mod:`.delta`, needs ``sluice-core[delta]``). ``partition_by``: a partition spec
     (:mod:`..partitioning`, e.g. ``"day(timestamp),bucket(16,device)"``) for an Iceberg table (or
-    its URI's ``?partition_by=``) or a local Parquet dataset (hive-style directories in each
+    its URI's ``?partition_by=``) or a Parquet dataset (hive-style directories in each
     batch)."""
     if is_delta(location):
         if partition_by:
@@ -57,12 +57,6 @@ def open_sink(
         assert isinstance(location, (str, os.PathLike))
         return DeltaSink(location)
     if isinstance(location, str) and location.lower().startswith(("s3://", "s3a://")):
-        if partition_by:
-            raise ConfigError(
-                f"The sink {location} is a Parquet dataset on S3, which Sluice does not "
-                "partition yet: partition an Iceberg table on S3 (iceberg://...?partition_by="
-                "...), or a local dataset, or leave partition_by out."
-            )
         try:
             import botocore  # noqa: F401
 
@@ -72,7 +66,7 @@ def open_sink(
                 f"The sink {location} is a Parquet dataset on S3, which needs botocore "
                 f"({exc}): pip install 'sluice-core[s3]'."
             ) from None
-        return S3ParquetSink(location)
+        return S3ParquetSink(location, partition_by)
     if isinstance(location, str) and is_iceberg(location):
         try:
             import pyiceberg  # noqa: F401

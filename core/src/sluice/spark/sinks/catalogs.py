@@ -11,14 +11,24 @@ kafka-python and pyiceberg: properties whose names say so (``password``, ``token
 :data:`SECRET_PROPERTIES` (``credential``, ``adls.account-key`` ...) and the password inside
 a URI (``postgresql+psycopg2://user:PASSWORD@host/db``). A catalog's error becomes a
 :class:`ConfigError` with its text redacted (:func:`catalog_error`).
+
+A REST catalog's every request waits at most ``connection.timeout`` seconds (the catalog
+property :data:`REST_TIMEOUT_PROPERTY`, pyiceberg's own spelling for it; default
+:data:`DEFAULT_REST_TIMEOUT_S`): pyiceberg's REST client sets no timeout, so a catalog that
+stopped answering held an ingest (and its Airflow task) until something outside killed it. A
+request that times out raises :class:`CatalogTimeoutError`; a commit that times out raises
+pyiceberg's ``CommitStateUnknownException``: the catalog may have committed it, so the sink
+treats it as it treats a lost answer (it deletes nothing; the next run reads the catalog).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from ...queues.config import ConfigError
 from ...secrets import install_log_filter, redact_text, remember_config
@@ -27,12 +37,40 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
 __all__ = [
+    "CATALOG_PROPERTIES",
+    "DEFAULT_REST_TIMEOUT_S",
+    "REST_TIMEOUT_PROPERTY",
     "SECRET_PROPERTIES",
+    "CatalogTimeoutError",
     "catalog_error",
     "load_iceberg_catalog",
     "remember_catalog",
+    "rest_timeout",
     "with_s3_defaults",
 ]
+
+#: The catalog property that bounds each request of a REST catalog, in seconds.
+REST_TIMEOUT_PROPERTY = "connection.timeout"
+DEFAULT_REST_TIMEOUT_S = 60.0
+
+#: The catalog properties Sluice itself reads (beside pyiceberg's), for the configuration
+#: reference: (property, type, default, meaning).
+CATALOG_PROPERTIES: tuple[tuple[str, type, Any, str], ...] = (
+    (
+        REST_TIMEOUT_PROPERTY,
+        float,
+        DEFAULT_REST_TIMEOUT_S,
+        "REST catalogs: seconds each request may wait for the catalog's answer "
+        "(PYICEBERG_CATALOG__<NAME>__CONNECTION__TIMEOUT; in .pyiceberg.yaml "
+        "connection.timeout or connection: {timeout: ...}). A commit that times out is one of "
+        "unknown outcome: its files are kept and the next run reads the catalog.",
+    ),
+)
+
+
+class CatalogTimeoutError(TimeoutError):
+    """A REST catalog did not answer a request within its ``connection.timeout``."""
+
 
 #: pyiceberg catalog properties that hold a secret although their names contain none of the
 #: words :func:`sluice.secrets.is_secret_key` looks for (password, secret, token...).
@@ -87,7 +125,12 @@ def load_iceberg_catalog(name: str) -> Catalog:
     with _catalogs_lock:
         if key not in _catalogs:
             try:
-                _catalogs[key] = load_catalog(name, **properties)  # type: ignore[arg-type]
+                if _is_rest(name, properties):
+                    _catalogs[key] = _timed_rest_catalog()(name, **properties)
+                else:
+                    _catalogs[key] = load_catalog(name, **properties)  # type: ignore[arg-type]
+            except (CatalogTimeoutError, ConfigError):
+                raise
             except Exception as exc:
                 raise catalog_error(
                     name,
@@ -98,6 +141,90 @@ def load_iceberg_catalog(name: str) -> Catalog:
             finally:
                 install_log_filter("pyiceberg")  # the loggers of the modules it imported
         return _catalogs[key]
+
+
+def rest_timeout(name: str, properties: Mapping[str, Any]) -> float:
+    """The REST catalog ``name``'s request timeout in seconds: its ``connection.timeout``
+    property (flat, as environment variables give it, or nested, as YAML may), else
+    :data:`DEFAULT_REST_TIMEOUT_S`."""
+    given = properties.get(REST_TIMEOUT_PROPERTY)
+    nested = properties.get("connection")
+    if given is None and isinstance(nested, Mapping):
+        given = nested.get("timeout")
+    if given is None:
+        return DEFAULT_REST_TIMEOUT_S
+    try:
+        seconds = float(given)
+    except (TypeError, ValueError):
+        seconds = 0.0
+    if not seconds > 0:
+        raise ConfigError(
+            f"The Iceberg catalog '{name}': property {REST_TIMEOUT_PROPERTY} must be a number "
+            f"of seconds above 0, not {given!r}."
+        )
+    return seconds
+
+
+def _is_rest(name: str, properties: Mapping[str, Any]) -> bool:
+    """Whether pyiceberg would open ``properties`` as a REST catalog (and not a class of the
+    user's, ``py-catalog-impl``)."""
+    from pyiceberg.catalog import TYPE, CatalogType, infer_catalog_type
+
+    if properties.get("py-catalog-impl"):
+        return False
+    kind = properties.get(TYPE)
+    if kind is not None:
+        return str(kind).lower() == CatalogType.REST.value
+    try:
+        return infer_catalog_type(name, dict(properties)) == CatalogType.REST
+    except ValueError:
+        return False
+
+
+@functools.cache
+def _timed_rest_catalog() -> Callable[..., Catalog]:
+    """pyiceberg's ``RestCatalog`` whose every request waits at most its timeout (module
+    docstring), built once, when a REST catalog is first opened."""
+    import requests
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.exceptions import CommitStateUnknownException
+
+    class TimedRestCatalog(RestCatalog):
+        def __init__(self, name: str, **properties: str) -> None:
+            self._sluice_timeout_s = rest_timeout(name, properties)
+            super().__init__(name, **properties)
+
+        def _create_session(self) -> requests.Session:
+            session = super()._create_session()
+            send = session.request
+            timeout, catalog = self._sluice_timeout_s, self.name
+
+            def timed(method: str, url: str, *args: Any, **kwargs: Any) -> requests.Response:
+                kwargs.setdefault("timeout", timeout)
+                try:
+                    return send(method, url, *args, **kwargs)
+                except requests.Timeout:
+                    raise CatalogTimeoutError(
+                        f"The Iceberg REST catalog '{catalog}' did not answer {method} "
+                        f"{redact_text(urlsplit(str(url)).path)} within {timeout:g} s (catalog "
+                        f"property {REST_TIMEOUT_PROPERTY}). Check that it runs and answers; "
+                        "raise the property for a slow one."
+                    ) from None
+
+            session.request = timed  # type: ignore[method-assign,assignment]
+            return session
+
+        def commit_table(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().commit_table(*args, **kwargs)
+            except CatalogTimeoutError as exc:
+                raise CommitStateUnknownException(
+                    f"{exc} The commit's outcome is unknown: the catalog may have committed it. "
+                    "Nothing was deleted; the next run reads the catalog and finishes the batch "
+                    "if it is there, or writes it again."
+                ) from None
+
+    return TimedRestCatalog
 
 
 def with_s3_defaults(name: str, properties: dict[str, Any]) -> dict[str, Any]:

@@ -1150,7 +1150,10 @@ class DeltaSink(UpsertMode):
         )
         if applying is not None and applying.changes_anything:
             _merge(table, applying, properties)
-            return
+            if table.transaction_version(app_id(stream)) == version:
+                return
+            # delta-rs commits nothing for a merge that changes no file (a delete of a key
+            # without a row, a truncate older than every row): the batch commits on its own
         table.create_write_transaction(
             [self._add(self.root, f) for f in files],
             "append",

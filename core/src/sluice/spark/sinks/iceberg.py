@@ -36,13 +36,16 @@ Commit protocol (docs/architecture.md, "The Iceberg sink"):
    A state over :data:`INLINE_LIMIT` characters (MQTT's recent ids, a Kafka stream's last
    1,000 batch ids) is written to an immutable file beside the table and the property holds
    its path (``sluice.stream-file.<stream>``).
-3. Then the quarantined rows' files are committed to the quarantine table, in a snapshot
-   naming the batch, and the batch's record is written beside the table (``batches/``, for the
-   audit once snapshots are expired). A crash before they are done is finished by the next
-   run's :meth:`IcebergSink.recover`, which completes every ``sluice.pending`` batch: the
-   quarantine is never committed for a batch that is not published, and never twice. Iceberg
-   has no commit over two tables (the SQL catalog has none), so the quarantine rows of a
-   published batch may be missing for the moment between the two commits; nothing is ever
+3. The quarantined rows' files go to the quarantine table, in a snapshot naming the batch.
+   Where the catalog commits several tables at once (a REST catalog whose server offers the
+   specification's multi-table commit, :mod:`.multi_table`), that snapshot is in the commit of
+   step 2, sent first: both tables show the batch from one moment. Elsewhere (the SQL catalog
+   commits one table at a time) its commit is prepared before step 2's and sent right after
+   it, so the quarantine rows of a published batch are missing for that moment. Then the
+   batch's record is written beside the table (``batches/``, for the audit once snapshots are
+   expired). A crash before they are done is finished by the next run's
+   :meth:`IcebergSink.recover`, which completes every ``sluice.pending`` batch: the quarantine
+   is never committed for a batch that is not published, and never twice; nothing is ever
    doubled or lost.
 4. On a commit conflict (another writer committed first): reload, check again that no other
    run published the batch's offsets or ids meanwhile (else :class:`ConcurrentIngestError`),
@@ -53,7 +56,9 @@ Commit protocol (docs/architecture.md, "The Iceberg sink"):
    commit known not to have happened (refused by the catalog, or never sent) gives up its
    files (invariant I8). The next run reads the catalog: a batch found there is finished, one
    that is not is written again, and the files of the unknown attempt are orphans for
-   Iceberg's orphan-file removal.
+   Iceberg's orphan-file removal. A refused multi-table commit is checked against the catalog
+   at once: a server that commits the tables one by one may have committed the table before
+   it refused.
 
 Reading: ``state()`` reads the table's properties (and at most one state file: invariant I5);
 ``find()`` walks the main branch's snapshots in the table metadata the catalog already loaded,
@@ -108,13 +113,14 @@ from .base import (
     rows_by_batch,
 )
 from .catalogs import catalog_error, load_iceberg_catalog
+from .multi_table import can_commit_together, commit_together, discard, discard_unlanded
 from .s3 import is_s3
 from .upsert import CDC_PROPERTY, UpsertMode, apply_iceberg, plan_iceberg
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.expressions import BooleanExpression
-    from pyiceberg.table import Table
+    from pyiceberg.table import Table, Transaction
     from pyiceberg.table.snapshots import Snapshot
 
     from .s3 import S3Settings
@@ -279,6 +285,15 @@ def _lineage(table: Table) -> Iterator[Snapshot]:
     current = table.current_snapshot()
     if current is not None:
         yield from ancestors_of(current, table.metadata)
+
+
+def _holds_rows(table: Table) -> bool:
+    """Whether the table's current snapshot holds rows (one that does not say: assumed)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return False
+    total = snapshot.summary["total-records"] if snapshot.summary is not None else None
+    return total is None or int(total) > 0
 
 
 def _sluice_snapshots(table: Table) -> Iterator[tuple[Snapshot, dict[str, str]]]:
@@ -449,7 +464,10 @@ class IcebergSink(UpsertMode):
         key columns stay the ones it was made with."""
         stored = table.properties.get(CDC_PROPERTY)
         name = self._name(self.target.table)
-        if stored is None and self.upserting and table.current_snapshot() is not None:
+        # (another writer's empty snapshot on a new table is no appended message: the
+        # catalog conflict of its first batch's commit, nemesis CDC seed 113)
+        appended = stored is None and (bool(self._streams(table)) or _holds_rows(table))
+        if appended and self.upserting:
             raise ConfigError(
                 f"The Iceberg table {name} holds appended messages; write_mode='upsert' keeps "
                 "a current-state table of its own: ingest the change stream into a new table."
@@ -866,7 +884,6 @@ class IcebergSink(UpsertMode):
             with contextlib.suppress(OSError):  # in no snapshot: orphans if left
                 filesystem, path = resolve(run.data, found)
                 filesystem.delete_dir(path)
-        failpoint("publish.after_rename")
         self._finish(table, record.batch_id, bad)
         self._finished.add(record.batch_id)
         failpoint("publish.after_state")
@@ -874,18 +891,86 @@ class IcebergSink(UpsertMode):
     def _commit_quarantine(self, batch_id: str, files: list[str]) -> None:
         """Add a published batch's quarantine files, unless a snapshot already did (a conflict
         with a concurrent finisher reloads and finds it)."""
+        transaction = self._quarantine_transaction(batch_id, files)
+        if transaction is not None:
+            _sync_snapshot(transaction.commit_transaction())
+
+    def _quarantine_transaction(self, batch_id: str, files: list[str]) -> Transaction | None:
+        """A transaction adding the batch's quarantine ``files`` (not committed); None if
+        there are none or a snapshot of the quarantine table already names the batch."""
         if not files:
-            return
+            return None
         table = self._load(self.target.quarantine)
         if table is None:
             table = self._ensure(self.target.quarantine, _BASE_SCHEMA)
         if any(s[f"{PREFIX}batch-id"] == batch_id for _, s in _sluice_snapshots(table)):
+            return None
+        transaction = table.transaction()
+        transaction.add_files(files, {f"{PREFIX}batch-id": batch_id}, check_duplicate_files=False)
+        return transaction
+
+    @contextlib.contextmanager
+    def _batch_transaction(
+        self, table: Table, batch_id: str, quarantine: list[str]
+    ) -> Iterator[Transaction]:
+        """The batch's transaction on ``table``, committed when the block ends with the
+        batch's ``quarantine`` files: in one commit where the catalog can (a REST catalog's
+        multi-table commit); elsewhere the quarantine's commit is prepared (its manifests
+        written) before the batch's and sent right after it, so that a reader sees the
+        batch without its quarantine rows only while that commit is made (after a crash
+        between the two, until :meth:`_finish` makes it)."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        transaction = table.transaction()
+        yield transaction
+        prepared = self._quarantine_transaction(batch_id, quarantine)
+        if prepared is not None and can_commit_together(self.catalog):
+            self._commit_together(batch_id, transaction, prepared)
+            failpoint("publish.after_rename")
             return
-        with table.transaction() as transaction:
-            transaction.add_files(
-                files, {f"{PREFIX}batch-id": batch_id}, check_duplicate_files=False
+        try:
+            _sync_snapshot(transaction.commit_transaction())
+        except CommitFailedException:
+            if prepared is not None:
+                discard([prepared])
+            raise
+        failpoint("publish.after_rename")  # (between the two commits)
+        if prepared is not None:
+            try:
+                _sync_snapshot(prepared.commit_transaction())
+            except Exception as exc:  # the batch is published: _finish tries again
+                log.warning("Batch %s's quarantine commit failed (%s); retrying.", batch_id, exc)
+
+    def _commit_together(self, batch_id: str, batch: Transaction, quarantine: Transaction) -> None:
+        """The batch's commit and its quarantine's as one (:mod:`.multi_table`), the batch's
+        first; the batch's table object is refreshed. A refusal (409) is checked against the
+        catalog: a server that commits the tables one by one may have committed the table
+        before it refused (then the batch is published, and :meth:`_finish` commits the
+        quarantine)."""
+        from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+        try:
+            commit_together(self.catalog, [batch, quarantine])
+        except CommitFailedException:
+            published, quarantined = discard_unlanded([batch, quarantine])
+            if published is None or (quarantined and not published):
+                raise CommitStateUnknownException(
+                    f"The Iceberg catalog '{self.target.catalog}' refused the commit of batch "
+                    f"{batch_id}, and what it committed of it is unknown (its multi-table "
+                    "commit is not atomic). The batch's files are kept; run the batch again."
+                ) from None
+            if not published:
+                raise
+            log.warning(
+                "The Iceberg catalog '%s' refused the one commit of batch %s and its "
+                "quarantine, yet committed the batch (its multi-table commit is not atomic): "
+                "the quarantine follows in a commit of its own.",
+                self.target.catalog,
+                batch_id,
             )
-        _sync_snapshot(table)
+        else:
+            _sync_snapshot(self.catalog.load_table(self.target.quarantine))
+        batch._table.refresh()
 
     def _evolve_for(self, changes: Reduced) -> None:
         """Add the new columns of the changes' rows to the table (the rules of :meth:`_ensure`;
@@ -952,7 +1037,7 @@ class IcebergSink(UpsertMode):
                 removed.append(inline)
         summary = self._batch_summary(record)
         try:
-            with table.transaction() as transaction:
+            with self._batch_transaction(table, record.batch_id, quarantine) as transaction:
                 transaction.set_properties(properties)
                 if removed:
                     transaction.remove_properties(*removed)

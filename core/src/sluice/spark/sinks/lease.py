@@ -34,7 +34,7 @@ from typing import Any
 from .base import ConcurrentIngestError, StreamKey
 from .objects import Objects, PreconditionFailed
 
-__all__ = ["TTL", "Lease", "hold"]
+__all__ = ["TTL", "Lease", "hold", "live"]
 
 log = logging.getLogger(__name__)
 
@@ -202,3 +202,14 @@ def hold(objects: Objects, key: str, stream: StreamKey) -> Iterator[Lease]:
     finally:
         with _ACTIVE_LOCK:
             _ACTIVE.discard(lease.run)
+
+
+def live(held: dict[str, Any]) -> bool:
+    """Whether the lease ``held`` (as read from the store) may belong to a run still running:
+    not released, not expired, and not of a process of this machine that has ended."""
+    return not (
+        held.get("released")
+        or float(held.get("expires", 0)) < time.time()
+        or _dead_here(held)
+        or _ended_here(held)
+    )

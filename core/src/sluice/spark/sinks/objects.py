@@ -205,3 +205,87 @@ class Objects:
                 self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk})
             except Exception as exc:
                 raise self._fail(exc, "DELETE", prefix) from None
+
+    # ---- multipart uploads: objects that appear at once --------------------------------------
+    # An upload's object is invisible (to GET, HEAD and LIST) until CompleteMultipartUpload
+    # succeeds, and then appears whole (:mod:`.uploads`).
+
+    def create_upload(self, key: str) -> str:
+        """A new multipart upload of ``key``; its upload id."""
+        try:
+            return str(self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"])
+        except Exception as exc:
+            raise self._fail(exc, "CreateMultipartUpload", key) from None
+
+    def upload_part(self, key: str, upload: str, number: int, body: bytes) -> str:
+        """Part ``number`` of ``upload`` from ``body``; its ETag."""
+        try:
+            answer = self.client.upload_part(
+                Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=number, Body=body
+            )
+        except Exception as exc:
+            raise self._fail(exc, f"UploadPart {number}", key) from None
+        return str(answer["ETag"])
+
+    def copy_part(
+        self, key: str, upload: str, number: int, source: str, first: int, last: int
+    ) -> str:
+        """Part ``number`` of ``upload`` copied by the server from bytes ``first``..``last``
+        (inclusive) of the object ``source`` (UploadPartCopy); its ETag."""
+        try:
+            answer = self.client.upload_part_copy(
+                Bucket=self.bucket,
+                Key=key,
+                UploadId=upload,
+                PartNumber=number,
+                CopySource={"Bucket": self.bucket, "Key": source},
+                CopySourceRange=f"bytes={first}-{last}",
+            )
+        except Exception as exc:
+            raise self._fail(exc, f"UploadPartCopy {number} from {source}", key) from None
+        return str(answer["CopyPartResult"]["ETag"])
+
+    def complete_upload(self, key: str, upload: str, parts: list[tuple[int, str]]) -> bool:
+        """Complete ``upload``: its object appears at ``key``, whole. False when the server
+        knows no such upload (completed already, or aborted): the caller looks at ``key``."""
+        body = {"Parts": [{"PartNumber": n, "ETag": etag} for n, etag in parts]}
+        try:
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload=body
+            )
+        except Exception as exc:
+            if _code(exc) == "NoSuchUpload" or _status(exc) == 404:
+                return False
+            raise self._fail(exc, "CompleteMultipartUpload", key) from None
+        return True
+
+    def abort_upload(self, key: str, upload: str) -> None:
+        """Abort ``upload`` (its parts are deleted; an unknown upload is no error)."""
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
+        except Exception as exc:
+            if _code(exc) != "NoSuchUpload" and _status(exc) != 404:
+                raise self._fail(exc, "AbortMultipartUpload", key) from None
+
+    def uploads(self, prefix: str) -> Iterator[tuple[str, str, float]]:
+        """(key, upload id, initiated: seconds since the epoch) of every upload in progress
+        under ``prefix``."""
+        options: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        while True:
+            try:
+                page = self.client.list_multipart_uploads(**options)
+            except Exception as exc:
+                raise self._fail(exc, "ListMultipartUploads", prefix) from None
+            for item in page.get("Uploads", []) or []:
+                yield str(item["Key"]), str(item["UploadId"]), item["Initiated"].timestamp()
+            if not page.get("IsTruncated"):
+                return
+            options["KeyMarker"] = page.get("NextKeyMarker")
+            options["UploadIdMarker"] = page.get("NextUploadIdMarker")
+
+    def listing(self, prefix: str) -> Iterator[tuple[str, int, float]]:
+        """(key, size, last modified: seconds since the epoch) of every object under
+        ``prefix``."""
+        for page in self._pages(prefix, delimiter=None):
+            for item in page.get("Contents", []) or []:
+                yield str(item["Key"]), int(item["Size"]), item["LastModified"].timestamp()

@@ -1,38 +1,49 @@
 """The Parquet dataset sink on S3 (``s3://BUCKET/PREFIX``): the local layout, committed by one
-conditional object write, where a file system would rename a directory.
+conditional object write, where a file system would rename a directory; each batch's files
+appear at once, as multipart uploads completed after the commit.
 
 ::
 
-    <prefix>/batch_id=<id>/part-*.parquet              the batch's good rows
-    <prefix>/batch_id=<id>/_quarantine/part-*.parquet  its bad rows
-    <prefix>/batch_id=<id>/_sluice_batch.json          its manifest: the record and its files
-    <prefix>/_sluice/staging/<id>-<run>/               a run's files until its commit
-    <prefix>/_sluice/streams/<stream>/log/<n>.json     batch n of the stream: THE COMMIT
-    <prefix>/_sluice/streams/<stream>/state.json       the state folded up to some n
-    <prefix>/_sluice/runs/<stream>.json                the lease of the one run (I7)
-    <prefix>/_sluice/dead_letters/<id>.json            how far a batch's dead letters got
+    <prefix>/batch_id=<id>/part-<run>.parquet              the batch's good rows: ONE object
+    <prefix>/batch_id=<id>/<key>=<value>/part-<run>.parquet  partitioned: one per directory
+    <prefix>/batch_id=<id>/_quarantine/part-<run>.parquet  its bad rows: one object
+    <prefix>/batch_id=<id>/_sluice_batch.json              its manifest: the record and its files
+    <prefix>/_sluice/staging/<id>-<run>/                   a run's task files until it finishes
+    <prefix>/_sluice/streams/<stream>/log/<n>.json         batch n of the stream: THE COMMIT
+    <prefix>/_sluice/streams/<stream>/state.json           the state folded up to some n
+    <prefix>/_sluice/runs/<stream>.json                    the lease of the one run (I7)
+    <prefix>/_sluice/dead_letters/<id>.json                how far a batch's dead letters got
 
-Commit protocol. A run holds its stream's lease (:mod:`.lease`) and writes its files to its
-own staging prefix. It planned on the stream's state after ``n`` batches; its commit point
-(invariant I2) is ONE write: the log entry ``n + 1`` (the record and the staged files' names),
-created with ``If-None-Match: *``. Exactly one run can create entry ``n + 1``: a run that
-lost its lease, or any run that planned on an older state, is refused there
-(:class:`ConcurrentIngestError`) and deletes only its own staging. Then the run *finishes*
-the batch, each step idempotent: it copies the staged files into ``batch_id=<id>/``, writes
-the manifest, writes the state with entry ``n + 1`` folded in (``If-Match``: a newer state
-is never replaced by an older one) and deletes its staging. Whoever comes next (an ingest's
-:meth:`~S3ParquetSink.recover`, an audit) finishes an entry a crash left unfinished.
+Commit protocol. A run holds its stream's lease (:mod:`.lease`) and its writing tasks write
+their files to its own staging prefix. Before its commit it *assembles* the batch's objects
+(:mod:`.uploads`): one multipart upload per object, holding the staged files' rows (copied by
+the server from a single file, or merged by this process from several), not completed, so
+invisible to every reader. It planned on the stream's state after ``n`` batches; its commit
+point (invariant I2) is ONE write: the log entry ``n + 1`` (the record, the uploads: key,
+upload id, parts, the staged files they hold), created with ``If-None-Match: *``. Exactly one
+run can create entry ``n + 1``: a run that lost its lease, or any run that planned on an older
+state, is refused there (:class:`ConcurrentIngestError`), aborts its uploads and deletes its
+staging. Then the run *finishes* the batch, each step idempotent: it completes the uploads
+(the quarantine's first, then the good rows'), writes the manifest, writes the state with
+entry ``n + 1`` folded in (``If-Match``: a newer state is never replaced by an older one) and
+deletes its staging. Whoever comes next (an ingest's :meth:`~S3ParquetSink.recover`, an audit,
+``sluice.read_dataset``) finishes an entry a crash left unfinished; the next run of a batch
+that never committed aborts the uploads it left (:meth:`~S3ParquetSink.stage`), and so does
+``sluice expire`` for batches never run again.
 
 A stream's state is the last state object plus the log entries after it: reading it is one
 GET of the state and one GET that finds no next entry, whatever the history (I5).
 
-What readers see. Sluice's readers (``sluice audit``, :func:`sluice.read_dataset`) read the
-batches whose manifest exists, and only the files it lists: a batch entirely, or not at all.
-A plain reader of the prefix (pyarrow, Spark, DuckDB) skips ``_``-names, so it never sees
-staging or uncommitted runs; but it lists ``batch_id=*/`` as the files are copied in, so for
-the moment of that copy (and, after a crash inside it, until the next ingest or audit of the
-sink finishes it) it can see part of a committed batch. Readers that must never see that
-use :func:`sluice.read_dataset`, or an Iceberg table.
+What readers see. A plain reader of the prefix (pyarrow, Spark, Trino, DuckDB over
+``batch_id=*/*.parquet``) sees a committed batch's good rows whole or not at all: they are one
+object, which S3 shows only once complete; it never sees a batch that did not commit (its
+uploads are never completed) nor staging (``_``-names). Partitioned (``partition_by``, as a
+local dataset: :mod:`.parquet`), a batch is one object per partition directory: their
+completions are sent together, so for about one request's time (and after a crash among
+them, until the batch is finished) a reader of the whole prefix can see some of the batch's
+directories and not others; each directory's rows of the batch whole or not at all.
+Sluice's readers (``sluice audit``, :func:`sluice.read_dataset`) read the batches whose
+manifest exists, and only the files it lists.
 
 Object stores acknowledge a write once it is durable (I9): no ``fsync`` here.
 """
@@ -45,6 +56,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,9 +65,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ...queues.config import ConfigError
 from .. import layout
 from ..failpoints import failpoint
-from ..writing import WriteTargets
+from ..partitioning import Partitioning, PartitionSpecError
+from ..writing import ATTEMPTS_DIR, WriteTargets
 from .base import (
     BatchRecord,
     ConcurrentIngestError,
@@ -68,12 +82,15 @@ from .lease import Lease, hold
 from .objects import Objects, PreconditionFailed
 from .parquet import COLUMNS_FILE, QUARANTINE_DIR, RECORD_FILE, coordinates_of
 from .s3 import S3Settings, StoreError, split_s3
+from .uploads import Pending, assemble, complete
 
 __all__ = ["S3ParquetSink", "S3Staging"]
 
 log = logging.getLogger(__name__)
 
 _KINDS = {"data": "", "quarantine": f"{QUARANTINE_DIR}/"}
+#: Completions sent at once (a batch's partition directories).
+_COMPLETIONS = 16
 
 
 @dataclass
@@ -81,6 +98,7 @@ class _Run:
     name: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     committing: bool = False  # the commit was sent: its outcome may be unknown
     published: bool = False
+    uploads: list[Pending] = field(default_factory=list)  # its batch's objects, assembled
 
 
 @dataclass(frozen=True)
@@ -94,12 +112,58 @@ class S3Staging(Staging):
 class S3ParquetSink:
     """A Parquet dataset under ``s3://BUCKET/PREFIX`` (see the module docstring)."""
 
-    def __init__(self, location: str, settings: S3Settings | None = None) -> None:
+    def __init__(
+        self,
+        location: str,
+        partition_by: str | Sequence[str] | Partitioning | None = None,
+        settings: S3Settings | None = None,
+    ) -> None:
         self.bucket, self.prefix = split_s3(location)
         self.location = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         self.settings = settings or S3Settings.resolve()
         self.objects = Objects(self.settings, self.bucket)
         self._leases: dict[StreamKey, Lease] = {}
+        try:
+            self.partitioning = Partitioning.parse(partition_by)
+        except PartitionSpecError as exc:
+            raise ConfigError(f"sink {self.location}: {exc}") from None
+
+    def dataset_partitioning(self, adopt: bool = False) -> Partitioning:
+        """The dataset's partition spec, as the local sink's
+        (:meth:`.parquet.ParquetSink.dataset_partitioning`): the recorded one
+        (``_sluice/partitioning.json``, created once with ``If-None-Match``), else the one
+        given, which ``adopt`` records unless the dataset holds unpartitioned batches."""
+        key = self._key("_sluice", "partitioning.json")
+        given = self.partitioning
+        for _ in range(2):
+            recorded, _ = self.objects.get_json(key)
+            if recorded is not None:
+                spec = Partitioning.parse(recorded["partition_by"])
+                if given and given != spec:
+                    raise ConfigError(
+                        f"The dataset {self.location} is partitioned by {spec}, and "
+                        f"partition_by={given} was given. A dataset keeps one directory layout: "
+                        f"give partition_by={spec} (or none: the dataset's own is used), or "
+                        "write to another prefix."
+                    )
+                return spec
+            if not given:
+                return given
+            if any(True for _ in self.records()):
+                raise ConfigError(
+                    f"The dataset {self.location} holds unpartitioned batches, and "
+                    f"partition_by={given} was given. A dataset keeps one directory layout "
+                    "(readers such as Spark refuse a mix): give no partition_by, or write to "
+                    "another prefix."
+                )
+            if not adopt:
+                return given
+            try:
+                self.objects.put_json(key, {"partition_by": str(given)}, if_none_match=True)
+                return given
+            except PreconditionFailed:
+                continue  # another run recorded one first: compare with it
+        raise ConfigError(f"The partition spec of {self.location} ({key}) cannot be read.")
 
     # ---- keys ----------------------------------------------------------------------------
 
@@ -122,13 +186,15 @@ class S3ParquetSink:
 
     def check(self) -> None:
         """The bucket exists, the credentials may list, write and delete under the prefix, and
-        the server honours ``If-None-Match`` (else the sink could not fence two runs)."""
+        the server honours ``If-None-Match`` (else the sink could not fence two runs), and
+        a partition spec given is the dataset's."""
         self.objects.check(
             self._key("_sluice", f"probe-{uuid.uuid4().hex[:12]}"),
             self.location,
             "the Parquet sink cannot make a commit that only one run wins",
             "or an Iceberg table (iceberg://CATALOG/NAMESPACE.TABLE)",
         )
+        self.dataset_partitioning()  # another spec than the dataset's fails here
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -164,6 +230,31 @@ class S3ParquetSink:
                 manifest = self._manifest(name.removeprefix("batch_id="))
                 if manifest:
                     yield BatchRecord.from_json(manifest)
+
+    def unlisted(self) -> list[str]:
+        """``s3://`` URIs of the Parquet objects in batch directories that no committed
+        batch's manifest lists (:func:`sluice.audit.audit` reports them): what a plain reader
+        would see of no committed batch. Nothing of Sluice's own writes them: a run's objects
+        appear only after its commit."""
+        root = f"{self.prefix}/" if self.prefix else ""
+        listed: dict[str, set[str]] = {}
+        found = []
+        for key in self.objects.keys(root):
+            inside = key[len(root) :]
+            if not inside.startswith("batch_id=") or not key.endswith(".parquet"):
+                continue
+            directory, _, name = inside.partition("/")
+            batch = directory.removeprefix("batch_id=")
+            if batch not in listed:
+                manifest = self._manifest(batch) or {}
+                listed[batch] = {
+                    f"{_KINDS[kind]}{n}"
+                    for kind, names in manifest.get("files", {}).items()
+                    for n in names
+                }
+            if name not in listed[batch]:
+                found.append(self._uri(key))
+        return found
 
     def published_files(self, quarantined: bool = False) -> list[str]:
         """``bucket/key`` of every file of the committed batches (for :func:`read_dataset`)."""
@@ -240,11 +331,14 @@ class S3ParquetSink:
 
     def stage(self, batch_id: str) -> Staging:
         """A fresh staging prefix. Under a lease taken from a run that ended (released, or
-        died on this machine), what earlier runs of this batch staged is theirs and dead:
-        :meth:`recover` already finished any that committed, so it is deleted."""
+        died on this machine), what earlier runs of this batch staged and assembled is theirs
+        and dead: :meth:`recover` already finished any that committed, so it is deleted (its
+        uploads aborted)."""
         leftovers = self._key("_sluice", "staging") + f"/{batch_id}-"
         if all(lease.clean for lease in self._leases.values()):
             self.objects.delete_prefix(leftovers)
+            for key, upload, _ in self.objects.uploads(f"{self._batch(batch_id)}/"):
+                self.objects.abort_upload(key, upload)
         run = _Run()
         scratch = Path(tempfile.mkdtemp(prefix="sluice-s3-"))
         prefix = f"{leftovers}{run.name}"
@@ -252,19 +346,53 @@ class S3ParquetSink:
 
     def targets(self, staging: Staging, good: pa.Schema, bad: pa.Schema) -> WriteTargets:
         prefix = _staging(staging).prefix
+        spec = self.dataset_partitioning(adopt=True)
+        try:
+            spec.check(good, "the batch's rows")
+        except PartitionSpecError as exc:
+            raise ConfigError(f"sink {self.location}: {exc}") from None
         return WriteTargets(
             self._uri(f"{prefix}/data"),
             self._uri(f"{prefix}/quarantine"),
             filesystem=self.settings.filesystem(),
+            partitioning=spec,
         )
 
     def _staged(self, staging: S3Staging, kind: str) -> list[str]:
+        """The run's staged files of ``kind``, relative to its directory (a partition
+        directory's with it; not the writing tasks' attempts)."""
         base = f"{staging.prefix}/{kind}/"
         return sorted(
             k[len(base) :]
             for k in self.objects.keys(base)
-            if k.endswith(".parquet") and "/" not in k[len(base) :]
+            if k.endswith(".parquet") and not k[len(base) :].startswith(ATTEMPTS_DIR)
         )
+
+    def _assemble(self, staging: S3Staging) -> dict[str, list[str]]:
+        """The batch's objects as uploads not yet completed (:mod:`.uploads`): one per
+        partition directory of its good rows, one of its quarantined rows, each named by the
+        run; the manifest's ``files``."""
+        files: dict[str, list[str]] = {}
+        batch = self._batch(staging.batch_id)
+        filesystem = self.filesystem()
+        for kind, directory in _KINDS.items():
+            groups: dict[str, list[str]] = {}
+            for name in self._staged(staging, kind):
+                groups.setdefault(name.rpartition("/")[0], []).append(name)
+            for folder, names in sorted(groups.items()):
+                name = f"{folder}/" if folder else ""
+                name += f"part-{staging.run.name}.parquet"
+                sources = [f"{staging.prefix}/{kind}/{n}" for n in names]
+                key = f"{batch}/{directory}{name}"
+                pending = assemble(self.objects, filesystem, kind, name, key, sources)
+                staging.run.uploads.append(pending)
+                files.setdefault(kind, []).append(name)
+        return files
+
+    def _abort(self, staging: S3Staging) -> None:
+        for pending in staging.run.uploads:
+            self.objects.abort_upload(pending.key, pending.upload)
+        staging.run.uploads.clear()
 
     def _staged_rows(self, staging: S3Staging, kind: str) -> int:
         filesystem = self.filesystem()
@@ -304,6 +432,7 @@ class S3ParquetSink:
             )
             return
         try:
+            self._abort(s3)
             self.objects.delete_prefix(s3.prefix + "/")
         except StoreError as exc:
             log.warning("Could not delete the staging of batch %s: %s", s3.batch_id, exc)
@@ -314,7 +443,6 @@ class S3ParquetSink:
         record.published_at = time.time()
         record.run = s3.run.name
         stream = record.stream
-        files = {kind: self._staged(s3, kind) for kind in _KINDS}
         state, number, _ = self._state(stream)
         try:
             lease = self._leases.get(stream)
@@ -328,8 +456,18 @@ class S3ParquetSink:
         except ConcurrentIngestError:
             self.discard(staging)
             raise
+        try:
+            files = self._assemble(s3)
+        except BaseException:
+            self.discard(staging)
+            raise
         failpoint("publish.after_intent")
-        entry = {"record": record.to_json(), "files": files, "staging": s3.prefix}
+        entry = {
+            "record": record.to_json(),
+            "files": files,
+            "staging": s3.prefix,
+            "objects": [p.to_json() for p in s3.run.uploads],
+        }
         position = number + 1
         s3.run.committing = True
         try:
@@ -358,14 +496,34 @@ class S3ParquetSink:
         batch = self._batch(record.batch_id)
         manifest_key = f"{batch}/{RECORD_FILE}"
         if not self.objects.exists(manifest_key):
-            for kind, names in entry["files"].items():
-                for name in names:
-                    source = f"{entry['staging']}/{kind}/{name}"
-                    self.objects.copy(source, f"{batch}/{_KINDS[kind]}{name}")
+            if "objects" in entry:
+                self._complete([Pending.from_json(p) for p in entry["objects"]])
+            else:  # committed by an earlier version, which copied the files one by one
+                for kind, names in entry["files"].items():
+                    for name in names:
+                        source = f"{entry['staging']}/{kind}/{name}"
+                        self.objects.copy(source, f"{batch}/{_KINDS[kind]}{name}")
             manifest = {**record.to_json(), "files": entry["files"]}
             self.objects.put_json(manifest_key, manifest)
         self._save_state(stream, position)
         self.objects.delete_prefix(entry["staging"] + "/")
+
+    def _complete(self, objects: list[Pending]) -> None:
+        """Make a committed batch's objects appear: its quarantined rows first (a reader that
+        sees a good row of the batch can find its bad rows), then every partition directory's
+        good rows at once (one completion each, sent together)."""
+        filesystem = self.filesystem()
+        for pending in objects:
+            if pending.kind == "quarantine":
+                complete(self.objects, filesystem, pending)
+        failpoint("publish.midway")
+        data = [p for p in objects if p.kind == "data"]
+        if len(data) == 1:
+            complete(self.objects, filesystem, data[0])
+        elif data:
+            with ThreadPoolExecutor(min(len(data), _COMPLETIONS)) as pool:
+                for done in [pool.submit(complete, self.objects, filesystem, p) for p in data]:
+                    done.result()
 
     def _save_state(self, stream: StreamKey, position: int) -> None:
         """Fold the log up to ``position`` into the state object, unless it is there already

@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -474,11 +473,12 @@ class S3Store(TableStore):
         return lease is not None and lease.lost
 
     def held_since(self, runs: PurePath, now: float) -> list[float]:
+        from .lease import live
+
         found = []
         for path in self.files(runs, ".json"):
             with contextlib.suppress(ValueError):
                 lease = self.read_json(path) or {}
-                live = float(lease.get("expires", 0)) > time.time()  # the store's clock, not now
-                if lease and not lease.get("released") and live:
+                if lease and live(lease):  # (expiry against the store's clock, not now)
                     found.append(float(lease.get("since") or now))
         return found

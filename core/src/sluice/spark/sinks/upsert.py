@@ -56,6 +56,7 @@ __all__ = [
     "UpsertMode",
     "UpsertSink",
     "apply_iceberg",
+    "check_key_columns",
     "conform",
     "current_rows",
     "marker_key",
@@ -143,6 +144,20 @@ def upsert_sink(
             f"{UPSERT_SINKS}; the sink {where} is a Parquet dataset, which only appends. "
             "Ingest into one of those, or leave write_mode at 'append'."
         )
+    check_key_columns(key_columns)
+    if on_truncate not in ("quarantine", "apply"):
+        raise ConfigError(
+            f"on_truncate must be 'quarantine' (the default: a truncate is set aside) or "
+            f"'apply' (a truncate deletes every row older than it), not {on_truncate!r}"
+        )
+    sink.upsert(list(key_columns) if key_columns is not None else None, decoders, on_truncate)
+    return sink
+
+
+def check_key_columns(key_columns: Sequence[str] | None) -> None:
+    """The one rule for ``key_columns``, wherever it is given (an in-process ingest, the
+    Airflow operator before it submits, the submitted script): None means the message keys'
+    fields; anything else must name columns, and an empty list is a :class:`ConfigError`."""
     if key_columns is not None and (
         isinstance(key_columns, str) or not key_columns or not all(key_columns)
     ):
@@ -150,17 +165,10 @@ def upsert_sink(
             f"key_columns must be a list of column names, e.g. ['id'], not {key_columns!r} "
             "(or None: the message keys' fields)"
         )
-    if on_truncate not in ("quarantine", "apply"):
-        raise ConfigError(
-            f"on_truncate must be 'quarantine' (the default: a truncate is set aside) or "
-            f"'apply' (a truncate deletes every row older than it), not {on_truncate!r}"
-        )
     for name in key_columns or ():
         problem = check_name(name, "key column")
         if problem:
             raise ConfigError(f"key_columns: {problem}")
-    sink.upsert(list(key_columns) if key_columns is not None else None, decoders, on_truncate)
-    return sink
 
 
 def quarantine_rows(messages: pa.Table, malformed: dict[tuple[int, int], str]) -> pa.Table:

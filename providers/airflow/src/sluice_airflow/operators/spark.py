@@ -210,6 +210,10 @@ class SparkIngestOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         check_limit(max_quarantined)
+        if key_columns is not None:  # one rule, whether the ingest runs here or is submitted
+            from sluice.spark.sinks.upsert import check_key_columns
+
+            check_key_columns(key_columns)
         check_no_secrets(config, f"SparkIngestOperator({self.task_id})")
         _check_waiting_options(self.task_id, batch, topic, max_messages, if_nothing_waiting)
         if submit and (spark_master or "").startswith("sc://"):
