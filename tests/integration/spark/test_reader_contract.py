@@ -20,6 +20,7 @@ from sluice.errors import DataLossError
 from sluice.spark import ingest
 from sluice.spark.failpoints import armed
 from sluice.spark.kafka_source import READERS, SPARK_READER
+from sluice.spark.layout import KEEPABLE
 from sluice.testing.plugin import Broker
 from sluice.testing.topics import create_kafka_topic
 
@@ -35,6 +36,7 @@ from .crashes import with_reader
 
 ALL_READERS = (*READERS, SPARK_READER)
 LIMIT = 1_000_000  # ingest's max_value_bytes
+SCHEMA_FIELDS = [f.split()[0] for f in SCHEMA.split(", ")]
 
 
 def at_size(size: int) -> bytes:
@@ -114,6 +116,14 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
             )
             assert result.committed
             found[reader] = (rows_of(tmp_path / reader), result.written, result.quarantined)
+        # the default, lean rows: by Python's writer (executor mode) and by Spark's (its source)
+        for reader, mode in ((READERS[0], "executors"), (SPARK_READER, "auto")):
+            own = dataclasses.replace(spec, group_id=f"{unique_name}-{reader}-lean")
+            source = with_reader(f"kafka://{apache_kafka_broker.bootstrap}", reader)
+            sink = tmp_path / f"{reader}-lean"
+            result = ingest(spark, own, sink, source=source, schema=SCHEMA, mode=mode)
+            assert result.committed
+            found[f"{reader}-lean"] = (rows_of(sink), result.written, result.quarantined)
     finally:
         planner.queue.close(None)
         planner.producer.close()
@@ -138,6 +148,10 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
     assert first[4]["device"] == "big", "a value at the size bound is a row"
     for reader in ALL_READERS[1:]:
         assert found[reader] == found[READERS[0]], f"{reader} differs from {READERS[0]}"
+    lean = [{k: v for k, v in r.items() if k not in KEEPABLE} for r in rows]
+    assert set(lean[0]) == {*SCHEMA_FIELDS, "partition", "offset", "timestamp"}
+    for reader in (READERS[0], SPARK_READER):  # the same rows, without the message's own
+        assert found[f"{reader}-lean"] == ((lean, bad), written, quarantined), reader
     # a small batch is read on the driver (mode auto) or by Spark's source (reader "spark"):
     # either way Spark's own writer writes it, and no Python worker starts
     assert {reader: writers_of(tmp_path / reader) for reader in ALL_READERS} == {
