@@ -31,6 +31,8 @@ def test_kafka_batch_with_malformed_records(
     assert result["committed"] == "yes" and result["ranges"] == "p0: 0..30"
     output = Path(result["output"])
     assert output.parent == sink and pq.read_table(output).num_rows == 28
+    fields = [f.split()[0] for f in SCHEMA.split(", ")]
+    assert pq.read_table(output).column_names == [*fields, "partition", "offset", "timestamp"]
     assert pq.read_table(result["quarantine"]).num_rows == 2
     assert "Total lag: 0" in assert_ok(run("lag", uri))
     assert "Nothing to ingest" in assert_ok(run("ingest", uri, "--sink", str(sink)))
@@ -79,7 +81,30 @@ def test_mqtt_session_batch(spark: Any, mqtt: str, unique_name: str, tmp_path: P
     assert_ok(run("publish", f"{mqtt}/{topic}?qos=1", "--sample", "iot", "--count", "6"))
     result = _result(assert_ok(run("ingest", session, "--sink", str(tmp_path), "--schema", SCHEMA)))
     assert (result["read"], result["written"], result["committed"]) == ("6", "6", "yes")
-    assert pq.read_table(result["output"]).num_rows == 6
+    rows = pq.read_table(result["output"])
+    assert rows.num_rows == 6 and set(rows.column("topic").to_pylist()) == {topic}
+    assert None not in rows.column("message_id").to_pylist(), "MQTT rows keep their ids"
+
+
+def test_keep_message_keeps_those_columns_and_the_dataset_keeps_the_choice(
+    spark: Any, kafka: str, unique_name: str, tmp_path: Path
+) -> None:
+    topic = f"{kafka}/{unique_name}"
+    uri = f"{topic}?group_id={unique_name}"
+    typo = run("ingest", uri, "--sink", str(tmp_path), "--keep-message", "key,valu")
+    assert_error(typo, 2, "--keep-message names 'valu', which is not a column of a message")
+    assert_ok(run("publish", topic, "--sample", "iot", "--count", "6"))
+    kept = ["--sink", str(tmp_path), "--schema", SCHEMA, "--keep-message", "key,value"]
+    result = _result(assert_ok(run("ingest", uri, *kept)))
+    columns = pq.read_table(result["output"]).column_names
+    assert columns[-5:] == ["key", "value", "partition", "offset", "timestamp"]
+    assert_ok(run("publish", topic, "--sample", "iot", "--count", "3"))
+    other = run("ingest", uri, "--sink", str(tmp_path), "--schema", SCHEMA, "--keep-message", "all")
+    assert_error(
+        other, 2, "was made with keep_message=['key', 'value'], and keep_message=True was given"
+    )
+    result = _result(assert_ok(run("ingest", uri, "--sink", str(tmp_path), "--schema", SCHEMA)))
+    assert pq.read_table(result["output"]).column_names == columns, "the dataset's own choice"
 
 
 def test_upsert_into_a_parquet_dataset_is_refused_before_reading(

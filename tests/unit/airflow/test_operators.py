@@ -250,3 +250,21 @@ def test_a_secret_in_a_task_config_is_refused() -> None:
     ):
         with pytest.raises(ConfigError, match="is a secret"):
             make()
+
+
+@pytest.mark.parametrize(
+    ("keep", "text"),
+    [(True, "all"), (False, "none"), (["key", "headers"], "headers,key"), (None, None)],
+)
+def test_keep_message_reaches_the_ingest_in_process_and_through_spark_submit(
+    keep: bool | list[str] | None, text: str | None
+) -> None:
+    from sluice.spark import submit
+    from sluice.spark.layout import keep_of_text, normalize
+
+    options = SparkIngestOperator(task_id="t", sink="/d", keep_message=keep)._options()
+    assert options["keep_message"] == keep
+    arguments = submit_arguments(SPEC, "/d", options)
+    parsed = submit.parser().parse_args([*arguments, "--source", "x"])
+    assert parsed.keep_message == text, "None: the flag is left out, the table's own choice"
+    assert normalize(keep_of_text(parsed.keep_message)) == normalize(keep)

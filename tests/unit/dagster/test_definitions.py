@@ -129,6 +129,14 @@ def test_upsert_and_its_key_columns_are_settings() -> None:
         IngestSettings.of("queue", "/lake", write_mode="merge")
 
 
+def test_keep_message_is_a_setting() -> None:
+    assert IngestSettings.of("queue", "/lake", keep_message=["key"]).keep_message == ["key"]
+    assert IngestSettings.of("queue", "/lake", keep_message=True).keep_message is True
+    assert IngestSettings.of("queue", "/lake").keep_message is None, "the table's own choice"
+    with pytest.raises(ValueError, match="keep_message"):
+        IngestSettings.of("queue", "/lake", keep_message="key")
+
+
 def test_run_request_config_has_no_nulls() -> None:
     from sluice_dagster import ingest_run_config
 
