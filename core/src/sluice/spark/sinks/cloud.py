@@ -296,7 +296,14 @@ class CloudObjects:
     def _config_error(self, exc: BaseException, location: str) -> ConfigError:
         text = _first_line(exc)
         scheme = self.settings.scheme
-        if scheme == "gs":
+        if scheme == "gs" and self.settings.endpoint_source == "STORAGE_EMULATOR_HOST":
+            how = (
+                "The emulator STORAGE_EMULATOR_HOST names must serve GCS's XML API (an object "
+                "written by PUT /BUCKET/OBJECT, with x-goog-if-generation-match), which Rust's "
+                "object_store (delta-rs's) writes with: fake-gcs-server does not (its issue "
+                "#331). Unset STORAGE_EMULATOR_HOST to use Google Cloud Storage itself."
+            )
+        elif scheme == "gs":
             how = (
                 "Check the bucket exists, and the credentials: GOOGLE_APPLICATION_CREDENTIALS (a "
                 "service account's JSON key file) or the machine's own; STORAGE_EMULATOR_HOST "

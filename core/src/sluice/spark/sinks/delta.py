@@ -13,7 +13,10 @@
 ``delta://PATH`` names the table's directory (``delta:///abs/path``, ``delta://relative/path``);
 a directory that already holds a ``_delta_log`` is a Delta table too, given as a path or a
 ``file://`` URI. ``delta://s3://BUCKET/PATH`` is a table on S3 (or an S3-compatible server),
-with the credentials of the other S3 sinks (:class:`.s3.S3Settings`).
+with the credentials of the other S3 sinks (:class:`.s3.S3Settings`); ``delta://gs://BUCKET/PATH``
+and ``delta://az://CONTAINER/PATH`` (``abfs[s]://CONTAINER@ACCOUNT...``) tables on Google Cloud
+Storage and Azure Blob Storage, with their standard variables (:mod:`.cloud`), kept as on S3
+with each store's own create-if-absent and replace-if-unchanged.
 
 Where the files are. The sink's own files go through a table store (:mod:`.tablestore`), so
 the protocol below reads the same on both: on a local file system a JSON file is replaced by

@@ -3,14 +3,16 @@ runs): a local (or mounted) directory, or an object store. The Delta sink's comm
 (:mod:`.delta`) reads the same on both; only these operations differ.
 
 Paths are :class:`~pathlib.PurePath` objects: a local store's are absolute
-:class:`~pathlib.Path` objects, an S3 store's are ``/BUCKET/KEY``, whose URI is
-``s3://BUCKET/KEY`` (:meth:`TableStore.uri`).
+:class:`~pathlib.Path` objects, an object store's are ``/BUCKET/KEY``, whose URI is
+``s3://BUCKET/KEY`` (``gs://``, ``az://``: :meth:`TableStore.uri`).
 
 - :class:`LocalStore`: a JSON file is replaced atomically and durably (a temporary file,
   ``fsync``, ``rename``, the directory synced: invariant I9); the one run of a stream holds
   ``flock`` on its lock file (I7).
-- :class:`S3Store`: every JSON object is written with a conditional write (S3's
-  ``If-None-Match: *``, or ``If-Match`` on the ETag this store last saw of it), so two runs
+- :class:`ObjectStore` (:class:`S3Store`; :class:`CloudStore` on GCS and Azure, through
+  :mod:`.cloud`): every JSON object is written with a conditional write (S3's
+  ``If-None-Match: *``, or ``If-Match`` on the ETag this store last saw of it; GCS and Azure
+  their own, on a generation or an ETag), so two runs
   can never overwrite each other's file unseen: a write whose condition fails, and whose
   object does not hold what this run wrote (a retry after a lost answer), raises
   :class:`~.base.ConcurrentIngestError`. The one run of a stream holds a lease
