@@ -413,6 +413,8 @@ class CloudObjects:
     def delete(self, key: str, if_match: str | None = None) -> None:
         import obstore
 
+        if if_match is not None:  # object_store has no conditional delete: never unconditional
+            raise NotImplementedError(f"a conditional delete of {self.uri(key)}")
         try:
             obstore.delete(self.store, key)
         except FileNotFoundError:
