@@ -25,6 +25,7 @@ from sluice.spark.sinks.delta import DeltaSink, app_id, parse_delta_uri
 from sluice.testing.batches import publish_rows
 from sluice.testing.debezium import SourceTable
 from sluice.testing.plugin import CloudBucket
+from tests.unit.cli.runner import assert_ok, run
 
 from ..spark.conftest import KafkaTopic
 from ..spark.test_cdc import current, delta_target, expected, send
@@ -54,6 +55,8 @@ def test_batches_compaction_and_the_audit_on_azure(
     report = audit(location)
     assert report.ok, "\n".join(report.lines())
     assert (report.streams[0].messages, report.streams[0].batches) == (18, 4)
+    out = assert_ok(run("audit", location))  # the command, on the same variables
+    assert "OK: every message is in the sink once" in out
     small_mqtt_sink(location, 1, first=4)  # the next batch lands once
     assert DeltaSink(location).state(stream).batches == 5
     report = audit(location)
@@ -121,6 +124,8 @@ def test_a_current_state_table_on_azure(
     report = audit(target.sink, topic.source)
     assert report.ok, report.lines()
     assert report.current_state is not None and report.current_state.keys == len(source.rows)
+    out = assert_ok(run("audit", target.sink, "--source", topic.source))
+    assert "OK: every message is in the sink once" in out
 
 
 def test_an_emulator_without_the_xml_api_is_refused_before_anything_is_written(
