@@ -9,6 +9,7 @@ before anything is written. The crash matrix's Delta points on Azurite are in
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -20,8 +21,9 @@ from sluice.maintenance import compact
 from sluice.queues.config import ConfigError
 from sluice.spark import ingest
 from sluice.spark.sinks import ConcurrentIngestError, StreamKey, open_sink
-from sluice.spark.sinks.cloud import azure_settings, gcs_settings
+from sluice.spark.sinks.cloud import CloudObjects, _meta_tag, _mode, azure_settings, gcs_settings
 from sluice.spark.sinks.delta import DeltaSink, app_id, parse_delta_uri
+from sluice.spark.sinks.objects import PreconditionFailed
 from sluice.testing.batches import publish_rows
 from sluice.testing.debezium import SourceTable
 from sluice.testing.plugin import CloudBucket
@@ -99,6 +101,40 @@ def test_a_state_object_another_run_replaced_is_refused_on_azure(
     with pytest.raises(ConcurrentIngestError, match=r"Another run wrote az://"):
         mine.store.write_json(path, {"run": "mine, again"})
     assert DeltaSink(location).store.read_json(path) == {"run": "other"}
+
+
+def test_of_concurrent_conditional_writes_on_azurite_one_wins(
+    azure_container: CloudBucket,
+) -> None:
+    """What the sink relies on Azurite for: of concurrent creates of one object, and of
+    concurrent replacements of one version of it, exactly one succeeds."""
+    objects = CloudObjects(azure_settings(), azure_container.name)
+
+    def attempt(write: Callable[[], object]) -> bool:
+        try:
+            write()
+        except PreconditionFailed:
+            return False
+        return True
+
+    with ThreadPoolExecutor(8) as pool:
+        created = list(
+            pool.map(
+                lambda n: attempt(lambda: objects.put_json("k.json", {"n": n}, if_none_match=True)),
+                range(8),
+            )
+        )
+        assert created.count(True) == 1, created
+        _, version = objects.get_json("k.json")
+        replaced = list(
+            pool.map(
+                lambda n: attempt(lambda: objects.put_json("k.json", {"m": n}, if_match=version)),
+                range(8),
+            )
+        )
+        assert replaced.count(True) == 1, replaced
+    found, _ = objects.get_json("k.json")
+    assert list(found) == ["m"]
 
 
 def test_a_current_state_table_on_azure(
@@ -181,5 +217,11 @@ def test_the_settings_come_from_the_standard_variables() -> None:
         "http://localhost:4443",
         "STORAGE_EMULATOR_HOST",
     )
+    # GCS replaces on the generation, Azure on the ETag: a version keeps both
+    assert _mode(_meta_tag({"e_tag": '"abc"', "version": "1795"})) == {
+        "e_tag": '"abc"',
+        "version": "1795",
+    }
+    assert _mode(_meta_tag({"e_tag": '"0x1F"', "version": None})) == {"e_tag": '"0x1F"'}
     with pytest.raises(ConfigError, match="GOOGLE_APPLICATION_CREDENTIALS names /nowhere"):
         gcs_settings({"GOOGLE_APPLICATION_CREDENTIALS": "/nowhere"})
