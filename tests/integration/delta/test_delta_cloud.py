@@ -176,6 +176,19 @@ def test_an_emulator_without_the_xml_api_is_refused_before_anything_is_written(
     assert not gcs_bucket.keys(), "nothing was written"
 
 
+def test_a_missing_container_or_a_wrong_key_is_refused_saying_what_to_check(
+    azure_container: CloudBucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ConfigError, match=r"az://nosuch/t .*Check the container exists"):
+        open_sink("delta://az://nosuch/t").check()
+    with monkeypatch.context() as wrong:
+        wrong.setenv("AZURE_STORAGE_ACCOUNT_KEY", "d3Jvbmc=")
+        with pytest.raises(ConfigError, match=r"AZURE_STORAGE_ACCOUNT_KEY") as refused:
+            open_sink(f"delta://{azure_container.uri('t')}").check()
+    assert "d3Jvbmc=" not in str(refused.value)
+    assert not azure_container.keys(), "nothing was written"
+
+
 def test_object_store_locations_name_their_bucket_and_account() -> None:
     target = parse_delta_uri("delta://abfss://lake@acct.dfs.core.windows.net/a/readings")
     assert (target.table, target.bucket, target.scheme, target.account) == (
