@@ -52,4 +52,9 @@ fi
 if ! $UV run --locked --all-packages python -m sluice.testing.debezium_postgres >/dev/null; then
   say "warning: the jars of Kafka Connect and Debezium could not be fetched (see above)"
 fi
+# Azurite and fake-gcs-server (the Delta sink's tests on Azure Blob Storage and Google Cloud
+# Storage), pinned, installed once into the same cache with npm and go (sluice.cloudservers).
+if ! $UV run --locked --all-packages python -m sluice.cloudservers >/dev/null; then
+  say "warning: Azurite or fake-gcs-server could not be installed (needs npm and go; see above)"
+fi
 say "ready: .venv has sluice-core, sluice-airflow, sluice-dagster and the dev tools"

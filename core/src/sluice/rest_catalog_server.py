@@ -441,7 +441,8 @@ def start_rest_catalog(
     credentials = dict(s3_credentials or {})
     environment = {
         # The catalog's properties (RCKUtils.environmentCatalogConfig).
-        "CATALOG_URI": f"jdbc:sqlite:{path / 'catalog.db'}",
+        # WAL: a reader's lock never makes a commit fail with SQLITE_BUSY ("Unknown failure")
+        "CATALOG_URI": f"jdbc:sqlite:{path / 'catalog.db'}?journal_mode=WAL&busy_timeout=30000",
         "CATALOG_JDBC_SCHEMA__VERSION": "V1",
         "CATALOG_WAREHOUSE": warehouse,
         "CATALOG_REST_HOST": HOST,

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from sluice.testing.plugin import Broker, S3Bucket
+from sluice.testing.plugin import Broker, CloudBucket, S3Bucket
 
 from ..spark.conftest import KafkaTopic, opened_topic
 
-#: Where a test's tables can be: a local directory, SeaweedFS (the tests' S3 server), moto.
-PLACES = ("local", "seaweedfs", "moto")
+#: Where a test's tables can be: a local directory, SeaweedFS (the tests' S3 server), moto,
+#: Azurite (Azure Blob Storage).
+PLACES = ("local", "seaweedfs", "moto", "azurite")
 
 
 @pytest.fixture
@@ -27,11 +28,16 @@ def topic(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]
 def storage_options(location: str | Path) -> dict[str, str] | None:
     """delta-rs's options for a table at ``location`` (a local path, or ``s3://...`` on the
     server the test's ``AWS_*`` variables name): the sink's own."""
-    if not str(location).startswith("s3://"):
+    text = str(location)
+    if text.startswith(("gs://", "az://")):
+        from sluice.spark.sinks.cloud import azure_settings, gcs_settings
+
+        return (gcs_settings() if text.startswith("gs://") else azure_settings()).storage_options()
+    if not text.startswith("s3://"):
         return None
     from sluice.spark.sinks.tablestore import S3Store
 
-    return S3Store(str(location).split("/")[2]).storage_options
+    return S3Store(text.split("/")[2]).storage_options
 
 
 def open_delta(location: str | Path) -> Any:
@@ -46,8 +52,8 @@ class DeltaPlace:
     """Where a test's tables are: a local directory, or a bucket on an S3 server."""
 
     kind: str  # one of PLACES
-    root: str  # the directory, or s3://BUCKET
-    bucket: S3Bucket | None = None
+    root: str  # the directory, or s3://BUCKET (az://CONTAINER)
+    bucket: S3Bucket | CloudBucket | None = None
 
     def uri(self, *parts: str) -> str:
         return "/".join([self.root, *parts])
@@ -77,6 +83,9 @@ def delta_place(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[str
     def place(kind: str) -> DeltaPlace:
         if kind == "local":
             return DeltaPlace(kind, str(tmp_path))
+        if kind == "azurite":
+            container: CloudBucket = request.getfixturevalue("azure_container")
+            return DeltaPlace(kind, container.uri(), container)
         bucket: S3Bucket = request.getfixturevalue(
             "s3_bucket" if kind == "seaweedfs" else "moto_s3_bucket"
         )

@@ -97,7 +97,11 @@ def test_the_secrets_of_a_catalog_that_opens_are_registered(
         # the rest as the host ('could not translate host name "<rest>@127.0.0.1"').
         ("postgres", f"{fresh('head')}@{fresh('tail')}", "***@127.0.0.1"),
         # A wrong password for a login PostgreSQL does not know.
-        ("sluice_no_such_role", fresh("wrong-pw"), 'role "sluice_no_such_role" does not exist'),
+        (
+            "sluice_no_such_role",
+            fresh("wrong-pw"),
+            'password authentication failed for user "sluice_no_such_role"',
+        ),
     ],
     ids=["unencoded-at", "unknown-login"],
 )

@@ -24,7 +24,9 @@ import pytest
 
 from sluice.audit import audit
 from sluice.batch import BatchSpec
+from sluice.s3server import S3Server
 from sluice.testing.plugin import Broker
+from sluice.testing.rest_catalog import RestCatalogServer, start_rest_catalog
 from sluice.testing.visibility import VisibilityPoller, iceberg_batches, kill_loop
 
 from ..spark.conftest import SCHEMA, KafkaTopic, opened_topic, reading
@@ -41,6 +43,28 @@ BETWEEN = "publish.after_rename"  # the batch's commit is done, its quarantine's
 @pytest.fixture
 def topic(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
     yield from opened_topic(apache_kafka_broker, unique_name)
+
+
+@pytest.fixture(scope="module")
+def rest_catalog(s3_server: S3Server) -> Iterator[RestCatalogServer]:
+    """A REST catalog of this module's own: after the session's was restarted by
+    test_iceberg_rest.py, its commits during this kill loop failed in its SQLite catalog
+    ("UncheckedSQLException: Unknown failure"), which a fresh server never showed."""
+    bucket = "rest-visibility"
+    s3_server.create_bucket(bucket)
+    server = start_rest_catalog(
+        f"s3://{bucket}/warehouse",
+        s3_endpoint=s3_server.endpoint,
+        s3_region=s3_server.region,
+        s3_credentials={
+            "AWS_ACCESS_KEY_ID": s3_server.access_key,
+            "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+        },
+    )
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.mark.timeout(900)

@@ -200,7 +200,7 @@ def move_into_place(
         parent = target.rpartition("/")[0]
         if "/" in name and type(found).__name__ != "S3FileSystem":
             found.create_dir(parent, recursive=True)  # a partition's directory
-        found.move(source, target)
+        _move(found, source, target)
         moved.add(f"{dirs[output]}/{name}".rpartition("/")[0])
     for directory in sorted(moved, key=len, reverse=True):
         sync_directory(directory)
@@ -210,6 +210,16 @@ def move_into_place(
                 while parent != output:
                     parent = parent.rpartition("/")[0]
                     sync_directory(parent)
+
+
+def _move(filesystem: Any, source: str, target: str) -> None:
+    """Move a file; on a store whose pyarrow file system has no move (Azure Blob Storage
+    without a hierarchical namespace), copy it and delete the source, as a move on S3 is."""
+    try:
+        filesystem.move(source, target)
+    except NotImplementedError:
+        filesystem.copy_file(source, target)
+        filesystem.delete_file(source)
 
 
 def remove_attempts(attempts: dict[str, str], filesystem: Any) -> None:

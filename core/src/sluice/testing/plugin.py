@@ -23,6 +23,11 @@ adds no fixtures to other projects.
   (:mod:`sluice.testing.s3proxy`), cleared for each test; ``s3_bucket``: a fresh bucket, with
   the standard ``AWS_*`` variables pointing at the proxy for the test. ``moto_s3_server``,
   ``moto_s3_bucket``: the same on moto's S3 server, a second S3 implementation.
+- ``azurite_server``: Azurite (Azure Blob Storage) on loopback, one per test session
+  (:mod:`sluice.cloudservers`); ``azure_container``: a fresh container, with the standard
+  ``AZURE_STORAGE_*`` variables pointing at it for the test. ``fake_gcs_server``,
+  ``gcs_bucket``: the same with fake-gcs-server (Google Cloud Storage, its JSON API only) and
+  ``STORAGE_EMULATOR_HOST``.
 - ``postgres_server``: a PostgreSQL server of the tests' own (:mod:`.postgres`), one per test
   session, with a database ``test``.
 - ``rest_catalog``: an Apache Iceberg REST catalog server of the tests' own
@@ -61,6 +66,7 @@ from ..brokers import (
 )
 
 if TYPE_CHECKING:
+    from ..cloudservers import AzuriteServer, FakeGcsServer
     from ..s3server import S3Server
     from .postgres import PostgresServer
     from .rest_catalog import RestCatalogServer
@@ -318,6 +324,73 @@ def moto_s3_bucket(
     _moto_session_proxy.reset_counts()
     yield _bucket(moto_s3_server, _moto_session_proxy, monkeypatch)
     _moto_session_proxy.clear()
+
+
+@dataclass(frozen=True)
+class CloudBucket:
+    """A bucket (Azure: a container) of the test's own on an emulator of GCS or Azure."""
+
+    scheme: str  # "gs" or "az"
+    name: str
+    server: AzuriteServer | FakeGcsServer
+
+    def uri(self, path: str = "") -> str:
+        return f"{self.scheme}://{self.name}/{path}".rstrip("/")
+
+    def keys(self, prefix: str = "") -> list[str]:
+        import obstore
+
+        from ..spark.sinks.cloud import azure_settings, gcs_settings
+
+        settings = gcs_settings() if self.scheme == "gs" else azure_settings()
+        found = obstore.list(settings.store(self.name), prefix or None)
+        return sorted(str(m["path"]) for chunk in found for m in chunk)
+
+
+def _cloud_bucket(
+    scheme: str, server: AzuriteServer | FakeGcsServer, monkeypatch: pytest.MonkeyPatch
+) -> CloudBucket:
+    bucket = CloudBucket(scheme, f"t{uuid.uuid4().hex[:16]}", server)
+    for name in (
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "AZURE_STORAGE_SAS_TOKEN",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in server.environment().items():
+        monkeypatch.setenv(name, value)
+    if scheme == "az":
+        server.create_container(bucket.name)  # type: ignore[union-attr]
+    else:
+        server.create_bucket(bucket.name)  # type: ignore[union-attr]
+    return bucket
+
+
+@pytest.fixture(scope="session")
+def azurite_server() -> Iterator[AzuriteServer]:
+    from ..cloudservers import start_azurite
+
+    yield from _session_broker(start_azurite)  # type: ignore[misc]
+
+
+@pytest.fixture
+def azure_container(azurite_server: AzuriteServer, monkeypatch: pytest.MonkeyPatch) -> CloudBucket:
+    """A fresh container on Azurite; ``AZURE_STORAGE_ACCOUNT_NAME``, ``..._ACCOUNT_KEY`` and
+    ``AZURE_STORAGE_ENDPOINT`` point at it for the test."""
+    return _cloud_bucket("az", azurite_server, monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def fake_gcs_server() -> Iterator[FakeGcsServer]:
+    from ..cloudservers import start_fake_gcs
+
+    yield from _session_broker(start_fake_gcs)  # type: ignore[misc]
+
+
+@pytest.fixture
+def gcs_bucket(fake_gcs_server: FakeGcsServer, monkeypatch: pytest.MonkeyPatch) -> CloudBucket:
+    """A fresh bucket on fake-gcs-server; ``STORAGE_EMULATOR_HOST`` points at it."""
+    return _cloud_bucket("gs", fake_gcs_server, monkeypatch)
 
 
 @pytest.fixture(scope="session")

@@ -187,7 +187,6 @@ def _timed_rest_catalog() -> Callable[..., Catalog]:
     docstring), built once, when a REST catalog is first opened."""
     import requests
     from pyiceberg.catalog.rest import RestCatalog
-    from pyiceberg.exceptions import CommitStateUnknownException
 
     class TimedRestCatalog(RestCatalog):
         def __init__(self, name: str, **properties: str) -> None:
@@ -218,13 +217,20 @@ def _timed_rest_catalog() -> Callable[..., Catalog]:
             try:
                 return super().commit_table(*args, **kwargs)
             except CatalogTimeoutError as exc:
-                raise CommitStateUnknownException(
-                    f"{exc} The commit's outcome is unknown: the catalog may have committed it. "
-                    "Nothing was deleted; the next run reads the catalog and finishes the batch "
-                    "if it is there, or writes it again."
-                ) from None
+                raise commit_timed_out(exc) from None
 
     return TimedRestCatalog
+
+
+def commit_timed_out(exc: CatalogTimeoutError) -> Exception:
+    """pyiceberg's ``CommitStateUnknownException`` for a commit request that timed out."""
+    from pyiceberg.exceptions import CommitStateUnknownException
+
+    return CommitStateUnknownException(
+        f"{exc} The commit's outcome is unknown: the catalog may have committed it. "
+        "Nothing was deleted; the next run reads the catalog and finishes the batch "
+        "if it is there, or writes it again."
+    )
 
 
 def with_s3_defaults(name: str, properties: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,10 @@
 ``delta://PATH`` names the table's directory (``delta:///abs/path``, ``delta://relative/path``);
 a directory that already holds a ``_delta_log`` is a Delta table too, given as a path or a
 ``file://`` URI. ``delta://s3://BUCKET/PATH`` is a table on S3 (or an S3-compatible server),
-with the credentials of the other S3 sinks (:class:`.s3.S3Settings`).
+with the credentials of the other S3 sinks (:class:`.s3.S3Settings`); ``delta://gs://BUCKET/PATH``
+and ``delta://az://CONTAINER/PATH`` (``abfs[s]://CONTAINER@ACCOUNT...``) tables on Google Cloud
+Storage and Azure Blob Storage, with their standard variables (:mod:`.cloud`), kept as on S3
+with each store's own create-if-absent and replace-if-unchanged.
 
 Where the files are. The sink's own files go through a table store (:mod:`.tablestore`), so
 the protocol below reads the same on both: on a local file system a JSON file is replaced by
@@ -115,7 +118,7 @@ from .base import (
     check_publishable,
     rows_by_batch,
 )
-from .tablestore import LocalStore, S3Store, TableStore
+from .tablestore import CloudStore, LocalStore, ObjectStore, S3Store, TableStore
 from .upsert import (
     Held,
     Plan,
@@ -176,11 +179,14 @@ _S3_TABLE = {"delta.checkpointInterval": "10"}
 _QUARANTINE_SCHEMA = _BASE_SCHEMA.insert(8, pa.field("reason", pa.string()))
 _HINT = (
     "Write it as delta://PATH, e.g. delta://./data/readings or delta:///lake/readings, or "
-    "delta://s3://BUCKET/PATH for a table on S3, optionally ?quarantine=PATH (on S3: "
-    "?quarantine=s3://BUCKET/PATH, in the same bucket)."
+    "delta://s3://BUCKET/PATH for a table on S3 (delta://gs://BUCKET/PATH on Google Cloud "
+    "Storage, delta://az://CONTAINER/PATH on Azure Blob Storage), optionally ?quarantine=PATH "
+    "(on an object store: ?quarantine=s3://BUCKET/PATH, in the same bucket)."
 )
 #: Object stores delta-rs can write that Sluice does not keep a Delta sink's state on yet.
-_OTHER_STORES = ("gs", "gcs", "az", "azure", "abfs", "abfss", "adl", "oss", "hdfs", "lakefs")
+_OTHER_STORES = ("adl", "oss", "hdfs", "lakefs", "wasb", "wasbs")
+#: The object stores the sink writes tables on: a location's scheme -> the store's.
+_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gs", "az": "az", "abfs": "az", "abfss": "az"}
 #: delta-rs's settings of an S3 commit that the sink refuses (see :func:`check_s3_commits`).
 _UNSAFE = ("AWS_S3_LOCKING_PROVIDER", "AWS_S3_ALLOW_UNSAFE_RENAME")
 
@@ -209,10 +215,14 @@ class DeltaTarget:
     table: PurePath
     quarantine: PurePath
     bucket: str | None = None
+    #: the object store's scheme: ``s3``, ``gs`` or ``az`` (None: a local path)
+    scheme: str | None = None
+    #: an Azure account an ``abfss://CONTAINER@ACCOUNT.dfs.core.windows.net`` location names
+    account: str | None = None
 
     def uri(self, path: PurePath) -> str:
-        """What delta-rs opens: the local path, or ``s3://BUCKET/KEY``."""
-        return f"s3:/{path}" if self.bucket else str(path)
+        """What delta-rs opens: the local path, or ``s3://BUCKET/KEY`` (``gs://``, ``az://``)."""
+        return f"{self.scheme or 's3'}:/{path}" if self.bucket else str(path)
 
 
 def parse_delta_uri(location: str | os.PathLike[str]) -> DeltaTarget:
@@ -232,17 +242,17 @@ def parse_delta_uri(location: str | os.PathLike[str]) -> DeltaTarget:
         )
     parts = urlsplit(text)
     scheme = parts.scheme.lower()
-    if scheme in ("s3", "s3a"):
+    if scheme in _SCHEMES:
         return _s3_target(os.fspath(location), text, options.get("quarantine", [None])[-1])
     if scheme == "file":
         text = parts.path
     elif scheme in _OTHER_STORES:
         raise ConfigError(
             f"sink {os.fspath(location)!r}: the Delta sink writes tables on local (or mounted) "
-            f"file systems and on S3 (delta://s3://BUCKET/PATH), not yet on {scheme}://: the "
-            "stream state it keeps beside the table needs conditional writes, which Sluice "
-            "makes on S3 only. Use an S3 bucket (or an S3-compatible server), or mount the "
-            f"store as a local directory. {_HINT}"
+            "file systems, S3, Google Cloud Storage and Azure Blob Storage, not yet on "
+            f"{scheme}://: the stream state it keeps beside the table needs conditional writes, "
+            "which Sluice makes on those stores only. Mount the store as a local directory, or "
+            f"use one of those. {_HINT}"
         )
     elif scheme and len(scheme) > 1:
         raise ConfigError(
@@ -258,26 +268,41 @@ def parse_delta_uri(location: str | os.PathLike[str]) -> DeltaTarget:
     return DeltaTarget(table, quarantine)
 
 
-def _s3_target(location: str, text: str, quarantine_uri: str | None) -> DeltaTarget:
+def _bucket(text: str) -> tuple[str, str, str, str | None]:
+    """(scheme: s3, gs or az; bucket or container; key; Azure account or None) of an object
+    store URI (``abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH`` names the account)."""
     parts = urlsplit(text)
-    key = parts.path.strip("/")
-    if not parts.netloc or not key:
+    scheme = _SCHEMES[parts.scheme.lower()]
+    bucket, account = parts.netloc, None
+    if scheme == "az" and "@" in bucket:
+        bucket, _, host = bucket.partition("@")
+        account = host.split(".", 1)[0] or None
+    return scheme, bucket, parts.path.strip("/"), account
+
+
+def _s3_target(location: str, text: str, quarantine_uri: str | None) -> DeltaTarget:
+    scheme, bucket, key, account = _bucket(text)
+    if not bucket or not key:
         raise ConfigError(
-            f"sink {location!r} names no table in a bucket: delta://s3://BUCKET/PATH. {_HINT}"
+            f"sink {location!r} names no table in a bucket: delta://{scheme}://BUCKET/PATH. {_HINT}"
         )
-    table = PurePosixPath("/", parts.netloc, key)
+    table = PurePosixPath("/", bucket, key)
     quarantine = table / QUARANTINE_DIR
     if quarantine_uri is not None:
         other = urlsplit(quarantine_uri)
-        if other.scheme.lower() not in ("s3", "s3a") or other.netloc != parts.netloc:
+        same = other.scheme.lower() in _SCHEMES and _bucket(quarantine_uri)[:2] == (
+            scheme,
+            bucket,
+        )
+        if not same:
             raise ConfigError(
-                f"sink {location!r}: the quarantine of a table on S3 is a table in the same "
-                f"bucket: ?quarantine=s3://{parts.netloc}/PATH, not {quarantine_uri!r}."
+                f"sink {location!r}: the quarantine of a table on an object store is a table in "
+                f"the same bucket: ?quarantine={scheme}://{bucket}/PATH, not {quarantine_uri!r}."
             )
-        quarantine = PurePosixPath("/", other.netloc, other.path.strip("/"))
+        quarantine = PurePosixPath("/", bucket, _bucket(quarantine_uri)[2])
     if quarantine == table or len(quarantine.parts) < 3:
         raise ConfigError(f"sink {location!r}: the quarantine must be another table.")
-    return DeltaTarget(table, quarantine, parts.netloc)
+    return DeltaTarget(table, quarantine, bucket, scheme, account)
 
 
 def check_s3_commits(location: str) -> None:
@@ -305,6 +330,21 @@ def check_s3_commits(location: str) -> None:
                 f"{name}={value} is set: unset it (or set it to etag). An S3 server without "
                 "conditional writes cannot hold a Delta table that Sluice writes."
             )
+
+
+def _object_store(target: DeltaTarget, location: str) -> ObjectStore:
+    """The store of a table on S3, GCS or Azure, with the settings the environment gives."""
+    assert target.bucket is not None
+    if target.scheme == "gs":
+        from .cloud import gcs_settings
+
+        return CloudStore(target.bucket, gcs_settings())
+    if target.scheme == "az":
+        from .cloud import azure_settings
+
+        return CloudStore(target.bucket, azure_settings(target.account))
+    check_s3_commits(location)
+    return S3Store(target.bucket)
 
 
 def app_id(stream: StreamKey) -> str:
@@ -433,8 +473,7 @@ class DeltaSink(UpsertMode):
         self.location = os.fspath(location)
         self._meta = self.root / META_DIR
         if store is None and self.target.bucket is not None:
-            check_s3_commits(self.location)
-            store = S3Store(self.target.bucket)
+            store = _object_store(self.target, self.location)
         #: where the tables and the sink's own files are (:mod:`.tablestore`)
         self.store: TableStore = store or LocalStore()
         self._finished: set[str] = set()  # pending batches this object finished
@@ -518,9 +557,9 @@ class DeltaSink(UpsertMode):
         """The table's directory is writable; on S3, the bucket is there, the credentials may
         list, write and delete, and the server honours ``If-None-Match: *`` (the commits of
         delta-rs and of the sink's own files need it)."""
-        if isinstance(self.store, S3Store):
-            self.store.objects.check(
-                f"{self.store.key(self._meta)}/probe-{uuid.uuid4().hex[:12]}",
+        if isinstance(self.store, ObjectStore):
+            self.store.check(
+                self._meta / f"probe-{uuid.uuid4().hex[:12]}",
                 self.uri(self.root),
                 "neither delta-rs's commits nor the sink's stream state can be made so that "
                 "only one writer wins",

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import ConcurrentIngestError, StreamKey
-from .objects import Objects, PreconditionFailed
+from .objects import PreconditionFailed
 
 __all__ = ["TTL", "Lease", "hold", "live"]
 
@@ -89,7 +89,7 @@ def _dead_here(holder: dict[str, Any]) -> bool:
 
 @dataclass
 class Lease:
-    objects: Objects
+    objects: Any  # an .objects.Objects, or a .cloud.CloudObjects
     key: str
     stream: StreamKey
     run: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -145,7 +145,7 @@ class Lease:
         return ConcurrentIngestError(
             f"Another ingest of {stream.kind} topic '{stream.topic}' "
             f"({'group' if stream.kind == 'kafka' else 'session'} '{stream.group}') is running "
-            f"on this sink ({who}, lease s3://{self.objects.bucket}/{self.key}). Nothing was "
+            f"on this sink ({who}, lease {self.objects.uri(self.key)}). Nothing was "
             "done; run the batch again once it has finished (its commit may have ingested "
             f"these messages). A lease of a process that died elsewhere expires {TTL:.0f} s "
             "after its last renewal."
@@ -185,7 +185,7 @@ class Lease:
 
 
 @contextlib.contextmanager
-def hold(objects: Objects, key: str, stream: StreamKey) -> Iterator[Lease]:
+def hold(objects: Any, key: str, stream: StreamKey) -> Iterator[Lease]:
     """Hold the lease at ``key`` for the block (see the module docstring)."""
     lease = Lease(objects, key, stream)
     with _ACTIVE_LOCK:

@@ -30,6 +30,8 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .catalogs import CatalogTimeoutError, commit_timed_out
+
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Transaction
@@ -88,7 +90,10 @@ def commit_together(catalog: Catalog, transactions: Sequence[Transaction]) -> No
         )
         changes.append(json.loads(request.model_dump_json()))
     body = json.dumps({"table-changes": changes}).encode()
-    response = catalog._session.post(catalog.url("transactions/commit"), data=body)
+    try:
+        response = catalog._session.post(catalog.url("transactions/commit"), data=body)
+    except CatalogTimeoutError as exc:
+        raise commit_timed_out(exc) from None
     try:
         response.raise_for_status()
     except HTTPError as exc:

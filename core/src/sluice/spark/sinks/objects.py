@@ -50,6 +50,17 @@ class Objects:
             self._client = self.settings.client()
         return self._client
 
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    def any(self, prefix: str) -> bool:
+        """Whether any object is under ``prefix``."""
+        try:
+            answer = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=1)
+        except Exception as exc:
+            raise self._fail(exc, "LIST", prefix) from None
+        return bool(answer.get("Contents"))
+
     def _fail(self, exc: BaseException, doing: str, key: str) -> StoreError:
         return StoreError(
             f"S3 {doing} of s3://{self.bucket}/{key} at {self.settings.describe()} failed "

@@ -3,14 +3,16 @@ runs): a local (or mounted) directory, or an object store. The Delta sink's comm
 (:mod:`.delta`) reads the same on both; only these operations differ.
 
 Paths are :class:`~pathlib.PurePath` objects: a local store's are absolute
-:class:`~pathlib.Path` objects, an S3 store's are ``/BUCKET/KEY``, whose URI is
-``s3://BUCKET/KEY`` (:meth:`TableStore.uri`).
+:class:`~pathlib.Path` objects, an object store's are ``/BUCKET/KEY``, whose URI is
+``s3://BUCKET/KEY`` (``gs://``, ``az://``: :meth:`TableStore.uri`).
 
 - :class:`LocalStore`: a JSON file is replaced atomically and durably (a temporary file,
   ``fsync``, ``rename``, the directory synced: invariant I9); the one run of a stream holds
   ``flock`` on its lock file (I7).
-- :class:`S3Store`: every JSON object is written with a conditional write (S3's
-  ``If-None-Match: *``, or ``If-Match`` on the ETag this store last saw of it), so two runs
+- :class:`ObjectStore` (:class:`S3Store`; :class:`CloudStore` on GCS and Azure, through
+  :mod:`.cloud`): every JSON object is written with a conditional write (S3's
+  ``If-None-Match: *``, or ``If-Match`` on the ETag this store last saw of it; GCS and Azure
+  their own, on a generation or an ETag), so two runs
   can never overwrite each other's file unseen: a write whose condition fails, and whose
   object does not hold what this run wrote (a retry after a lost answer), raises
   :class:`~.base.ConcurrentIngestError`. The one run of a stream holds a lease
@@ -27,7 +29,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path, PurePath, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -37,7 +39,10 @@ from .base import ConcurrentIngestError, StreamKey, stream_lock
 from .objects import Objects, PreconditionFailed
 from .s3 import S3Settings
 
-__all__ = ["FileInfo", "LocalStore", "S3Store", "TableStore"]
+if TYPE_CHECKING:
+    from .cloud import CloudSettings
+
+__all__ = ["CloudStore", "FileInfo", "LocalStore", "ObjectStore", "S3Store", "TableStore"]
 
 
 class FileInfo:
@@ -277,50 +282,29 @@ class LocalStore(TableStore):
         return list(_held_since(Path(runs)).values())
 
 
-class S3Store(TableStore):
-    """Objects in an S3 bucket (see the module docstring). ``bucket``: the bucket every path
-    of this store is in."""
+class ObjectStore(TableStore):
+    """Objects in a bucket of an object store (see the module docstring): the operations are
+    those of ``objects`` (an :class:`~.objects.Objects` on S3, a
+    :class:`~.cloud.CloudObjects` on GCS and Azure); ``scheme``: the URIs' (``s3``, ``gs``,
+    ``az``)."""
 
     local = False
+    scheme = "s3"
 
-    def __init__(self, bucket: str, settings: S3Settings | None = None) -> None:
+    def __init__(self, bucket: str, objects: Any) -> None:
         self.bucket = bucket
-        self.settings = settings or S3Settings.resolve()
-        self.objects = Objects(self.settings, bucket)
-        self._tags: dict[str, str] = {}  # key -> the ETag this store last read or wrote
+        self.objects = objects
+        self._tags: dict[str, str] = {}  # key -> the version this store last read or wrote
         self._leases: dict[StreamKey, Any] = {}
         self._filesystem: Any = None
 
-    @property
-    def filesystem(self) -> Any:
-        if self._filesystem is None:
-            self._filesystem = self.settings.filesystem()
-        return self._filesystem
-
-    @property
-    def storage_options(self) -> dict[str, str]:  # type: ignore[override]
-        """delta-rs's (object_store's) options for this store: the endpoint, region and keys
-        the sink resolved (:class:`.s3.S3Settings`), and commits with ``If-None-Match: *``
-        (``aws_conditional_put=etag``, set here so that no environment variable turns it
-        off)."""
-        settings = self.settings
-        options = {"AWS_REGION": settings.region, "aws_conditional_put": "etag"}
-        if settings.endpoint:
-            endpoint = (
-                settings.endpoint if "://" in settings.endpoint else f"https://{settings.endpoint}"
-            )
-            options["AWS_ENDPOINT_URL"] = endpoint
-            options["AWS_ALLOW_HTTP"] = "true" if endpoint.startswith("http://") else "false"
-        options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(settings.virtual_addressing).lower()
-        key, secret, token = settings._keys()
-        if key and secret:
-            options.update(AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
-            if token:
-                options["AWS_SESSION_TOKEN"] = token
-        return options
+    def check(self, probe: PurePath, location: str, consequence: str, instead: str) -> None:
+        """The bucket is there, the credentials may list, write and delete at ``probe``, and
+        the store honours conditional writes; else a :class:`ConfigError` naming what to fix."""
+        self.objects.check(self.key(probe), location, consequence, instead)
 
     def uri(self, path: PurePath) -> str:
-        return f"s3:/{path}"
+        return f"{self.scheme}:/{path}"
 
     def path(self, uri: str) -> PurePath:
         return PurePosixPath("/", *uri.split("://", 1)[-1].split("/"))
@@ -355,7 +339,8 @@ class S3Store(TableStore):
         return data
 
     def read_bytes(self, path: PurePath) -> bytes | None:
-        return self.objects.get_bytes(self.key(path))
+        found: bytes | None = self.objects.get_bytes(self.key(path))
+        return found
 
     def write_json(self, path: PurePath, data: Any) -> None:
         """Replace the object this store last saw at ``path`` (read, or written), or whatever
@@ -389,7 +374,7 @@ class S3Store(TableStore):
                 self._tags[key] = now  # ours: the retry of a write whose answer was lost
                 return
             raise ConcurrentIngestError(
-                f"Another run wrote s3://{self.bucket}/{key} while this one was writing it: "
+                f"Another run wrote {self.objects.uri(key)} while this one was writing it: "
                 "another ingest of the same stream is running on this sink. Nothing of this "
                 "run was published; run the batch again once the other has finished."
             ) from None
@@ -397,13 +382,10 @@ class S3Store(TableStore):
     # ---- files ---------------------------------------------------------------------------
 
     def exists(self, path: PurePath) -> bool:
-        return self.objects.exists(self.key(path))
+        return bool(self.objects.exists(self.key(path)))
 
     def is_dir(self, path: PurePath) -> bool:
-        answer = self.objects.client.list_objects_v2(
-            Bucket=self.bucket, Prefix=self._prefix(path), MaxKeys=1
-        )
-        return bool(answer.get("Contents"))
+        return bool(self.objects.any(self._prefix(path)))
 
     def files(self, directory: PurePath, suffix: str = "") -> list[PurePath]:
         prefix = self._prefix(directory)
@@ -482,3 +464,63 @@ class S3Store(TableStore):
                 if lease and live(lease):  # (expiry against the store's clock, not now)
                     found.append(float(lease.get("since") or now))
         return found
+
+
+class S3Store(ObjectStore):
+    """Objects in an S3 bucket."""
+
+    def __init__(self, bucket: str, settings: S3Settings | None = None) -> None:
+        self.settings = settings or S3Settings.resolve()
+        super().__init__(bucket, Objects(self.settings, bucket))
+
+    @property
+    def filesystem(self) -> Any:
+        if self._filesystem is None:
+            self._filesystem = self.settings.filesystem()
+        return self._filesystem
+
+    @property
+    def storage_options(self) -> dict[str, str]:  # type: ignore[override]
+        """delta-rs's (object_store's) options for this store: the endpoint, region and keys
+        the sink resolved (:class:`.s3.S3Settings`), and commits with ``If-None-Match: *``
+        (``aws_conditional_put=etag``, set here so that no environment variable turns it
+        off)."""
+        settings = self.settings
+        options = {"AWS_REGION": settings.region, "aws_conditional_put": "etag"}
+        if settings.endpoint:
+            endpoint = (
+                settings.endpoint if "://" in settings.endpoint else f"https://{settings.endpoint}"
+            )
+            options["AWS_ENDPOINT_URL"] = endpoint
+            options["AWS_ALLOW_HTTP"] = "true" if endpoint.startswith("http://") else "false"
+        options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(settings.virtual_addressing).lower()
+        key, secret, token = settings._keys()
+        if key and secret:
+            options.update(AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
+            if token:
+                options["AWS_SESSION_TOKEN"] = token
+        return options
+
+
+class CloudStore(ObjectStore):
+    """Objects in a Google Cloud Storage bucket (``gs``) or an Azure Blob Storage container
+    (``az``), through obstore (:mod:`.cloud`)."""
+
+    def __init__(self, bucket: str, settings: CloudSettings) -> None:
+        from .cloud import CloudObjects
+
+        self.settings = settings
+        self.scheme = settings.scheme
+        super().__init__(bucket, CloudObjects(settings, bucket))
+
+    @property
+    def filesystem(self) -> Any:
+        if self._filesystem is None:
+            self._filesystem = self.settings.filesystem()
+        return self._filesystem
+
+    @property
+    def storage_options(self) -> dict[str, str]:  # type: ignore[override]
+        """delta-rs's (object_store's) options: the same endpoint and credentials. delta-rs
+        commits a log entry with object_store's create-if-absent, native on both stores."""
+        return self.settings.storage_options()
