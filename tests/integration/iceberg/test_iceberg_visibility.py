@@ -25,8 +25,8 @@ import pytest
 from sluice.audit import audit
 from sluice.batch import BatchSpec
 from sluice.s3server import S3Server
-from sluice.testing.plugin import Broker
-from sluice.testing.rest_catalog import RestCatalogServer, start_rest_catalog
+from sluice.testing.plugin import Broker, rest_catalog_on
+from sluice.testing.rest_catalog import RestCatalogServer
 from sluice.testing.visibility import VisibilityPoller, iceberg_batches, kill_loop
 
 from ..spark.conftest import SCHEMA, KafkaTopic, opened_topic, reading
@@ -50,21 +50,7 @@ def rest_catalog(s3_server: S3Server) -> Iterator[RestCatalogServer]:
     """A REST catalog of this module's own: after the session's was restarted by
     test_iceberg_rest.py, its commits during this kill loop failed in its SQLite catalog
     ("UncheckedSQLException: Unknown failure"), which a fresh server never showed."""
-    bucket = "rest-visibility"
-    s3_server.create_bucket(bucket)
-    server = start_rest_catalog(
-        f"s3://{bucket}/warehouse",
-        s3_endpoint=s3_server.endpoint,
-        s3_region=s3_server.region,
-        s3_credentials={
-            "AWS_ACCESS_KEY_ID": s3_server.access_key,
-            "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
-        },
-    )
-    try:
-        yield server
-    finally:
-        server.close()
+    yield from rest_catalog_on(s3_server, "rest-visibility")
 
 
 @pytest.mark.timeout(900)

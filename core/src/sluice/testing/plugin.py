@@ -406,15 +406,14 @@ def postgres_server() -> Iterator[PostgresServer]:
         server.close()
 
 
-@pytest.fixture(scope="session")
-def rest_catalog(s3_server: S3Server) -> Iterator[RestCatalogServer]:
-    """An Iceberg REST catalog on a free port, its warehouse ``s3://rest-warehouse/warehouse``
-    on the session's S3 server; stopped by its pid at the end of the session."""
+def rest_catalog_on(s3_server: S3Server, bucket: str) -> Iterator[RestCatalogServer]:
+    """An Iceberg REST catalog on a free port, its warehouse ``s3://BUCKET/warehouse`` on
+    ``s3_server`` (the bucket made here), closed (by its pid) when the generator ends."""
     from .rest_catalog import start_rest_catalog
 
-    s3_server.create_bucket("rest-warehouse")
+    s3_server.create_bucket(bucket)
     server = start_rest_catalog(
-        "s3://rest-warehouse/warehouse",
+        f"s3://{bucket}/warehouse",
         s3_endpoint=s3_server.endpoint,
         s3_region=s3_server.region,
         s3_credentials={
@@ -426,6 +425,13 @@ def rest_catalog(s3_server: S3Server) -> Iterator[RestCatalogServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(s3_server: S3Server) -> Iterator[RestCatalogServer]:
+    """An Iceberg REST catalog on a free port, its warehouse ``s3://rest-warehouse/warehouse``
+    on the session's S3 server; stopped by its pid at the end of the session."""
+    yield from rest_catalog_on(s3_server, "rest-warehouse")
 
 
 @pytest.fixture
