@@ -89,8 +89,7 @@ MAIN_CLASS = "org.apache.iceberg.rest.SluiceRESTCatalogServer"
 LAUNCHER_SOURCE = """\
 package org.apache.iceberg.rest;
 
-import java.sql.Connection;
-import java.sql.DriverManager;
+import java.lang.reflect.Field;
 import java.sql.PreparedStatement;
 import java.sql.SQLException;
 import java.util.ArrayList;
@@ -109,6 +108,7 @@ import org.apache.iceberg.catalog.Catalog;
 import org.apache.iceberg.exceptions.CommitFailedException;
 import org.apache.iceberg.exceptions.CommitStateUnknownException;
 import org.apache.iceberg.jdbc.JdbcCatalog;
+import org.apache.iceberg.jdbc.JdbcClientPool;
 import org.apache.iceberg.rest.requests.CommitTransactionRequest;
 import org.apache.iceberg.rest.requests.UpdateTableRequest;
 import org.eclipse.jetty.server.Server;
@@ -128,12 +128,13 @@ public final class SluiceRESTCatalogServer {
     boolean atomic = !"false".equals(properties.remove("sluice.atomic-commits"));
     properties.putIfAbsent(CatalogProperties.CATALOG_IMPL, JdbcCatalog.class.getName());
     properties.putIfAbsent("jdbc.schema-version", "V1");
+    properties.putIfAbsent(CatalogProperties.CLIENT_POOL_SIZE, "1");
     Catalog catalog = CatalogUtil.buildIcebergCatalog(NAME, properties, new Configuration());
     RESTCatalogServer.CatalogContext backend =
         new RESTCatalogServer.CatalogContext(catalog, properties);
     RESTCatalogAdapter adapter =
         atomic
-            ? new AtomicCommits(backend, properties.get(CatalogProperties.URI))
+            ? new AtomicCommits(backend)
             : new RESTServerCatalogAdapter(backend);
     ServletContextHandler context = new ServletContextHandler(ServletContextHandler.NO_SESSIONS);
     context.addServlet(new ServletHolder(new RESTCatalogServlet(adapter)), "/*");
@@ -156,12 +157,10 @@ public final class SluiceRESTCatalogServer {
    */
   static final class AtomicCommits extends RESTServerCatalogAdapter {
     private final Catalog catalog;
-    private final String jdbcUri;
 
-    AtomicCommits(RESTCatalogServer.CatalogContext context, String jdbcUri) {
+    AtomicCommits(RESTCatalogServer.CatalogContext context) {
       super(context);
       this.catalog = context.catalog();
-      this.jdbcUri = jdbcUri;
     }
 
     @Override
@@ -198,26 +197,54 @@ public final class SluiceRESTCatalogServer {
           "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ?"
               + " WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?"
               + " AND metadata_location = ?";
-      try (Connection connection = DriverManager.getConnection(jdbcUri)) {
-        connection.setAutoCommit(false);
-        try (PreparedStatement statement = connection.prepareStatement(move)) {
-          for (String[] row : moves) {
-            statement.setString(1, row[0]);
-            statement.setString(2, row[1]);
-            statement.setString(3, NAME);
-            statement.setString(4, row[2]);
-            statement.setString(5, row[3]);
-            statement.setString(6, row[1]);
-            if (statement.executeUpdate() != 1) {
-              connection.rollback();
-              throw new CommitFailedException(
-                  "Table %s.%s was changed by another commit", row[2], row[3]);
-            }
-          }
-        }
-        connection.commit();
+      try {
+        pool().run(
+            connection -> {
+              boolean autoCommit = connection.getAutoCommit();
+              connection.setAutoCommit(false);
+              try (PreparedStatement statement = connection.prepareStatement(move)) {
+                for (String[] row : moves) {
+                  statement.setString(1, row[0]);
+                  statement.setString(2, row[1]);
+                  statement.setString(3, NAME);
+                  statement.setString(4, row[2]);
+                  statement.setString(5, row[3]);
+                  statement.setString(6, row[1]);
+                  if (statement.executeUpdate() != 1) {
+                    connection.rollback();
+                    throw new CommitFailedException(
+                        "Table %s.%s was changed by another commit", row[2], row[3]);
+                  }
+                }
+                connection.commit();
+              } catch (SQLException | RuntimeException e) {
+                connection.rollback();
+                throw e;
+              } finally {
+                connection.setAutoCommit(autoCommit);
+              }
+              return null;
+            });
       } catch (SQLException e) {
         throw new CommitStateUnknownException(e);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new CommitStateUnknownException(e);
+      }
+    }
+
+    /**
+     * The catalog's own connection (its pool holds one: "clients" is 1): a second connection
+     * of ours waited on a read lock the catalog's connection kept after a restart (sqlite-jdbc
+     * keeps the metadata query of the catalog's start-up open), and failed SQLITE_BUSY.
+     */
+    private JdbcClientPool pool() {
+      try {
+        Field field = JdbcCatalog.class.getDeclaredField("connections");
+        field.setAccessible(true);
+        return (JdbcClientPool) field.get(catalog);
+      } catch (ReflectiveOperationException e) {
+        throw new IllegalStateException("JdbcCatalog has no connection pool field", e);
       }
     }
 
@@ -441,8 +468,9 @@ def start_rest_catalog(
     credentials = dict(s3_credentials or {})
     environment = {
         # The catalog's properties (RCKUtils.environmentCatalogConfig).
-        # WAL: a reader's lock never makes a commit fail with SQLITE_BUSY ("Unknown failure")
-        "CATALOG_URI": f"jdbc:sqlite:{path / 'catalog.db'}?journal_mode=WAL&busy_timeout=30000",
+        # a commit waits up to 30 s for the other requests' locks (sqlite-jdbc waits 3 s,
+        # which a loaded machine's concurrent requests outlasted: SQLITE_BUSY)
+        "CATALOG_URI": f"jdbc:sqlite:{path / 'catalog.db'}?busy_timeout=30000",
         "CATALOG_JDBC_SCHEMA__VERSION": "V1",
         "CATALOG_WAREHOUSE": warehouse,
         "CATALOG_REST_HOST": HOST,

@@ -24,9 +24,7 @@ import pytest
 
 from sluice.audit import audit
 from sluice.batch import BatchSpec
-from sluice.s3server import S3Server
-from sluice.testing.plugin import Broker, rest_catalog_on
-from sluice.testing.rest_catalog import RestCatalogServer
+from sluice.testing.plugin import Broker
 from sluice.testing.visibility import VisibilityPoller, iceberg_batches, kill_loop
 
 from ..spark.conftest import SCHEMA, KafkaTopic, opened_topic, reading
@@ -43,14 +41,6 @@ BETWEEN = "publish.after_rename"  # the batch's commit is done, its quarantine's
 @pytest.fixture
 def topic(apache_kafka_broker: Broker, unique_name: str) -> Iterator[KafkaTopic]:
     yield from opened_topic(apache_kafka_broker, unique_name)
-
-
-@pytest.fixture(scope="module")
-def rest_catalog(s3_server: S3Server) -> Iterator[RestCatalogServer]:
-    """A REST catalog of this module's own: after the session's was restarted by
-    test_iceberg_rest.py, its commits during this kill loop failed in its SQLite catalog
-    ("UncheckedSQLException: Unknown failure"), which a fresh server never showed."""
-    yield from rest_catalog_on(s3_server, "rest-visibility")
 
 
 @pytest.mark.timeout(900)
