@@ -298,6 +298,15 @@ class ObjectStore(TableStore):
         self._leases: dict[StreamKey, Any] = {}
         self._filesystem: Any = None
 
+    settings: Any  # the store's resolved settings: S3Settings or CloudSettings
+
+    @property
+    def filesystem(self) -> Any:
+        """pyarrow's file system of the store, made from its settings the first time."""
+        if self._filesystem is None:
+            self._filesystem = self.settings.filesystem()
+        return self._filesystem
+
     def check(self, probe: PurePath, location: str, consequence: str, instead: str) -> None:
         """The bucket is there, the credentials may list, write and delete at ``probe``, and
         the store honours conditional writes; else a :class:`ConfigError` naming what to fix."""
@@ -474,12 +483,6 @@ class S3Store(ObjectStore):
         super().__init__(bucket, Objects(self.settings, bucket))
 
     @property
-    def filesystem(self) -> Any:
-        if self._filesystem is None:
-            self._filesystem = self.settings.filesystem()
-        return self._filesystem
-
-    @property
     def storage_options(self) -> dict[str, str]:  # type: ignore[override]
         """delta-rs's (object_store's) options for this store: the endpoint, region and keys
         the sink resolved (:class:`.s3.S3Settings`), and commits with ``If-None-Match: *``
@@ -514,13 +517,7 @@ class CloudStore(ObjectStore):
         super().__init__(bucket, CloudObjects(settings, bucket))
 
     @property
-    def filesystem(self) -> Any:
-        if self._filesystem is None:
-            self._filesystem = self.settings.filesystem()
-        return self._filesystem
-
-    @property
     def storage_options(self) -> dict[str, str]:  # type: ignore[override]
         """delta-rs's (object_store's) options: the same endpoint and credentials. delta-rs
         commits a log entry with object_store's create-if-absent, native on both stores."""
-        return self.settings.storage_options()
+        return dict(self.settings.storage_options())
