@@ -223,3 +223,22 @@ def test_a_lean_table_keeps_its_columns_and_a_full_one_the_message(
     rows = delta_rows(lean)
     assert len(rows) == 30 and set(rows[0]) == {*fields, *coordinates, "batch_id"}
     assert_exactly_once(audit(f"delta://{lean}", topic.source), 32)
+
+
+def test_a_table_made_outside_sluice_gets_lean_rows_and_records_them(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    """A Delta table someone made before Sluice's first batch (with columns of their own) is
+    no table Sluice wrote: its first batch records the default choice, lean rows."""
+    from deltalake import write_deltalake
+
+    made = tmp_path / "made"
+    write_deltalake(str(made), pa.table({"device": pa.array([], pa.string())}))
+    topic.send([reading(i) for i in range(5)])
+    ingest(spark, topic.plan(), f"delta://{made}", source=topic.source, schema=SCHEMA)
+
+    names = open_delta(made).schema().to_arrow().names
+    assert "value" not in names and {"partition", "offset", "timestamp"} <= set(names)
+    recorded = json.loads((made / "_sluice" / "message_columns.json").read_text())
+    assert recorded == {"keep_message": []}
+    assert_exactly_once(audit(f"delta://{made}", topic.source), 5)

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -256,7 +257,8 @@ def test_a_lean_table_records_its_columns_and_a_full_one_keeps_the_message(
 ) -> None:
     """The default table holds the fields, Kafka's coordinates and batch_id, and records the
     choice in a property when it is made; append follows it, another is refused; a table
-    without the property (made before) keeps the whole message."""
+    without the property that Sluice wrote (before the property) keeps the whole message, and
+    one made outside Sluice records lean rows on its first batch."""
     lean, full = sqlite_lake.sink("lean"), sqlite_lake.sink("full")
     topic.send([reading(i) for i in range(20)] + BAD)
     first = topic.plan()
@@ -287,3 +289,13 @@ def test_a_lean_table_records_its_columns_and_a_full_one_keeps_the_message(
         ingest(spark, second, full, source=topic.source, schema=SCHEMA, keep_message=False)
     ingest(spark, second, full, source=topic.source, schema=SCHEMA)
     assert {r["value"] for r in table_rows(sqlite_lake, "full")} >= {reading(25)}
+
+    # a table made outside Sluice, written by no batch yet: the first batch records lean rows
+    made = sqlite_lake.catalog.create_table(
+        f"{sqlite_lake.namespace}.made", schema=pa.schema([pa.field("device", pa.string())])
+    )
+    assert iceberg.KEEP_PROPERTY not in made.properties
+    ingest(spark, second, sqlite_lake.sink("made"), source=topic.source, schema=SCHEMA)
+    made = sqlite_lake.table("made")
+    assert made.properties[iceberg.KEEP_PROPERTY] == "[]"
+    assert "value" not in made.schema().as_arrow().names

@@ -18,7 +18,8 @@ keeps the whole message always (dead letters and ``sluice dlq replay`` send it a
 A table keeps its choice: a sink records it when it makes the table (:func:`resolve` reads
 it back), and an ingest that gives no ``keep_message`` follows it. Asking for another choice
 on an existing table is a :class:`~sluice.queues.config.ConfigError`: readers of a table
-need its columns to stay. A table made before the choice existed kept the whole message.
+need its columns to stay. A table Sluice wrote before the choice existed kept the whole
+message; one made outside Sluice and not yet written by it takes the choice of its first batch.
 
 Encodings. Offsets and timestamps grow by small steps within a file: delta encoding
 (``DELTA_BINARY_PACKED``) stores them in about one byte a row, where plain encoding takes

@@ -482,11 +482,15 @@ class DeltaSink(UpsertMode):
 
     def kept_columns(self) -> tuple[str, ...] | None:
         """The message columns the table's rows keep (:mod:`..layout`): as recorded, or the
-        whole message for a table made before they were recorded; None: no table yet."""
+        whole message for a table Sluice wrote before they were recorded; None: no table
+        yet, or one made outside Sluice that no batch has written (its first batch records
+        the choice)."""
         if self._load(self.root) is None:
             return None
         stored = self.store.read_json(self._meta / COLUMNS_FILE)
-        return layout.FULL if stored is None else tuple(stored["keep_message"])
+        if stored is not None:
+            return tuple(stored["keep_message"])
+        return layout.FULL if self.store.subdirectories(self._meta / "streams") else None
 
     def keep_columns(self, kept: Sequence[str]) -> None:
         """Record the message columns the rows keep: before the table is made (so a table

@@ -441,12 +441,16 @@ class IcebergSink(UpsertMode):
 
     def kept_columns(self) -> tuple[str, ...] | None:
         """The message columns the table's rows keep (:mod:`..layout`): its recorded choice,
-        the whole message for a table made before it was recorded; None: no table yet."""
+        the whole message for a table Sluice wrote before the choice was recorded; None: no
+        table yet, or one made outside Sluice that no batch has written (its first batch
+        records the choice)."""
         table = self._load(self.target.table)
         if table is None:
             return None
         stored = table.properties.get(KEEP_PROPERTY)
-        return layout.FULL if stored is None else layout.record_of_json(stored)
+        if stored is not None:
+            return layout.record_of_json(stored)
+        return layout.FULL if self._streams(table) else None
 
     def keep_columns(self, kept: Sequence[str]) -> None:
         """The message columns to record in the table when this sink makes it."""
@@ -511,6 +515,12 @@ class IcebergSink(UpsertMode):
         if main:
             self._spec = self._table_spec(table)
             properties.update(_partition_properties(self._spec))
+            if (
+                self._kept is not None
+                and not self.upserting
+                and KEEP_PROPERTY not in table.properties
+            ):
+                properties[KEEP_PROPERTY] = layout.record_json(self._kept)  # made outside Sluice
         missing = {k: v for k, v in properties.items() if table.properties.get(k) != v}
         if missing:
             table = _with_retries("properties", lambda: self._set_properties(identifier, missing))
