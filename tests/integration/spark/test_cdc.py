@@ -475,8 +475,11 @@ def ingest_again(spark: Any, topic: KafkaTopic, sink: str) -> None:
 
 
 #: (failpoint, whether ``sluice compact`` and ``sluice expire`` run days later, between the
-#: crash and the rerun)
-CRASH_CASES = [(p, False) for p in KAFKA_POINTS] + [("commit.before", True)]
+#: crash and the rerun), from the batch's staged files on: before them a change stream's
+#: batch is read as every other (tests/integration/spark/test_crash_matrix.py kills it there)
+CRASH_CASES = [(p, False) for p in KAFKA_POINTS if not p.startswith("read.")] + [
+    ("commit.before", True)
+]
 #: ... on each kind of table, and a Delta table on S3 at the points of its commit
 TARGET_CASES = [(*case, kind) for kind in ("iceberg", "delta") for case in CRASH_CASES] + [
     ("publish.after_intent", False, "delta-s3"),

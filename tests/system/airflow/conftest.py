@@ -127,7 +127,10 @@ def _reading(device: str) -> dict[str, Any]:
     return {"device": device, "temperature": 20.5, "ts": "2026-01-01T12:00:00Z"}
 
 
-@pytest.fixture(scope="session")
+# Module scope: one file uses it, and a deployment left running until the session ends
+# (scheduler, triggerer, dag processor, api server, the scheduled DAG's runs every 10 s) took
+# about a tenth of the machine's CPU from every later test file.
+@pytest.fixture(scope="module")
 def example_system(
     noida_broker: BrokerProcess,
     mosquitto_auth_broker: BrokerProcess,

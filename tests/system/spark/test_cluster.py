@@ -1,4 +1,7 @@
-"""Sluice on a standalone Spark cluster (a master and two one-core workers on loopback)."""
+"""Sluice on a standalone Spark cluster (a master and two one-core workers on loopback).
+
+A Dagster asset on a cluster is run as a user runs it by the Spark clusters guide's page
+(tests/system/test_docs.py: ``dagster dev`` with ``SparkResource`` and the cluster's master)."""
 
 from __future__ import annotations
 
@@ -133,25 +136,6 @@ def test_airflow_operator_spark_submits_to_the_cluster(
     assert six_partitions.queue.read_message_count() == 0
     applications = two_workers.state()["completedapps"]
     assert any(app["name"] == "sluice-ingest" for app in applications), applications
-
-
-def test_dagster_spark_resource_runs_the_ingest_job_on_the_cluster(
-    two_workers: StandaloneCluster,
-    six_partitions: KafkaTopic,
-    noida_broker: BrokerProcess,
-    tmp_path: Path,
-) -> None:
-    publish(six_partitions, 600)
-    sink = tmp_path / "readings"
-    (metadata,) = run_driver(
-        "dagster",
-        job(six_partitions, sink, two_workers.url, mode="executors")
-        | {"bootstrap": noida_broker.bootstrap},
-    )
-    assert (metadata["read"], metadata["written"]) == (600, 600)
-    assert len(sink_offsets(sink)) == 600
-    assert six_partitions.queue.read_message_count() == 0
-    assert any(app["name"] == "sluice" for app in two_workers.state()["completedapps"])
 
 
 def test_executors_without_sluice_get_it_shipped(

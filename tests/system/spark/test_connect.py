@@ -1,5 +1,8 @@
 """Sluice over Spark Connect (``sc://``) against pyspark's own Connect server, whose Python
-workers have pyarrow and pandas but not Sluice: every client ships it."""
+workers have pyarrow and pandas but not Sluice: every client ships it (the Airflow operator
+with ``SLUICE_SPARK_SHIP=1``, Dagster's ``SparkResource(ship_sluice=True)``, which both use
+``spark_session(..., ship_sluice=True)``). The Spark clusters guide's page runs an Airflow DAG and
+a Dagster asset over a Connect server as a user does (tests/system/test_docs.py)."""
 
 from __future__ import annotations
 
@@ -50,15 +53,6 @@ def check(results: list[dict[str, Any]], topics: list[KafkaTopic], tmp_path: Pat
         assert topic.queue.read_message_count() == 0
 
 
-def test_python_ingests_over_spark_connect_in_both_modes(
-    connect_server: ConnectServer, two_topics: list[KafkaTopic], tmp_path: Path
-) -> None:
-    job = both_modes(two_topics, tmp_path, connect_server.url) | {"ship": True}
-    results = run_driver("python", job)
-    assert [r["mode"] for r in results] == list(MODES)
-    check(results, two_topics, tmp_path)
-
-
 def test_airflow_operator_ingests_over_spark_connect(
     connect_server: ConnectServer,
     two_topics: list[KafkaTopic],
@@ -69,6 +63,7 @@ def test_airflow_operator_ingests_over_spark_connect(
     connection = {"conn_type": "sluice_kafka", "host": noida_broker.host, "port": noida_broker.port}
     job = both_modes(two_topics, tmp_path, connect_server.url) | {"connection": connection}
     results = run_driver("airflow", job, SLUICE_SPARK_SHIP="1")
+    assert [r["mode"] for r in results] == list(MODES)
     check(results, two_topics, tmp_path)
 
 

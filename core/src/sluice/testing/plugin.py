@@ -166,11 +166,13 @@ def tansu_broker() -> Iterator[BrokerProcess]:
     yield from _kafka_broker(start_tansu)
 
 
-def _kafka_params() -> list[str]:
+def kafka_params() -> list[str]:
+    """The ids of the Kafka brokers ``kafka_broker`` runs on: every embedded one, or the
+    external one."""
     return ["external"] if os.environ.get(KAFKA_ENV) else list(KAFKA_FIXTURES)
 
 
-@pytest.fixture(scope="session", params=_kafka_params())
+@pytest.fixture(scope="session", params=kafka_params())
 def kafka_broker(request: pytest.FixtureRequest) -> Broker:
     """Each Kafka-protocol broker in turn: Apache Kafka, noida-db and Tansu, or the external
     one."""
