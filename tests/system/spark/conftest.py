@@ -45,7 +45,9 @@ def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return bare_python(tmp_path_factory.getbasetemp() / "bare-venv")
 
 
-@pytest.fixture(scope="session")
+# The cluster and the Connect server serve one file each: module scope stops their JVMs when
+# it ends, not when the session does.
+@pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     cluster = start_cluster(2, tmp_path_factory.mktemp("spark-cluster"))
     try:
@@ -54,7 +56,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalo
         cluster.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def connect_server(
     tmp_path_factory: pytest.TempPathFactory, bare_venv: Path
 ) -> Iterator[ConnectServer]:
