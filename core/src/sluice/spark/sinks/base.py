@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEDUP_WINDOW",
+    "ROW_COORDINATES",
     "BatchRecord",
     "ConcurrentIngestError",
     "Sink",
@@ -39,6 +40,9 @@ __all__ = [
     "StreamKey",
     "StreamState",
     "check_publishable",
+    "coordinates_by_batch",
+    "no_coordinates",
+    "with_coordinates",
 ]
 
 #: How many of the most recent MQTT message ids a stream remembers for de-duplication. A
@@ -417,3 +421,27 @@ def rows_by_batch(rows: pa.Table, column: str) -> dict[str, pa.Table]:
         name: rows.filter(pc.equal(rows.column(column), name)).drop_columns([column])
         for name in set(rows.column(column).to_pylist())
     }
+
+
+#: What the audit reads of each row to find its message: Kafka's partition and offset, an
+#: MQTT message's id.
+ROW_COORDINATES = {"partition": pa.int32(), "offset": pa.int64(), "message_id": pa.string()}
+
+
+def with_coordinates(rows: pa.Table) -> pa.Table:
+    """The :data:`ROW_COORDINATES` columns of ``rows``; one it lacks (``message_id`` of a
+    table that keeps no message id) is null."""
+    for name, kind in ROW_COORDINATES.items():
+        if name not in rows.column_names:
+            rows = rows.append_column(name, pa.nulls(rows.num_rows, kind))
+    return rows.select(list(ROW_COORDINATES)).cast(pa.schema(ROW_COORDINATES.items()))
+
+
+def no_coordinates() -> pa.Table:
+    return pa.table({c: pa.array([], t) for c, t in ROW_COORDINATES.items()})
+
+
+def coordinates_by_batch(rows: pa.Table, column: str) -> dict[str, pa.Table]:
+    """The coordinates of ``rows`` (:func:`with_coordinates`) by the batch id in ``column``."""
+    batches = rows.column(column).cast(pa.string())
+    return rows_by_batch(with_coordinates(rows).append_column(column, batches), column)

@@ -110,13 +110,15 @@ from .. import layout
 from ..failpoints import failpoint
 from ..writing import WriteTargets
 from .base import (
+    ROW_COORDINATES,
     BatchRecord,
     ConcurrentIngestError,
     Staging,
     StreamKey,
     StreamState,
     check_publishable,
-    rows_by_batch,
+    coordinates_by_batch,
+    no_coordinates,
 )
 from .tablestore import CloudStore, LocalStore, ObjectStore, S3Store, TableStore
 from .upsert import (
@@ -153,7 +155,6 @@ META_DIR = "_sluice"
 #: Commit attempts on conflicts before giving up.
 COMMIT_ATTEMPTS = 30
 PREFIX = "sluice."
-_COORDINATES = {"partition": pa.int32(), "offset": pa.int64(), "message_id": pa.string()}
 #: A current-state table's key columns (``{"key_columns": [...]}``), in the ``_sluice`` directory.
 CDC_FILE = "cdc.json"
 #: The message columns the rows keep (``{"keep_message": [...]}``), in the ``_sluice`` directory.
@@ -815,18 +816,13 @@ class DeltaSink(UpsertMode):
         if key not in self._coordinates:
             by_batch: dict[str, pa.Table] = {}
             if table is not None:
-                wanted = pa.schema([(BATCH_COLUMN, pa.string()), *_COORDINATES.items()])
                 dataset = table.to_pyarrow_dataset()
-                present = [n for n in wanted.names if n in dataset.schema.names]
+                wanted = (BATCH_COLUMN, *ROW_COORDINATES)
+                present = [n for n in wanted if n in dataset.schema.names]
                 rows = dataset.to_table(columns=present)
-                for column in wanted:  # a column the table lacks reads as null
-                    if column.name not in present:
-                        rows = rows.append_column(column, pa.nulls(rows.num_rows, column.type))
-                rows = rows.select(wanted.names).cast(wanted)
-                by_batch.update(rows_by_batch(rows, BATCH_COLUMN))
+                by_batch.update(coordinates_by_batch(rows, BATCH_COLUMN))
             self._coordinates[key] = by_batch
-        empty = pa.table({c: pa.array([], t) for c, t in _COORDINATES.items()})
-        return self._coordinates[key].get(batch_id, empty)
+        return self._coordinates[key].get(batch_id, no_coordinates())
 
     def output_location(self, batch_id: str) -> str:
         return f"{self.uri(self.root)} ({BATCH_COLUMN} = '{batch_id}')"

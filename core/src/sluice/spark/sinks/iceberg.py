@@ -104,13 +104,15 @@ from ..failpoints import failpoint
 from ..partitioning import Partitioning, PartitionSpecError
 from ..writing import WriteTargets, resolve
 from .base import (
+    ROW_COORDINATES,
     BatchRecord,
     ConcurrentIngestError,
     Staging,
     StreamKey,
     StreamState,
     check_publishable,
-    rows_by_batch,
+    coordinates_by_batch,
+    no_coordinates,
 )
 from .catalogs import catalog_error, load_iceberg_catalog
 from .multi_table import can_commit_together, commit_together, discard, discard_unlanded
@@ -150,7 +152,6 @@ TABLE_PROPERTIES = {
     "commit.retry.num-retries": "0",
     f"write.metadata.metrics.column.{BATCH_COLUMN}": "full",
 }
-_COORDINATES = {"partition": pa.int32(), "offset": pa.int64(), "message_id": pa.string()}
 _BASE_SCHEMA = pa.schema(
     [
         ("key", pa.binary()),
@@ -713,18 +714,11 @@ class IcebergSink(UpsertMode):
             by_batch: dict[str, pa.Table] = {}
             if table is not None and snapshot is not None:
                 names = table.schema().column_names
-                present = [c for c in (BATCH_COLUMN, *_COORDINATES) if c in names]
+                present = [c for c in (BATCH_COLUMN, *ROW_COORDINATES) if c in names]
                 rows = table.scan(selected_fields=tuple(present)).to_arrow()
-                for name, kind in _COORDINATES.items():  # message_id: a table may keep none
-                    if name not in present:
-                        rows = rows.append_column(name, pa.nulls(rows.num_rows, kind))
-                rows = rows.select([BATCH_COLUMN, *_COORDINATES]).cast(
-                    pa.schema([(BATCH_COLUMN, pa.string()), *_COORDINATES.items()])
-                )
-                by_batch.update(rows_by_batch(rows, BATCH_COLUMN))
+                by_batch.update(coordinates_by_batch(rows, BATCH_COLUMN))
             self._coordinates[key] = by_batch
-        empty = pa.table({c: pa.array([], t) for c, t in _COORDINATES.items()})
-        return self._coordinates[key].get(batch_id, empty)
+        return self._coordinates[key].get(batch_id, no_coordinates())
 
     def output_location(self, batch_id: str) -> str:
         return f"{self._name(self.target.table)} ({BATCH_COLUMN} = '{batch_id}')"

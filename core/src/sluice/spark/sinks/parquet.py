@@ -71,13 +71,16 @@ from ..partitioning import Partitioning, PartitionSpecError
 from ..writing import WriteTargets
 from . import compacted
 from .base import (
+    ROW_COORDINATES,
     BatchRecord,
     ConcurrentIngestError,
     Staging,
     StreamKey,
     StreamState,
     check_publishable,
+    no_coordinates,
     stream_lock,
+    with_coordinates,
 )
 
 __all__ = ["RECORD_FILE", "ParquetSink", "local_path", "parquet_rows"]
@@ -260,7 +263,7 @@ class ParquetSink:
 
     def row_coordinates(self, batch_id: str, quarantined: bool) -> pa.Table:
         if not (self.output_dir(batch_id) / RECORD_FILE).exists():
-            merged = compacted.rows(self.root, batch_id, quarantined, list(_COORDINATES))
+            merged = compacted.rows(self.root, batch_id, quarantined, list(ROW_COORDINATES))
             if merged is not None:
                 return with_coordinates(merged)
         directory = self.quarantine_dir(batch_id) if quarantined else self.output_dir(batch_id)
@@ -403,24 +406,10 @@ class ParquetSink:
         _write_json(path, progress)
 
 
-_COORDINATES = {"partition": pa.int32(), "offset": pa.int64(), "message_id": pa.string()}
-
-
 def coordinates_of(files: Sequence[pq.ParquetFile]) -> pa.Table:
-    """``partition``, ``offset`` and ``message_id`` of the rows of ``files``; a column a file
-    lacks (``message_id`` of a table that keeps no message id) is null."""
+    """The coordinates (:func:`.base.with_coordinates`) of the rows of ``files``."""
     tables = [
-        with_coordinates(f.read(columns=[c for c in _COORDINATES if c in f.schema_arrow.names]))
+        with_coordinates(f.read(columns=[c for c in ROW_COORDINATES if c in f.schema_arrow.names]))
         for f in files
     ]
-    if not tables:
-        return pa.table({c: pa.array([], t) for c, t in _COORDINATES.items()})
-    return pa.concat_tables(tables)
-
-
-def with_coordinates(table: pa.Table) -> pa.Table:
-    """``table``'s coordinate columns (:func:`coordinates_of`), the missing ones null."""
-    for name, kind in _COORDINATES.items():
-        if name not in table.column_names:
-            table = table.append_column(name, pa.nulls(table.num_rows, kind))
-    return table.select(list(_COORDINATES)).cast(pa.schema(_COORDINATES.items()))
+    return pa.concat_tables(tables) if tables else no_coordinates()
