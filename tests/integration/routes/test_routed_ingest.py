@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sluice.batch import plan_batch
+from sluice.queues.config import ConfigError
+from sluice.routes import Routes
 from sluice.spark import ingest
 from sluice.spark.failpoints import FailpointError, armed
 
@@ -48,11 +52,35 @@ def test_each_message_goes_to_its_own_table_once(
         rows = routed_lake.rows(kind)
         assert sorted(r["n"] for r in rows) == sent[kind], kind
         assert {r["event_type"] for r in rows} == {kind}
+        assert not {"key", "value", "headers"} & set(rows[0]), "lean rows by default"
+        assert {"partition", "offset", "timestamp"} <= set(rows[0])
         assert result.tables[routed_lake.table(kind)] == {"written": 6, "quarantined": 0, "held": 0}
     reasons = Counter(r["reason"].split(":")[0] for r in routed_lake.quarantined(routed_lake.home))
     assert reasons == Counter({"no route": 4})
     assert result.read == 64 and result.committed
     assert plan_batch(topic.queue) is None, "the group committed the whole batch"
+
+
+def test_every_table_keeps_the_message_columns_of_the_ingest(
+    spark: Any, topic: KafkaTopic, routed_lake: RoutedLake, tmp_path: Path
+) -> None:
+    """keep_message reaches every route table, and a route table made with another choice
+    is refused before anything is read."""
+    routes = Routes(by="field:event_type", tables={k: routed_lake.table(k) for k in ("k0", "k5")})
+    topic.send([event("k0", 1), event("k5", 2)])
+    options: dict[str, Any] = {"source": topic.source, "schema": SCHEMA, "routes": routes}
+    ingest(spark, topic.plan(), routed_lake.home, keep_message=True, **options)
+    for kind in ("k0", "k5"):
+        (row,) = routed_lake.rows(kind)
+        assert json.loads(row["value"]) == {"n": row["n"], "event_type": kind}
+
+    topic.send([event("k0", 3)])
+    spec = topic.plan()
+    other_home = f"delta://{tmp_path / 'other_home'}"  # a new sink: it keeps no column
+    with pytest.raises(ConfigError, match=r"The route table .* was made with keep_message=True"):
+        ingest(spark, spec, other_home, **options)
+    again = plan_batch(topic.queue)
+    assert again is not None and again.ranges == spec.ranges, "nothing committed"
 
 
 def test_a_run_that_fails_between_two_tables_is_finished_by_its_rerun(
@@ -90,7 +118,6 @@ def test_the_audit_checks_each_table_against_the_brokers_messages(
     spark: Any, topic: KafkaTopic, routed_lake: RoutedLake
 ) -> None:
     from sluice.route_audit import HOME, audit_routes
-    from sluice.routes import Routes
 
     send_events(topic, 3)
     topic.send([event("nobody", 900), b"not json"])

@@ -389,7 +389,7 @@ class _RoutedJob(_Job):
         staging: Staging,
         largest: int | None = None,
         aliases: Mapping[str, Any] | None = None,
-        read_by_spark: Sequence[int] = (),
+        in_jvm: Sequence[int] = (),
     ) -> WriteCounts:
         from pyspark import StorageLevel
 

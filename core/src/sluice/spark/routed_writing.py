@@ -23,10 +23,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import durable, fingerprints
+from . import durable, fingerprints, layout
 from .failpoints import is_armed
 from .writing import (
     _RESULT_DDL,
+    ATTEMPTS_DIR,
     WriteCounts,
     WriteTargets,
     _lost_marker,
@@ -66,7 +67,7 @@ def write_routed(
         targets = output.targets
         names = [name for name, _ in targets.constants]
         dirs[route] = {"good": targets.data.rstrip("/"), "bad": targets.quarantine.rstrip("/")}
-        attempts[route] = {kind: f"{path}/_attempts" for kind, path in dirs[route].items()}
+        attempts[route] = {kind: f"{path}/{ATTEMPTS_DIR}" for kind, path in dirs[route].items()}
         writers[route] = _task_writer(
             [*output.good, *names],
             [*output.bad, *names],
@@ -76,6 +77,7 @@ def write_routed(
             durable.ENABLED,
             targets.filesystem,
             targets.partitioning,
+            layout.arrow_writer_options,
         )
         constants[route] = tuple(targets.constants)
     task = _routed_task(writers, constants, route_column)
