@@ -29,11 +29,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .batch import BatchSpec, OffsetRange
+from .route_index import HOME
 from .routes import Routes
 
 __all__ = ["RouteAudit", "RoutedAuditReport", "audit_routes"]
 
-HOME = "(no route)"
 _EXAMPLES = 5
 Place = tuple[str, bool]  # (a table or HOME, quarantined)
 Key = tuple[str, str | None, int, int]  # topic, group, partition, offset

@@ -30,8 +30,8 @@ to the ingest's own sink as a row (a default table). It is never dropped.
 
 The routing of a message is a function of the message and the routes alone, never of the
 batch it came in: a rerun that reads a message again sends it to the same table.
-:mod:`sluice.spark.routing` computes the same values in Spark, for the ingest; the watchers
-of :mod:`sluice.kafka.route_index` and the audit use :meth:`Routes.route` here.
+:mod:`sluice.spark.routing` computes the same values in Spark, for the ingest; the sensors
+(:mod:`sluice.route_index`) and the audit use :meth:`Routes.route` here.
 """
 
 from __future__ import annotations

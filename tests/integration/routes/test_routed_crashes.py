@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.batch import plan_batch
-from sluice.route_audit import HOME
+from sluice.route_index import HOME
 from sluice.spark import ingest
 from tests.unit.cli.runner import assert_ok, run
 

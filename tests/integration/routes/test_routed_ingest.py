@@ -117,7 +117,8 @@ def table_rows_of(lake: RoutedLake, location: str) -> list[dict[str, Any]]:
 def test_the_audit_checks_each_table_against_the_brokers_messages(
     spark: Any, topic: KafkaTopic, routed_lake: RoutedLake
 ) -> None:
-    from sluice.route_audit import HOME, audit_routes
+    from sluice.route_audit import audit_routes
+    from sluice.route_index import HOME
 
     send_events(topic, 3)
     topic.send([event("nobody", 900), b"not json"])
