@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.sdk import Asset, AssetWatcher
 
 from sluice.batch import BatchSpec
 from sluice.brokers import BrokerProcess
 from sluice.route_index import HOME
 from sluice.sensing import plan_now
 from sluice.testing.topics import create_kafka_topic
-from sluice_airflow.testing import load_dag_file, run_dag
+from sluice_airflow.testing import first_events, load_dag_file, run_dag
 from sluice_airflow.triggers.routed import RoutedMessageTrigger, shared_pollers
 from tests.integration.airflow.dag_runs import DAG_FILE_HEADER, TEST_DAG, write_dag
 from tests.integration.airflow.test_trigger import publish
@@ -61,6 +62,9 @@ async def sense(triggers: list[Any], expected: set[str | None]) -> dict[str | No
     try:
         async with asyncio.timeout(TIMEOUT):
             await asyncio.gather(*(pending[r] for r in expected))
+            # a trigger still looking its connection up subscribes a moment later
+            while sum(len(p.subscribers) for p in shared_pollers()) < len(triggers):
+                await asyncio.sleep(0.01)
         for _ in range(5):  # a delivery is one step: the others would have theirs by now
             await asyncio.sleep(0)
         found: dict[str | None, Any] = {
@@ -124,8 +128,12 @@ def test_one_poller_wakes_only_the_routes_with_messages_and_one_ingest_writes_th
 
     # Then a payment: the next batch starts after the committed one, for payments alone.
     publish(kafka_conn, unique_name, [{"kind": "payments", "n": 4}])
-    second = asyncio.run(sense(watchers(kafka_conn, unique_name, routes, group), {"payments"}))
-    assert second["orders"] is None and second[None] is None
+    assets = [
+        Asset(str(t.route), watchers=[AssetWatcher(name=f"w{n}", trigger=t)])
+        for n, t in enumerate(watchers(kafka_conn, unique_name, routes, group))
+    ]
+    second = first_events(assets)  # what the docs' page runs, too
+    assert list(second) == ["payments"]
     (following,) = BatchSpec.from_dict(second["payments"]).ranges
     assert (following.start, following.end) == (3, 4)
 
