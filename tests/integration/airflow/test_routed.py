@@ -136,13 +136,3 @@ def test_one_poller_wakes_only_the_routes_with_messages_and_one_ingest_writes_th
     assert list(second) == ["payments"]
     (following,) = BatchSpec.from_dict(second["payments"]).ranges
     assert (following.start, following.end) == (3, 4)
-
-
-def test_a_route_no_table_takes_is_refused_at_definition() -> None:
-    routes = {"by": "field:kind", "tables": {"orders": "delta:///lake/orders"}}
-    with pytest.raises(Exception, match="route 'refunds': no table takes it"):
-        RoutedMessageTrigger("c", "t", routes, "refunds")
-    trigger = RoutedMessageTrigger("c", "t", routes, "orders", config={"group_id": "g"})
-    classpath, kwargs = trigger.serialize()
-    assert classpath == "sluice_airflow.triggers.routed.RoutedMessageTrigger"
-    assert RoutedMessageTrigger(**kwargs).serialize() == (classpath, kwargs)
