@@ -15,13 +15,14 @@ from airflow.sdk import Asset, AssetWatcher
 
 from sluice.batch import BatchSpec
 from sluice.brokers import BrokerProcess
+from sluice.cursor import BatchCursor
 from sluice.route_index import HOME
 from sluice.sensing import plan_now
 from sluice.testing.topics import create_kafka_topic
 from sluice_airflow.testing import first_events, load_dag_file, run_dag
 from sluice_airflow.triggers.routed import RoutedMessageTrigger, shared_pollers
 from tests.integration.airflow.dag_runs import DAG_FILE_HEADER, TEST_DAG, write_dag
-from tests.integration.airflow.test_trigger import publish
+from tests.integration.airflow.test_trigger import MemoryStateStore, publish
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "spark")
 
@@ -44,10 +45,18 @@ with {dag} as dag:
 """
 
 
-def watchers(conn: str, topic: str, routes: dict[str, Any], group: str) -> list[Any]:
+def watchers(
+    conn: str, topic: str, routes: dict[str, Any], group: str, rerun_after: float = 600.0
+) -> list[Any]:
     made = [
         RoutedMessageTrigger(
-            conn, topic, routes, route, poll_interval=0.1, config={"group_id": group}
+            conn,
+            topic,
+            routes,
+            route,
+            poll_interval=0.1,
+            config={"group_id": group},
+            rerun_after=rerun_after,
         )
         for route in ROUTES_OF
     ]
@@ -136,3 +145,31 @@ def test_one_poller_wakes_only_the_routes_with_messages_and_one_ingest_writes_th
     assert list(second) == ["payments"]
     (following,) = BatchSpec.from_dict(second["payments"]).ranges
     assert (following.start, following.end) == (3, 4)
+
+
+def test_a_restarted_triggerer_keeps_the_batch_in_flight_and_emits_it_again_to_its_routes(
+    noida_broker: BrokerProcess, kafka_conn: str, unique_name: str, tmp_path: Path
+) -> None:
+    """The poller's cursor lives in the assets' state stores: triggers started again (a
+    triggerer restart) do not emit the batch in flight as a new one; once its lease ran out
+    (nothing committed) it is emitted again, the same batch, to the same routes only."""
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
+    group, lease = f"{unique_name}-g", 2.0
+    routes = {"by": "field:kind", "tables": {k: f"delta://{tmp_path / k}" for k in ROUTES_OF[:2]}}
+    publish(kafka_conn, unique_name, [{"kind": "orders", "n": 1}, {"kind": "gifts", "n": 2}])
+    stores = {route: MemoryStateStore() for route in ROUTES_OF}
+
+    def started() -> list[Any]:
+        triggers = watchers(kafka_conn, unique_name, routes, group, rerun_after=lease)
+        for trigger in triggers:
+            trigger.asset_state_store = stores[trigger.route]
+        return triggers
+
+    first = asyncio.run(sense(started(), {"orders", None}))
+    (saved,) = stores["payments"].values.values()  # every watcher's store holds the cursor
+    assert BatchCursor.from_json(saved).attempt == 0
+
+    again = asyncio.run(sense(started(), {"orders", None}))
+    assert again["orders"] == first["orders"] == again[None] and again["payments"] is None
+    (saved,) = stores["orders"].values.values()
+    assert BatchCursor.from_json(saved).attempt == 1, "the same batch, emitted again"
