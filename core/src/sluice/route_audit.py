@@ -99,16 +99,22 @@ class RoutedAuditReport:
             for batch in self.other_routes[:_EXAMPLES]
         ]
         for t in self.tables:
-            where = "the messages with no route" if t.table == HOME else f"table {t.table}"
-            if t.missing:
-                ranges = ", ".join(_range(r) for r in t.missing[:_EXAMPLES])
-                found.append(
-                    f"{where}: {t.missing_count} message(s) committed but not there ({ranges})"
-                )
-            if t.wrong:
-                found.append(f"{where}: {t.wrong} message(s) that belong elsewhere")
-            if t.doubled:
-                found.append(f"{where}: {t.doubled} message(s) there more than once")
+            found += self.table_problems(t)
+        return found
+
+    @staticmethod
+    def table_problems(t: RouteAudit) -> list[str]:
+        """What is wrong with one table (or the messages with no route)."""
+        where = "the messages with no route" if t.table == HOME else f"table {t.table}"
+        found = []
+        if t.missing:
+            ranges = ", ".join(_range(r) for r in t.missing[:_EXAMPLES])
+            count = t.missing_count
+            found.append(f"{where}: {count} message(s) committed but not there ({ranges})")
+        if t.wrong:
+            found.append(f"{where}: {t.wrong} message(s) that belong elsewhere")
+        if t.doubled:
+            found.append(f"{where}: {t.doubled} message(s) there more than once")
         return found
 
     def lines(self) -> list[str]:

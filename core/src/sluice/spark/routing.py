@@ -4,7 +4,7 @@
 watchers and the audit); :func:`value_columns` reads the same in Spark, for the ingest, with
 no Python per row: a JSON field through ``try_parse_json`` and ``try_variant_get``, a key or
 a header as UTF-8 text, a topic level with ``split``. The two agree message for message
-(``tests/unit/spark/test_routing.py`` runs a corpus of awkward payloads through both).
+(``tests/integration/spark/test_routing.py`` runs a corpus of awkward payloads through both).
 
 A batch is routed in two steps (:mod:`.routed`): the distinct (kind, type, value) triples of
 its messages are counted (:func:`distinct_values`: a small aggregation in the JVM), each is

@@ -39,6 +39,7 @@ from dagster import (
 
 from sluice.lineage import source_dataset, topic_asset_key
 from sluice.metrics import StreamLag, measure
+from sluice.route_index import HOME
 
 from .ops import INGEST_TAG
 from .resources import UNREACHABLE, QueueResource
@@ -173,8 +174,6 @@ def make_routed_audit_checks(
     each table's messages against the broker's that its routes send there, failing with
     what is missing, doubled or in another table's place (the ingest's own asset: the
     messages no route takes). It reads the whole history, as ``make_audit_check``."""
-    from sluice.route_index import HOME
-
     from .routed import routed_assets
 
     routed = routed_assets(assets)
@@ -212,7 +211,7 @@ def make_routed_audit_checks(
                     asset_key=key, check_name=name, passed=True, description="Nothing yet."
                 )
                 continue
-            problems = [p for p in report.problems() if p.startswith(_where(table))]
+            problems = report.table_problems(found)
             if others:
                 problems.append(f"{len(others)} batch(es) ingested under other routes")
             yield AssetCheckResult(
@@ -234,16 +233,8 @@ def make_routed_audit_checks(
 
 
 def _audit_text(table: str) -> str:
-    from sluice.route_index import HOME
-
     what = "the messages no route takes" if table == HOME else f"the messages routed to {table}"
     return f"Every one of {what}, once, and nothing else (sluice audit --routes)."
-
-
-def _where(table: str) -> str:
-    from sluice.route_index import HOME
-
-    return "the messages with no route" if table == HOME else f"table {table}"
 
 
 def _sink_of(assets: AssetsDefinition, key: AssetKey) -> str:
