@@ -329,8 +329,13 @@ class KafkaWatch:
                     requests += self._requests
                     self._requests = []
                     interval = min(group.interval for group in self._groups.values())
+                    # a question of a watcher closed since it asked is answered "no longer
+                    # watched" (by _plan), never looked up in what the watch forgot
+                    unknown = any(
+                        key[0] in self._topics and not self._topics[key[0]].known
+                        for key, _, _ in requests
+                    )
                 now = time.monotonic()
-                unknown = any(not self._topics[key[0]].known for key, _, _ in requests)
                 # Fresh committed offsets wait for the tick: one request for every watcher
                 # with a batch in flight, however many there are.
                 urgent = unknown or any(not fresh for _, fresh, _ in requests)
