@@ -256,3 +256,24 @@ def test_a_watcher_closed_with_its_question_pending_leaves_the_others_served(
     finally:
         kept.close()
         watch.stop()
+
+
+def test_a_question_cancelled_while_pending_leaves_the_others_served(
+    noida_broker: Broker, unique_name: str
+) -> None:
+    """A trigger cancelled while it awaited its backlog cancels the question with it
+    (``asyncio.wrap_future``); answering it raised InvalidStateError in the watch's thread,
+    which died and failed every other watcher of the cluster."""
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
+    produce(noida_broker.bootstrap, unique_name, {0: 3})
+    watch = KafkaWatch({"bootstrap_servers": [noida_broker.bootstrap]})
+    watch._wake = gate = _Gate()
+    watcher = watch.watch(unique_name, "g")
+    try:
+        assert watch._request((unique_name, "g"), False).cancel()
+        gate.opened.set()
+        assert watcher.backlog().message_count == 3
+        assert watcher.backlog(fresh=True).message_count == 3, "the thread still answers"
+    finally:
+        watcher.close()
+        watch.stop()
