@@ -116,7 +116,8 @@ def make_queue_sensor(
     :func:`~sluice_dagster.assets.make_ingest_asset` reading ``resource_key``. A batch has at
     least ``min_messages`` and at most ``max_messages`` messages (Kafka; for MQTT the most a
     run drains). ``observe``: record the lag of ``asset_selection``'s assets at each tick
-    (Kafka; see the module docstring).
+    (Kafka; see the module docstring). ``asset_selection=[make_routed_assets(...)]``: each
+    run selects only the assets whose tables get messages of its batch.
     """
     factory = f"make_queue_sensor('{name}')"
     check_targets(factory, job, asset_selection, min_messages, max_messages)
