@@ -233,6 +233,14 @@ def audit(
     opened = open_sink(sink)
     opened.recover()
     records = sorted(opened.records(), key=lambda r: r.published_at)
+    routed = next((r for r in records if r.routes is not None), None)
+    if routed is not None:
+        what = f"route table {routed.route}" if routed.route else "a routed ingest's sink"
+        raise ValueError(
+            f"{opened.location} is {what}: it holds only the messages its routes send there. "
+            "Audit the routed stream with its routes: sluice audit SINK --routes ROUTES, SINK "
+            "being the routed ingest's own sink (sluice.route_audit.audit_routes)."
+        )
     streams: dict[tuple[str, str, str | None], list[Any]] = {}
     for record in records:
         key = record.stream

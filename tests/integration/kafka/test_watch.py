@@ -219,3 +219,61 @@ def test_an_admin_client_still_backing_off_after_an_outage_is_replaced(
         assert watcher.backlog(fresh=True).message_count == 2, "the watch lives on"
     finally:
         watcher.close()
+
+
+class _Gate(threading.Event):
+    """The watch's wake-up event, whose first wait holds the watch's thread until opened."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.opened.wait()
+        return super().wait(timeout)
+
+
+def test_a_watcher_closed_with_its_question_pending_leaves_the_others_served(
+    noida_broker: Broker, unique_name: str
+) -> None:
+    """A trigger cancelled while it awaited its backlog (an asset no longer watched, a test's
+    trigger closed) closes its watcher with the question still queued; the watch's thread
+    then died on the forgotten topic (KeyError), failing every other watcher of the cluster."""
+    for topic in (f"{unique_name}-a", f"{unique_name}-b"):
+        create_kafka_topic(noida_broker.bootstrap, topic, 1)
+    produce(noida_broker.bootstrap, f"{unique_name}-b", {0: 2})
+    watch = KafkaWatch({"bootstrap_servers": [noida_broker.bootstrap]})
+    watch._wake = gate = _Gate()
+    closed = watch.watch(f"{unique_name}-a", "g")
+    kept = watch.watch(f"{unique_name}-b", "g")
+    try:
+        pending = watch._request((f"{unique_name}-a", "g"), False)
+        closed.close()
+        gate.opened.set()
+        with pytest.raises(RuntimeError, match="no longer watched"):
+            pending.result(TIMEOUT)
+        assert kept.backlog().message_count == 2
+    finally:
+        kept.close()
+        watch.stop()
+
+
+def test_a_question_cancelled_while_pending_leaves_the_others_served(
+    noida_broker: Broker, unique_name: str
+) -> None:
+    """A trigger cancelled while it awaited its backlog cancels the question with it
+    (``asyncio.wrap_future``); answering it raised InvalidStateError in the watch's thread,
+    which died and failed every other watcher of the cluster."""
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
+    produce(noida_broker.bootstrap, unique_name, {0: 3})
+    watch = KafkaWatch({"bootstrap_servers": [noida_broker.bootstrap]})
+    watch._wake = gate = _Gate()
+    watcher = watch.watch(unique_name, "g")
+    try:
+        assert watch._request((unique_name, "g"), False).cancel()
+        gate.opened.set()
+        assert watcher.backlog().message_count == 3
+        assert watcher.backlog(fresh=True).message_count == 3, "the thread still answers"
+    finally:
+        watcher.close()
+        watch.stop()

@@ -268,3 +268,18 @@ def test_keep_message_reaches_the_ingest_in_process_and_through_spark_submit(
     parsed = submit.parser().parse_args([*arguments, "--source", "x"])
     assert parsed.keep_message == text, "None: the flag is left out, the table's own choice"
     assert normalize(keep_of_text(parsed.keep_message)) == normalize(keep)
+
+
+def test_routes_reach_the_ingest_in_process_and_through_spark_submit() -> None:
+    from sluice.routes import Routes
+    from sluice.spark import submit
+
+    routes = {"by": "field:kind", "tables": {"orders": "delta:///lake/orders"}}
+    task = SparkIngestOperator(task_id="ingest", sink="/lake/other", routes=routes)
+    options = task._options()
+    assert Routes.parse(options["routes"]) == Routes.parse(routes)
+    arguments = submit_arguments(SPEC, "/d", options)
+    parsed = submit.parser().parse_args([*arguments, "--source", "x"])
+    assert Routes.parse(parsed.routes) == Routes.parse(routes)
+    with pytest.raises(Exception, match="routes needs 'by'"):
+        SparkIngestOperator(task_id="bad", sink="/x", routes={"tables": {"a": "/a"}})

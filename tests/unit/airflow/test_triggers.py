@@ -9,6 +9,7 @@ import pytest
 
 from sluice.queues.config import ConfigError
 from sluice_airflow.triggers.queue import QueueMessageTrigger
+from sluice_airflow.triggers.routed import RoutedMessageTrigger
 
 SETTINGS: list[dict[str, Any]] = [
     {"conn_id": "sluice_kafka_default", "topic": "orders"},
@@ -43,8 +44,32 @@ def _trigger_classes() -> list[type]:
     return found
 
 
-def test_the_provider_declares_only_the_queue_trigger() -> None:
-    assert _trigger_classes() == [QueueMessageTrigger]
+def test_the_provider_declares_its_triggers() -> None:
+    assert _trigger_classes() == [QueueMessageTrigger, RoutedMessageTrigger]
+
+
+ROUTES = {"by": "field:kind", "tables": {"orders": "delta:///lake/orders"}}
+
+
+@pytest.mark.parametrize("route", ["orders", None])
+def test_a_routed_trigger_round_trips(route: str | None) -> None:
+    trigger = RoutedMessageTrigger(
+        "c", "t", ROUTES, route, max_messages=5, config={"group_id": "g"}, rerun_after=90
+    )
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "sluice_airflow.triggers.routed.RoutedMessageTrigger"
+    json.dumps(kwargs)
+    assert RoutedMessageTrigger(**kwargs).serialize() == (classpath, kwargs)
+    assert trigger.place == ("delta:///lake/orders" if route else "(no route)")
+
+
+def test_a_routed_trigger_refuses_a_route_without_a_table_and_a_secret() -> None:
+    with pytest.raises(ConfigError, match="route 'refunds': no table takes it"):
+        RoutedMessageTrigger("c", "t", ROUTES, "refunds")
+    with pytest.raises(ConfigError, match=r"'credential\.password' is a secret"):
+        RoutedMessageTrigger("c", "t", ROUTES, "orders", config={"credential.password": "pw"})
+    with pytest.raises(ConfigError, match="routes needs 'by'"):
+        RoutedMessageTrigger("c", "t", {"tables": {}}, "orders")
 
 
 @pytest.mark.parametrize("kwargs", SETTINGS)

@@ -144,3 +144,46 @@ def test_run_request_config_has_no_nulls() -> None:
     config = ingest_run_config(spec, "ingest")["ops"]["ingest"]["config"]["spec"]
     assert None not in config.values()
     assert BatchSpec.from_dict(config) == spec
+
+
+def test_routed_assets_are_an_asset_per_table_and_refuse_unknown_tables(tmp_path: Path) -> None:
+    from sluice_dagster import make_routed_assets, make_routed_audit_checks
+
+    routes = {
+        "by": "field:kind",
+        "template": f"delta://{tmp_path}/{{kind}}",
+        "values": ["a", "b"],
+        "tables": {"c-1": str(tmp_path / "c")},
+    }
+    events = make_routed_assets(
+        "events", "q", str(tmp_path / "other"), routes, asset_names={"c-1": "cee"}
+    )
+    assert sorted(k.to_user_string() for k in events.keys) == [
+        "cee",
+        "events",
+        "events_a",
+        "events_b",
+    ]
+    checks = make_routed_audit_checks(events)
+    assert {s.asset_key.to_user_string() for s in checks.check_specs} == {
+        k.to_user_string() for k in events.keys
+    }
+    sensor = make_queue_sensor("events_sensor", "q", asset_selection=[events])
+    Definitions.validate_loadable(
+        Definitions(
+            assets=[events],
+            asset_checks=[checks],
+            sensors=[sensor],
+            resources={
+                "q": KafkaQueueResource(bootstrap="localhost:9092", topic="t"),
+                "spark": SparkResource(),
+            },
+        )
+    )
+
+    with pytest.raises(ValueError, match="name no table before a message arrives"):
+        make_routed_assets("e", "q", "/x", {"by": "key", "template": "delta:///t/{k}"})
+    with pytest.raises(ValueError, match=r"asset_names=\{'c-1'"):
+        make_routed_assets("e", "q", "/x", {"by": "key", "tables": {"c-1": "/c"}})
+    with pytest.raises(ValueError, match="a sensor of their own"):
+        make_queue_sensor("s", "q", asset_selection=[events, make_ingest_asset("o", "q", "/o")])

@@ -204,11 +204,20 @@ def ingest(
             "new table); rows always have partition, offset and timestamp."
         ),
     ] = None,
+    routes: Annotated[
+        str | None,
+        typer.Option(
+            help="Send each message to a table of its own (JSON, or @FILE), e.g. "
+            '\'{"by": "field:event_type", "template": "iceberg://lake/events.{event_type}"}\'; '
+            "--sink then takes the messages no route takes (docs/how-to/routed-topics.md)."
+        ),
+    ] = None,
 ) -> None:
     """Ingest the messages waiting now: plan one batch, write it to Parquet, then commit."""
     target = parse(uri, command="ingest")
     _check_uri(target)
     _check_before_spark(schema, payload_column)
+    parsed_routes = _routes(routes)
     limit = _limit(max_quarantined)
     keep = _keep(keep_message)
     spec = _plan(target, max_messages)
@@ -247,6 +256,7 @@ def ingest(
             key_columns=key_columns,
             on_truncate=on_truncate.value,
             keep_message=keep,
+            routes=parsed_routes,
         )
     if result.kind == "mqtt" and not (result.read or result.skipped):
         output.out().print(f"Nothing to ingest: the session's drain of '{spec.topic}' was empty.")
@@ -354,6 +364,19 @@ def _keep(text: str | None) -> bool | list[str] | None:
     return keep
 
 
+def _routes(text: str | None) -> Any:
+    """The routes of --routes, checked before anything is read."""
+    if text is None:
+        return None
+    from sluice.queues.config import ConfigError
+    from sluice.routes import Routes
+
+    try:
+        return Routes.parse(text)
+    except ConfigError as exc:
+        raise CliError(f"--routes: {exc}", usage=True) from None
+
+
 def _check_sink(
     sink: str,
     partition_by: str | None = None,
@@ -439,6 +462,10 @@ def _show(result: IngestResult) -> None:
         ("seconds", data["seconds"]),
         ("msg/s", round(result.messages_per_second)),
         *((f"changes {name}", n) for name, n in data["changes"].items()),
+        *(
+            (f"table {table}", f"{c['written']} written, {c['quarantined']} quarantined")
+            for table, c in data["tables"].items()
+        ),
         ("committed", "yes" if data["committed"] else "no"),
         ("output", data["output"]),
         ("quarantine", data["quarantine_output"]),

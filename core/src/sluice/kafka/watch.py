@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -308,8 +308,7 @@ class KafkaWatch:
         with self._lock:
             pending, self._requests = self._requests, []
         for _, _, future in pending:
-            if not future.done():
-                future.set_exception(RuntimeError("the Kafka watch was stopped"))
+            _settle(future, RuntimeError("the Kafka watch was stopped"))
 
     # ---- the watch's thread ----------------------------------------------------------------
 
@@ -329,8 +328,13 @@ class KafkaWatch:
                     requests += self._requests
                     self._requests = []
                     interval = min(group.interval for group in self._groups.values())
+                    # a question of a watcher closed since it asked is answered "no longer
+                    # watched" (by _plan), never looked up in what the watch forgot
+                    unknown = any(
+                        key[0] in self._topics and not self._topics[key[0]].known
+                        for key, _, _ in requests
+                    )
                 now = time.monotonic()
-                unknown = any(not self._topics[key[0]].known for key, _, _ in requests)
                 # Fresh committed offsets wait for the tick: one request for every watcher
                 # with a batch in flight, however many there are.
                 urgent = unknown or any(not fresh for _, fresh, _ in requests)
@@ -356,8 +360,7 @@ class KafkaWatch:
                 requests += self._requests
                 self._requests = []
             for _, _, future in requests:
-                if not future.done():
-                    future.set_exception(exc)
+                _settle(future, exc)
             raise
         finally:
             if clients is not None:
@@ -494,10 +497,7 @@ class KafkaWatch:
         for key, _, future in requests:
             with self._lock:
                 spec = self._plan(key)
-            if isinstance(spec, Exception):
-                future.set_exception(spec)
-            else:
-                future.set_result(spec)
+            _settle(future, spec)
 
     def _failed(
         self,
@@ -517,7 +517,7 @@ class KafkaWatch:
                 state.error = str(error)
                 _notify(state)
         for _, _, future in requests:
-            future.set_exception(error)
+            _settle(future, error)
 
     def _plan(self, key: _GroupKey) -> BatchSpec | Exception:
         """The group's whole backlog from what the watch knows (the lock is held)."""
@@ -544,6 +544,19 @@ class KafkaWatch:
         return BatchSpec(
             "kafka", topic, group_id=group_id, ranges=tuple(ranges), topic_id=state.topic_id
         )
+
+
+def _settle(future: Future[BatchSpec], outcome: BatchSpec | BaseException) -> None:
+    """Answer a watcher's question, unless it was cancelled meanwhile (its asyncio task was:
+    ``asyncio.wrap_future`` cancels the question with it); a cancelled question must not end
+    the thread that answers every other watcher."""
+    try:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except InvalidStateError:
+        pass
 
 
 def _notify(state: _Topic) -> None:

@@ -200,10 +200,11 @@ class Classification:
             found = cache[rules] = cls.of(rules)
         return found
 
-    def apply(self, raw: DataFrame) -> DataFrame:
+    def apply(self, raw: DataFrame, keep: tuple[str, ...] = ()) -> DataFrame:
         """``raw`` (the columns of :data:`sluice.spark.records.RAW_SCHEMA`) as one frame with
-        what both outputs need: :attr:`good` and :attr:`bad` name their columns."""
-        return raw.select(*self.parsed).select(*self.result)
+        what both outputs need: :attr:`good` and :attr:`bad` name their columns. ``keep``:
+        further columns of ``raw`` carried along as they are (a routed batch's route)."""
+        return raw.select(*self.parsed, *keep).select(*self.result, *keep)
 
 
 def _key(rules: Rules, parsed: list[Column], reason: Column) -> tuple[list[Column], Column]:

@@ -7,6 +7,8 @@ starts::
 
     SLUICE_FAILPOINTS="publish.after_rename"          # SIGKILL the process there
     SLUICE_FAILPOINTS="commit.before=raise"           # raise FailpointError instead
+    SLUICE_FAILPOINTS="publish.after_rename@3"        # at its third pass (a routed batch
+                                                      # publishes to several sinks)
 
 or in-process with :func:`armed`, which also takes a function to call there: how the nemesis
 suite (:mod:`sluice.testing.nemesis`) makes the environment fail at a step (retention moving,
@@ -26,6 +28,7 @@ __all__ = [
     "FAILPOINTS",
     "MAINTENANCE_FAILPOINTS",
     "OBJECT_STORE_FAILPOINTS",
+    "ROUTE_FAILPOINTS",
     "TASK_FAILPOINTS",
     "FailpointError",
     "armed",
@@ -55,6 +58,13 @@ OBJECT_STORE_FAILPOINTS = (
     "publish.midway",  # the batch's quarantine object is complete, its good rows' are not
 )
 
+#: Steps of a routed batch (:mod:`.routed`), which publishes each route table's slice (the
+#: ``publish.*`` points, once per table) before the batch on the ingest's own sink.
+ROUTE_FAILPOINTS = (
+    "routes.after_table",  # a table's slice is published, the next tables' are not
+    "routes.after_tables",  # every table holds its slice, the ingest's sink not the batch
+)
+
 #: Faults inside Spark tasks rather than at a step of the driver: ``task.lost`` makes the
 #: first writing task of the next write job die (``os._exit``) after writing its files and
 #: before reporting them, as an executor lost at that moment would.
@@ -81,7 +91,14 @@ def _parse(text: str) -> dict[str, str]:
     points: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, action = item.partition("=")
-        known = FAILPOINTS + OBJECT_STORE_FAILPOINTS + TASK_FAILPOINTS + MAINTENANCE_FAILPOINTS
+        name, at, nth = name.partition("@")
+        known = (
+            FAILPOINTS
+            + OBJECT_STORE_FAILPOINTS
+            + ROUTE_FAILPOINTS
+            + TASK_FAILPOINTS
+            + MAINTENANCE_FAILPOINTS
+        )
         if name not in known:
             raise ValueError(
                 f"{ENVIRONMENT_VARIABLE} names an unknown failpoint {name!r}; "
@@ -89,12 +106,19 @@ def _parse(text: str) -> dict[str, str]:
             )
         if action not in ("", "kill", "raise"):
             raise ValueError(f"failpoint {name!r}: action must be 'kill' or 'raise'")
+        if at and not (nth.isdigit() and int(nth) >= 1):
+            raise ValueError(f"failpoint {name!r}: @{nth} must be a pass number from 1")
         points[name] = action or "kill"
+        if at:
+            _nth[name] = int(nth)
     return points
 
 
 Action = str | Callable[[], None]
 
+#: Failpoints armed for their N-th pass only (``name@N``), and each one's passes so far.
+_nth: dict[str, int] = {}
+_passes: dict[str, int] = {}
 _armed: dict[str, Action] = dict(_parse(os.environ.get(ENVIRONMENT_VARIABLE, "")))
 
 
@@ -107,6 +131,10 @@ def failpoint(name: str) -> None:
     """Crash here (or run the function armed here) if a test armed ``name``; otherwise do
     nothing."""
     if _armed and name in _armed:
+        if name in _nth:
+            _passes[name] = _passes.get(name, 0) + 1
+            if _passes[name] != _nth[name]:
+                return
         action = _armed[name]
         if callable(action):
             action()
@@ -121,13 +149,18 @@ def armed(name: str, action: Action = "raise") -> Iterator[None]:
     """Arm ``name`` in this process for the duration of the block (tests): ``kill``,
     ``raise``, or a function to call there."""
     global _armed
-    previous = _armed
+    previous, counted = _armed, (dict(_nth), dict(_passes))
     if callable(action):
         _parse(name)  # the name must be known
-        _armed = {**previous, name: action}
+        _armed = {**previous, name.partition("@")[0]: action}
     else:
         _armed = {**previous, **_parse(f"{name}={action}")}
+    _passes.pop(name.partition("@")[0], None)
     try:
         yield
     finally:
         _armed = previous
+        _nth.clear()
+        _nth.update(counted[0])
+        _passes.clear()
+        _passes.update(counted[1])

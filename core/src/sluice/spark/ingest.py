@@ -45,6 +45,7 @@ from ..quarantine import DEFAULT_MAX_QUARANTINED, check_limit, check_quarantine
 from ..queues.config import ConfigError
 from ..queues.envelope import MessageEnvelope
 from ..queues.uri import config_from_uri, queue_from_config
+from ..routes import Routes
 from ..secrets import redact_uri
 from . import layout
 from .classify import Classification, Rules, parse_schema
@@ -149,6 +150,7 @@ def ingest(
     key_columns: Sequence[str] | None = None,
     on_truncate: OnTruncate = "quarantine",
     keep_message: layout.KeepMessage = None,
+    routes: Routes | Mapping[str, Any] | str | None = None,
 ) -> IngestResult:
     """Read exactly the messages of ``spec``, write them to ``sink``, then commit or ack.
 
@@ -198,8 +200,12 @@ def ingest(
     for a bronze copy: ``True`` its key, value, topic, headers and message id, or a list of
     those columns (``["key", "headers"]``), ``False`` none. An existing table keeps the choice
     it was made with (left out: the table's own; a new table keeps none), and another one
-    given is a :class:`ConfigError` (:mod:`.layout`). Returns counts and ranges, never
-    payloads.
+    given is a :class:`ConfigError` (:mod:`.layout`). ``routes`` (a
+    :class:`~sluice.routes.Routes`, its dict or JSON) sends each message to a table of its own,
+    chosen by a payload field, the key, a header or the MQTT topic: one read of the batch, each
+    table's slice published by its own sink, then the batch on ``sink`` (which takes the
+    messages no route takes), then the commit (:mod:`.routed`, docs/how-to/routed-topics.md);
+    every table keeps the same message columns. Returns counts and ranges, never payloads.
     """
     started = time.monotonic()
     if spec is None:
@@ -282,12 +288,17 @@ def ingest(
         max_quarantined=max_quarantined,
         upsert=upsert,
     )
+    if routes is not None:
+        from .routed import routed_job
+
+        job = routed_job(job, routes, schema)
     _check_partition_columns(job)
     if not upsert and hasattr(job.sink, "keep_columns"):
         job.sink.keep_columns(kept)
     job.report(IngestEvent("starting", 0, None, batch_id=spec.batch_id))
     result = job.run_kafka(mode) if spec.kind == "kafka" else job.run_mqtt()
     result.seconds = time.monotonic() - started
+    result.tables = dict(getattr(job.sink, "summary", {}))
     return result
 
 
@@ -466,6 +477,7 @@ class _Job:
     targets: Any = None  # the WriteTargets of the last write
     max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED
     upsert: bool = False  # write_mode="upsert": the sink applies the batch as changes
+    planned: Any = None  # Kafka: (Work, Positions) of the run under way (a routed run's)
 
     def _event(self, stage: Stage, read: int, total: int | None, **more: Any) -> None:
         self.report(IngestEvent(stage, read, total, batch_id=self.spec.batch_id, **more))
@@ -649,6 +661,7 @@ class _Job:
                 topic_id=positions.topic_id,
             )
             result.skipped, result.gaps = work.skipped, work.gaps
+            self.planned = (work, positions)
             failpoint("read.before")
             staging = self.sink.stage(spec.batch_id)
             try:

@@ -48,6 +48,9 @@ class IngestResult:
     # write_mode="upsert": changes (the batch's last per key), tombstones, and of the changes
     # upserted, deleted (rows the table held) and stale (older than the table's row)
     changes: dict[str, int] = field(default_factory=dict)
+    # a routed batch (routes=...): per route table, rows written, quarantined, and held (the
+    # table had them already: a rerun after a crash between two tables' commits)
+    tables: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def messages_per_second(self) -> float:

@@ -144,6 +144,11 @@ def parser() -> argparse.ArgumentParser:
         help="keep the message beside its fields: all, none, or columns (key,value,topic,"
         "headers,message_id); default: the table's own choice",
     )
+    p.add_argument(
+        "--routes",
+        help="each message to a table of its own: the routes as JSON or @file "
+        "(sluice.routes; the sink takes the messages no route takes)",
+    )
     p.add_argument("--chunk-size", type=int, default=100_000)
     p.add_argument("--max-value-bytes", type=int, default=1_000_000)
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
@@ -206,6 +211,7 @@ def _ingest(args: argparse.Namespace, source: str | dict[str, Any]) -> Any:
                 key_columns=key_columns,
                 on_truncate=args.on_truncate,
                 keep_message=keep_of_text(args.keep_message),
+                routes=args.routes,
             )
     except KeyboardInterrupt:
         _say(log.state())

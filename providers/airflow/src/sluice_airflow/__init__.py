@@ -7,6 +7,8 @@
 - ``triggers.queue.QueueMessageTrigger``: the same wait in the triggerer, for deferral and for
   ``AssetWatcher`` (event-driven scheduling; ``MessageQueueTrigger(scheme="sluice", ...)`` of
   the common-messaging provider runs it too).
+- ``triggers.routed.RoutedMessageTrigger``: one ``AssetWatcher`` per route of a routed topic,
+  all sharing one poller that wakes only the routes with messages in a batch.
 - ``operators.spark.SparkIngestOperator``: ingests a batch into Parquet with
   ``sluice.spark.ingest`` (in-process or through spark-submit).
 - ``operators.publish.QueuePublishOperator``: publishes messages.

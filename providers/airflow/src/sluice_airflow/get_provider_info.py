@@ -57,7 +57,13 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "hooks": [{"integration-name": "Sluice", "python-modules": ["sluice_airflow.hooks.queue"]}],
         "triggers": [
-            {"integration-name": "Sluice", "python-modules": ["sluice_airflow.triggers.queue"]}
+            {
+                "integration-name": "Sluice",
+                "python-modules": [
+                    "sluice_airflow.triggers.queue",
+                    "sluice_airflow.triggers.routed",
+                ],
+            }
         ],
         "sensors": [
             {"integration-name": "Sluice", "python-modules": ["sluice_airflow.sensors.queue"]}

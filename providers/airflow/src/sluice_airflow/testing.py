@@ -1,4 +1,5 @@
-"""Test utilities shipped beside the provider: import a DAG file and run it with ``dag.test()``.
+"""Test utilities shipped beside the provider: import a DAG file and run it with ``dag.test()``;
+run assets' watchers as the triggerer does (:func:`first_events`).
 
 ::
 
@@ -18,21 +19,30 @@ import importlib.util
 import signal
 import sys
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["DagRunFailed", "DagRunResult", "import_dag_file", "load_dag_file", "run_dag"]
+__all__ = [
+    "DagRunFailed",
+    "DagRunResult",
+    "first_events",
+    "import_dag_file",
+    "load_dag_file",
+    "run_dag",
+]
 
 
 class DagRunFailed(AssertionError):
     """A DAG run did not succeed; the message names the tasks that did not."""
 
 
-def import_dag_file(path: Path) -> ModuleType:
+def import_dag_file(path: Path | str) -> ModuleType:
     """The DAG file at ``path``, imported afresh under a new module name (a DAG file reads
     the environment when it is imported)."""
+    path = Path(path)
     name = f"sluice_dag_{path.stem}_{uuid.uuid4().hex[:8]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -113,3 +123,52 @@ def run_dag(dag: Any, **test_kwargs: Any) -> DagRunResult:
         signal.signal(signal.SIGTERM, handlers[1])
     states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
     return DagRunResult(dag_run, states)
+
+
+def first_events(assets: Sequence[Any], timeout: float = 60.0) -> dict[str, Any]:
+    """Run the watchers of ``assets`` (Airflow ``Asset`` objects with one ``AssetWatcher``
+    each) as the triggerer does, each trigger made again from its ``serialize()``, until the
+    first batch is out: the payload (a ``BatchSpec`` dict) each asset got, by asset name; the
+    assets the batch did not wake are left out. Routed watchers
+    (:class:`~sluice_airflow.triggers.routed.RoutedMessageTrigger`) share one poller, which
+    tells every route of a batch in one step: this returns once every watcher has joined it
+    and the batch's events are out. ``TimeoutError`` when nothing is emitted in ``timeout``
+    seconds."""
+    import asyncio
+
+    from .triggers.routed import shared_pollers
+
+    triggers = {}
+    for asset in assets:
+        (watcher,) = asset.watchers
+        _, kwargs = watcher.trigger.serialize()
+        triggers[asset.name] = type(watcher.trigger)(**kwargs)
+
+    async def run() -> dict[str, Any]:
+        runs = {name: trigger.run() for name, trigger in triggers.items()}
+        waiting = {asyncio.ensure_future(anext(r)): name for name, r in runs.items()}
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                routed = sum(1 for t in triggers.values() if hasattr(t, "place"))
+                # a watcher still starting joins the poller a moment later, and then gets the
+                # batch in flight if its route is in it
+                while sum(len(p.subscribers) for p in shared_pollers()) < routed and not any(
+                    t.done() and t.exception() for t in waiting
+                ):
+                    await asyncio.sleep(0.01)
+            for _ in range(10):  # the batch's other events are one step away
+                await asyncio.sleep(0)
+            return {
+                waiting[task]: task.result().payload
+                for task in waiting
+                if task.done() and not task.cancelled()
+            }
+        finally:
+            for task in waiting:
+                task.cancel()
+            await asyncio.wait(waiting)
+            for r in runs.values():
+                await r.aclose()
+
+    return asyncio.run(run())

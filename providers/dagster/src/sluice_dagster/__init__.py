@@ -26,6 +26,11 @@ sensor's lag observations::
 Keeping the table fast: ``make_maintenance_job("events_maintenance", sink="/lake/events")``
 (``sluice compact`` then ``sluice expire``) and ``make_maintenance_schedule(job, "0 3 * * *")``.
 
+One topic, many tables: ``make_routed_assets("events", "kafka", "/lake/events_other",
+routes={"by": "field:type", "tables": {...}})`` is an asset per table, and
+``make_queue_sensor`` over it asks for the assets whose tables get messages of each batch
+(``make_routed_audit_checks`` audits each table).
+
 Or, instead of the sensor, a run every hour for what has arrived (skipped when nothing has)::
 
     schedules=[make_ingest_schedule("events_hourly", "kafka", "0 * * * *",
@@ -35,7 +40,12 @@ Or, instead of the sensor, a run every hour for what has arrived (skipped when n
 from .assets import make_ingest_asset
 from .jobs import make_ingest_job
 from .maintenance import make_maintenance_job, make_maintenance_schedule
-from .observability import make_audit_check, make_lag_check, topic_asset
+from .observability import (
+    make_audit_check,
+    make_lag_check,
+    make_routed_audit_checks,
+    topic_asset,
+)
 from .ops import IngestConfig, ingest_run_config, make_ingest_op
 from .resources import (
     KafkaQueueResource,
@@ -44,6 +54,7 @@ from .resources import (
     QueueUnavailableError,
     SparkResource,
 )
+from .routed import make_routed_assets
 from .schedules import make_ingest_schedule
 from .schema_registry import SchemaRegistryResource
 from .sensors import make_queue_sensor
@@ -66,5 +77,7 @@ __all__ = [
     "make_maintenance_job",
     "make_maintenance_schedule",
     "make_queue_sensor",
+    "make_routed_assets",
+    "make_routed_audit_checks",
     "topic_asset",
 ]

@@ -6,6 +6,8 @@
 - :func:`make_audit_check`: the asset check ``audit``: ``sluice audit`` of the ingest asset's
   sink for its stream (topic and group, or MQTT session); it fails naming what is missing or
   doubled. It reads the sink's whole history: run it now and then, not after every batch.
+- :func:`make_routed_audit_checks`: the check ``audit`` of each asset of a routed ingest, from
+  one ``sluice audit --routes``: each table against the messages its routes send there.
 - :func:`make_lag_check`: the asset check ``lag``: fails when more than ``max_lag`` messages
   wait or the oldest waiting message has waited more than ``max_age`` seconds (Kafka; MQTT
   brokers do not tell, and a check of either limit on an MQTT stream fails saying so).
@@ -15,7 +17,7 @@
 The measurements are :mod:`sluice.metrics`' (one home for lag and freshness).
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +26,7 @@ from dagster import (
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
+    AssetCheckSpec,
     AssetKey,
     AssetObservation,
     AssetsDefinition,
@@ -31,10 +34,12 @@ from dagster import (
     FloatMetadataValue,
     MetadataValue,
     asset_check,
+    multi_asset_check,
 )
 
 from sluice.lineage import source_dataset, topic_asset_key
 from sluice.metrics import StreamLag, measure
+from sluice.route_index import HOME
 
 from .ops import INGEST_TAG
 from .resources import UNREACHABLE, QueueResource
@@ -44,6 +49,7 @@ __all__ = [
     "lag_observation",
     "make_audit_check",
     "make_lag_check",
+    "make_routed_audit_checks",
     "topic_asset",
 ]
 
@@ -158,6 +164,82 @@ def make_audit_check(
         )
 
     return _audit
+
+
+def make_routed_audit_checks(
+    assets: AssetsDefinition, *, name: str = "audit", blocking: bool = False
+) -> AssetChecksDefinition:
+    """The check ``name`` of every asset of a routed ingest
+    (:func:`~sluice_dagster.routed.make_routed_assets`), from one ``sluice audit --routes``:
+    each table's messages against the broker's that its routes send there, failing with
+    what is missing, doubled or in another table's place (the ingest's own asset: the
+    messages no route takes). It reads the whole history, as ``make_audit_check``."""
+    from .routed import routed_assets
+
+    routed = routed_assets(assets)
+    if routed is None:
+        raise ValueError(
+            f"{assets.node_def.name} is not a routed ingest of make_routed_assets; audit an "
+            "ingest asset with make_audit_check."
+        )
+    home_sink = _sink_of(assets, routed.home)
+    queue_key = str(assets.op.tags.get(INGEST_TAG))
+    by_table = {HOME: routed.home, **routed.keys}
+
+    @multi_asset_check(
+        specs=[
+            AssetCheckSpec(name, asset=key, blocking=blocking, description=_audit_text(table))
+            for table, key in by_table.items()
+        ],
+        name=f"{assets.node_def.name}_{name}",
+        required_resource_keys={queue_key},
+    )
+    def _audit(context: AssetCheckExecutionContext) -> Iterator[AssetCheckResult]:
+        from sluice.route_audit import audit_routes
+
+        resource = _resource(context, queue_key)
+        source = resource.source if resource.KIND == "kafka" else None
+        try:
+            report = audit_routes(home_sink, source, routed.routes)
+        except UNREACHABLE as exc:
+            raise resource.unavailable(exc) from None
+        others = report.other_routes
+        for table, key in by_table.items():
+            found = report.table(table)
+            if found is None:  # a table no message of the stream was routed to yet
+                yield AssetCheckResult(
+                    asset_key=key, check_name=name, passed=True, description="Nothing yet."
+                )
+                continue
+            problems = report.table_problems(found)
+            if others:
+                problems.append(f"{len(others)} batch(es) ingested under other routes")
+            yield AssetCheckResult(
+                asset_key=key,
+                check_name=name,
+                passed=found.ok and not others,
+                description="; ".join(problems) or "Every message of its routes is here once.",
+                metadata={
+                    "expected": MetadataValue.int(found.expected),
+                    "written": MetadataValue.int(found.written),
+                    "quarantined": MetadataValue.int(found.quarantined),
+                    "missing": MetadataValue.int(found.missing_count),
+                    "wrong": MetadataValue.int(found.wrong),
+                    "doubled": MetadataValue.int(found.doubled),
+                },
+            )
+
+    return _audit
+
+
+def _audit_text(table: str) -> str:
+    what = "the messages no route takes" if table == HOME else f"the messages routed to {table}"
+    return f"Every one of {what}, once, and nothing else (sluice audit --routes)."
+
+
+def _sink_of(assets: AssetsDefinition, key: AssetKey) -> str:
+    found = assets.metadata_by_key.get(key, {}).get("sink")
+    return str(getattr(found, "value", found))
 
 
 def _seconds(value: float | timedelta | None) -> float | None:

@@ -175,6 +175,12 @@ class IngestSettings(StrictFields, Config):
         "another choice than an existing table's fails the run.",
     )
 
+    routes: dict[str, Any] | None = Field(
+        default=None,
+        description="A routed ingest: each message to a table of its own (sluice.routes; the "
+        "factory make_routed_assets sets it). The sink takes the messages no route takes.",
+    )
+
     def resource_keys(self) -> set[str]:
         """The resources an ingest with these settings needs."""
         keys = {self.resource_key, self.spark_resource_key}
@@ -259,6 +265,7 @@ def run_ingest(
             key_columns=settings.key_columns,
             on_truncate=settings.on_truncate,
             keep_message=settings.keep_message,
+            routes=settings.routes,
         )
     except UNREACHABLE as exc:
         raise resource.unavailable(exc) from None

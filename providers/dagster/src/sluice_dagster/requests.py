@@ -89,9 +89,12 @@ def batch_run_request(
     op_name: str,
     request: BatchRequest,
     tags: Mapping[str, str] | None = None,
+    asset_selection: Sequence[AssetKey] | None = None,
 ) -> RunRequest:
     """The run request that ingests ``request``'s batch in the op (or asset) ``op_name``; its
-    tags name the sensor or schedule (``origin_tag: origin``) that asked for it."""
+    tags name the sensor or schedule (``origin_tag: origin``) that asked for it.
+    ``asset_selection``: the assets the run materializes (a routed batch's), else the
+    sensor's own."""
     spec = request.spec
     run_tags = {
         **(tags or {}),
@@ -107,6 +110,7 @@ def batch_run_request(
         run_key=request.run_key,
         run_config=ingest_run_config(spec, op_name),
         tags=run_tags,
+        asset_selection=list(asset_selection) if asset_selection is not None else None,
     )
 
 

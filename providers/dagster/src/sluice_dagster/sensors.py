@@ -25,6 +25,13 @@ MQTT batches drain the persistent session; a failed run leaves its messages unac
 so the next batch takes them again. When the broker cannot be reached, the tick skips with a
 message naming it.
 
+A routed topic: when ``asset_selection`` is the assets of
+:func:`~sluice_dagster.routed.make_routed_assets`, each batch asked for is read once and
+routed (:func:`sluice.route_index.batch_places`, committing nothing), and its run selects
+only the assets whose tables get messages of it (the ingest's own asset for the messages no
+route takes); the run key is the batch's, as always. MQTT batches cannot be read at sensing:
+their runs select every asset.
+
 With ``observe`` (the default) a sensor of assets records, at each tick that asks a Kafka
 broker, an ``AssetObservation`` of each asset: the group's lag per partition and the age of
 the oldest waiting message (:func:`~sluice_dagster.observability.lag_observation`), so the
@@ -57,6 +64,7 @@ from dagster import (
 
 from sluice.cursor import BatchCursor, RunState
 from sluice.metrics import kafka_lag
+from sluice.route_index import batch_places
 
 from .observability import lag_observation
 from .requests import (
@@ -71,7 +79,8 @@ from .requests import (
     queue_resource,
     where,
 )
-from .resources import QueueResource, QueueUnavailableError
+from .resources import UNREACHABLE, QueueResource, QueueUnavailableError
+from .routed import RoutedAssets, routed_assets
 
 __all__ = ["BATCH_TAG", "RUN_KEY_TAG", "SENSOR_TAG", "make_queue_sensor"]
 
@@ -107,12 +116,16 @@ def make_queue_sensor(
     :func:`~sluice_dagster.assets.make_ingest_asset` reading ``resource_key``. A batch has at
     least ``min_messages`` and at most ``max_messages`` messages (Kafka; for MQTT the most a
     run drains). ``observe``: record the lag of ``asset_selection``'s assets at each tick
-    (Kafka; see the module docstring).
+    (Kafka; see the module docstring). ``asset_selection=[make_routed_assets(...)]``: each
+    run selects only the assets whose tables get messages of its batch.
     """
     factory = f"make_queue_sensor('{name}')"
     check_targets(factory, job, asset_selection, min_messages, max_messages)
+    routed = _routed(factory, asset_selection)
     op_name = ingest_op or ingest_op_name(factory, resource_key, job, asset_selection)
     observed = (asset_keys(asset_selection) or []) if observe else []
+    if routed is not None and observe:
+        observed = [routed.home]  # one stream, one lag: the ingest's own asset shows it
 
     @sensor(
         name=name,
@@ -141,17 +154,53 @@ def make_queue_sensor(
         if isinstance(decision, str):
             skip = SkipReason(f"{queue}: {decision}.")
             return SensorResult(skip_reason=skip, asset_events=events) if events else skip
+        selection = None
+        if routed is not None:
+            try:
+                selection = _routed_selection(routed, resource, decision.spec)
+            except QueueUnavailableError as exc:
+                return SkipReason(str(exc))
         context.log.info(
             f"{queue}: requesting {'again ' if decision.retry else ''}batch "
             f"{decision.spec.batch_id} (run key {decision.run_key})"
+            + (
+                f" for {', '.join(k.to_user_string() for k in selection)}"
+                if selection is not None
+                else ""
+            )
         )
+        request = batch_run_request(SENSOR_TAG, name, op_name, decision, tags, selection)
         return SensorResult(
-            run_requests=[batch_run_request(SENSOR_TAG, name, op_name, decision, tags)],
+            run_requests=[request],
             cursor=cursor.advance(decision).to_json(),
             asset_events=events,
         )
 
     return _sensor
+
+
+def _routed(factory: str, assets: AssetTargets | None) -> RoutedAssets | None:
+    """The routed assets the sensor asks runs of, if ``assets`` are those."""
+    found = [r for r in map(routed_assets, assets or []) if r is not None]
+    if not found:
+        return None
+    if len(found) > 1 or len(list(assets or [])) > 1:
+        raise ValueError(
+            f"{factory}: a routed ingest's assets are asked for by a sensor of their own; give "
+            "asset_selection=[the assets of make_routed_assets] alone."
+        )
+    return found[0]
+
+
+def _routed_selection(routed: RoutedAssets, resource: QueueResource, spec: Any) -> list[AssetKey]:
+    """The assets whose tables get messages of the batch ``spec`` (every one for MQTT)."""
+    if spec.kind != "kafka":
+        return [routed.home, *routed.keys.values()]
+    try:
+        places = batch_places(resource.config(), spec, routed.routes)
+    except UNREACHABLE as exc:
+        raise resource.unavailable(exc) from None
+    return routed.selection(places)
 
 
 def _observations(

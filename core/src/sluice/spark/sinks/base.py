@@ -63,14 +63,20 @@ class StreamKey:
     kind: str
     topic: str
     group: str | None  # Kafka group id, or MQTT session client id
+    # a routed batch's slice: the route table it went to (sluice.routes), None otherwise
+    route: str | None = None
 
     @classmethod
-    def of(cls, spec: BatchSpec) -> StreamKey:
-        return cls(spec.kind, spec.topic, spec.group_id if spec.kind == "kafka" else spec.client_id)
+    def of(cls, spec: BatchSpec, route: str | None = None) -> StreamKey:
+        group = spec.group_id if spec.kind == "kafka" else spec.client_id
+        return cls(spec.kind, spec.topic, group, route)
 
     @property
     def slug(self) -> str:
-        return hashlib.sha256(f"{self.kind}\0{self.topic}\0{self.group}".encode()).hexdigest()[:20]
+        text = f"{self.kind}\0{self.topic}\0{self.group}"
+        if self.route is not None:  # a stream without a route keeps its slug
+            text += f"\0{self.route}"
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 @dataclass
@@ -102,10 +108,13 @@ class BatchRecord:
     # position) or drops (None), see sluice.spark.sinks.upsert
     cdc_markers: dict[str, int | None] = field(default_factory=dict)
     cdc_truncated: int | None = None  # the source position of a truncate this batch applied
+    # routed batches (sluice.routes): a slice's table, and the digest of the batch's routes
+    route: str | None = None
+    routes: str | None = None
 
     @property
     def stream(self) -> StreamKey:
-        return StreamKey.of(BatchSpec.from_dict(self.spec))
+        return StreamKey.of(BatchSpec.from_dict(self.spec), self.route)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -129,6 +138,8 @@ class BatchRecord:
             "format_state": self.format_state,
             **({"cdc_markers": self.cdc_markers} if self.cdc_markers else {}),
             **({"cdc_truncated": self.cdc_truncated} if self.cdc_truncated is not None else {}),
+            **({"route": self.route} if self.route is not None else {}),
+            **({"routes": self.routes} if self.routes is not None else {}),
         }
 
     def summary_json(self) -> dict[str, Any]:
@@ -166,6 +177,8 @@ class BatchRecord:
             format_state=dict(data.get("format_state") or {}),
             cdc_markers=dict(data.get("cdc_markers") or {}),
             cdc_truncated=data.get("cdc_truncated"),
+            route=data.get("route"),
+            routes=data.get("routes"),
         )
 
 

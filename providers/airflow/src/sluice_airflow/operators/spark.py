@@ -43,6 +43,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from sluice.batch import BatchSpec
 from sluice.connection_fields import check_no_secrets
 from sluice.quarantine import DEFAULT_MAX_QUARANTINED, check_limit
+from sluice.routes import Routes
 from sluice.secrets import is_secret_key, redact_config, redact_text, redacted_errors
 from sluice.sensing import plan_now
 
@@ -155,6 +156,11 @@ class SparkIngestOperator(BaseOperator):
         value, topic, headers and message id), a list of those columns, or ``False``. None
         (default): the table's own choice, none for a new table. Rows always have partition,
         offset and timestamp; another choice than an existing table's fails the task.
+    :param routes: a routed topic (:mod:`sluice.routes`, the dict or JSON of a ``Routes``):
+        each message goes to the table its route names, ``sink`` takes the messages no route
+        takes; one read of the batch writes every table (docs/how-to/routed-topics.md). The
+        :class:`~sluice_airflow.triggers.routed.RoutedMessageTrigger` watchers of the route
+        assets must be given the same routes.
     :param metrics: after each batch, measure the stream's lag and the age of its oldest
         waiting message (Kafka: one look at the broker) and send them with the batch's counts
         as Airflow metrics (:mod:`sluice_airflow.metrics`); False sends nothing.
@@ -206,6 +212,7 @@ class SparkIngestOperator(BaseOperator):
         key_columns: Sequence[str] | None = None,
         on_truncate: Literal["quarantine", "apply"] = "quarantine",
         keep_message: bool | Sequence[str] | None = None,
+        routes: Mapping[str, Any] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -254,6 +261,7 @@ class SparkIngestOperator(BaseOperator):
         self.keep_message = (
             list(keep_message) if isinstance(keep_message, (list, tuple)) else keep_message
         )
+        self.routes = Routes.parse(routes).to_dict() if routes is not None else None
         self._ingested: list[tuple[BatchSpec, dict[str, Any]]] = []  # for the lineage events
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
@@ -435,6 +443,7 @@ class SparkIngestOperator(BaseOperator):
             "key_columns": self.key_columns,
             "on_truncate": self.on_truncate,
             "keep_message": self.keep_message,
+            "routes": self.routes,
             **self.ingest_kwargs,
         }
 
@@ -592,6 +601,9 @@ def submit_arguments(spec: BatchSpec, sink: str, options: Mapping[str, Any]) -> 
             args += [flag, text] if text is not None else []
             continue
         if value is None or value is False:
+            continue
+        if name == "routes":
+            args += [flag, json.dumps(value, sort_keys=True)]
             continue
         if value is True:
             args.append(flag)
