@@ -12,8 +12,8 @@ import pytest
 
 #: Longest first, as measured by ``--durations`` on a two-core machine.
 SLOW_FIRST = (
-    "tests/system/airflow/test_example_dags.py",
     "tests/system/test_docs.py",
+    "tests/system/airflow/test_example_dags.py",
     "tests/system/dagster/test_dagster_deployment.py",
     "tests/system/test_demo.py",
     "tests/system/spark/test_cluster.py",
