@@ -215,22 +215,26 @@ class _Epochs:
 
     def __init__(self, records: list[Any]) -> None:
         self._order = {r.batch_id: n for n, r in enumerate(records)}  # by publication
-        self._published = [r.published_at for r in records]
-        self._since: dict[tuple[str, str | None, int], int] = {}
+        self._resets: dict[tuple[str, str | None, int], tuple[int, Any]] = {}
         for n, record in enumerate(records):
             for p in record.reset_partitions:
-                self._since[(record.stream.topic, record.stream.group, p)] = n
+                self._resets[(record.stream.topic, record.stream.group, p)] = (n, record)
 
     def current(self, record: Any, partition: int) -> bool:
         """Whether ``record``'s rows of ``partition`` are of the partition's current topic. A
-        table's slice of a batch the home never published counts by when it was published."""
-        since = self._since.get((record.stream.topic, record.stream.group, partition))
-        if since is None:
+        table's slice of a batch the home never published (its run died before) is of the
+        current topic when its topic id is the reset batch's, or, without ids, when it reset
+        the partition itself or came after the reset."""
+        found = self._resets.get((record.stream.topic, record.stream.group, partition))
+        if found is None:
             return True
+        since, reset = found
         order = self._order.get(record.batch_id)
         if order is not None:
             return order >= since
-        return bool(record.published_at >= self._published[since])
+        if record.topic_id and reset.topic_id:
+            return bool(record.topic_id == reset.topic_id)
+        return partition in record.reset_partitions or record.published_at >= reset.published_at
 
 
 def _note_rows(

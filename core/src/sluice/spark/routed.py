@@ -504,27 +504,36 @@ class _RoutedJob(_Job):
     def _valid_coverage(self, piece: _Slice) -> Coverage:
         """The offsets of this run's work that the table holds, where they are offsets of the
         topic read now (see the module docstring); the partitions whose offsets are an
-        earlier topic's go to ``piece.stale``."""
+        earlier topic's go to ``piece.stale``.
+
+        Where the broker has topic ids, the table's own id decides, not the ingest's own
+        sink: a table may hold this topic's messages from a run killed before the sink
+        published (nemesis with routes, seed 304: the sink, still on the old topic, reset the
+        partitions, and the table's slice was written again). A table of another topic gives
+        up every partition it holds, overlapping this work or not, so that none of its old
+        offsets outlives the id its next slice records."""
         work, positions = self._planned()
         state = piece.state
         overlap = Coverage.of(state.written.overlaps(work.todo))
-        if not overlap.intervals:
-            return overlap
-        stale = {p for p in overlap.intervals if p in work.reset_partitions}
+        stale: set[int] = set()
         if state.topic_id and positions.topic_id:
             if state.topic_id != positions.topic_id:
-                stale |= set(overlap.intervals)
+                stale = {*state.written.intervals, *state.lost.intervals}
+        elif not overlap.intervals:
+            return overlap
         else:
+            stale = {p for p in overlap.intervals if p in work.reset_partitions}
             stale |= self._fingerprints_moved(piece, set(overlap.intervals) - stale)
+        if not stale:
+            return overlap
         piece.stale = sorted(stale)
-        if stale:
-            log.warning(
-                "Table %s holds offsets of partition(s) %s of an earlier topic '%s' (deleted "
-                "and created again since): they are not this topic's messages",
-                piece.table,
-                ", ".join(map(str, piece.stale)),
-                self.spec.topic,
-            )
+        log.warning(
+            "Table %s holds offsets of partition(s) %s of an earlier topic '%s' (deleted and "
+            "created again since): they are not this topic's messages",
+            piece.table,
+            ", ".join(map(str, piece.stale)),
+            self.spec.topic,
+        )
         return Coverage({p: i for p, i in overlap.intervals.items() if p not in stale})
 
     def _fingerprints_moved(self, piece: _Slice, partitions: set[int]) -> set[int]:
