@@ -73,6 +73,7 @@ def test_cdc_tables_equal_their_source_table_whatever_fails(
     assert outcome.cdc.moved > 0 and outcome.cdc.truncates > 0, outcome.report()
 
 
+@pytest.mark.timeout(600)  # 110 to 230 s of rounds under a load of 8 to 12 on two cores
 def test_routed_messages_are_each_in_their_own_table_once_whatever_fails(
     spark: Any, tmp_path: Path
 ) -> None:
