@@ -82,6 +82,7 @@ class _Slice:
     state: StreamState
     held: Coverage = field(default_factory=Coverage)  # Kafka: offsets the table holds
     stale: list[int] = field(default_factory=list)  # partitions whose old offsets it forgets
+    own_topic: bool = False  # its topic id is the topic's read now: the sink's resets are not its
     held_ids: set[str] = field(default_factory=set)  # MQTT: ids the table holds
     ids: list[str] = field(default_factory=list)  # MQTT: ids of the run routed here
     whole: bool = False  # the table published this very batch already
@@ -279,7 +280,9 @@ class RoutedSink:
             record.batch_id,
             record.spec,
             ranges=ranges,
-            reset_partitions=sorted({*record.reset_partitions, *piece.stale}),
+            reset_partitions=sorted(
+                {*piece.stale} if piece.own_topic else {*record.reset_partitions, *piece.stale}
+            ),
             counts={
                 "read": piece.counts.good + piece.counts.bad,
                 "written": piece.counts.good,
@@ -519,6 +522,8 @@ class _RoutedJob(_Job):
         if state.topic_id and positions.topic_id:
             if state.topic_id != positions.topic_id:
                 stale = {*state.written.intervals, *state.lost.intervals}
+            else:
+                piece.own_topic = True
         elif not overlap.intervals:
             return overlap
         else:
