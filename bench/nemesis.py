@@ -4,11 +4,13 @@
                                    [--transport kafka|mqtt] [--sink parquet|iceberg|delta]
                                    [--store local|s3] [--broker noida|kafka|cluster]
                                    [--reader auto|kafka-python|confluent|spark]
-                                   [--write-mode append|upsert] [--only fault,fault]
+                                   [--write-mode append|upsert] [--routes]
+                                   [--only fault,fault]
     uv run python bench/nemesis.py --seed 17 --transport mqtt --sink iceberg   # replay one
     uv run python bench/nemesis.py --store s3 --seeds 8   # the sinks on a real S3 server
     uv run python bench/nemesis.py --transport kafka --broker cluster --seeds 4  # 3 nodes
     uv run python bench/nemesis.py --write-mode upsert --broker kafka --seeds 10  # CDC
+    uv run python bench/nemesis.py --routes --broker kafka --seeds 6  # one topic, many tables
 
 Each seed plays one scenario (sluice.testing.nemesis) on every transport and sink named (all
 six combinations by default, taking turns; --store s3 puts the sink on a SeaweedFS server of
@@ -19,7 +21,11 @@ leader-kill, broker-pause and coordinator-move; --reader picks Kafka's range rea
 options.reader: "spark" is Spark's own Kafka source, put on the session's class path;
 --write-mode upsert plays the change data capture scenarios, Kafka into current-state Iceberg
 and Delta tables, without the faults that delete messages on purpose, judged by the table
-against the simulated source table and the quarantine against the bad messages sent):
+against the simulated source table and the quarantine against the bad messages sent;
+--routes plays Kafka's scenarios routed, one topic into five route tables of every sink kind
+by a field of the payloads, the scenario's sink the ingest's own, with the Iceberg catalog's
+faults and kills between two tables' commits, judged by ``sluice audit --routes`` and every
+id in the one place it belongs):
 every fault of that transport, sink and store once, in
 the order the seed chooses, then --extra faults chosen by the seed; then the oracle
 (``sluice audit`` and the exact multiset of payload ids). It prints a line per scenario and,
@@ -85,6 +91,11 @@ def main() -> int:
         help="append messages, or apply Debezium changes to a current-state table (Kafka into "
         "Iceberg or Delta)",
     )
+    parser.add_argument(
+        "--routes",
+        action="store_true",
+        help="route each Kafka batch by a field of its payloads to tables of every sink kind",
+    )
     parser.add_argument("--only", default="", help="play only these faults (comma-separated)")
     parser.add_argument("--keep", action="store_true", help="keep each scenario's directory")
     parser.add_argument("--jobs", type=int, default=1, help="processes to split the seeds among")
@@ -100,11 +111,16 @@ def main() -> int:
     from sluice.testing.nemesis import Scenario, run_scenario
 
     upsert = args.write_mode == "upsert"
-    transports = [args.transport] if args.transport else ["kafka"] if upsert else ["kafka", "mqtt"]
+    only_kafka = upsert or args.routes
+    transports = (
+        [args.transport] if args.transport else ["kafka"] if only_kafka else ["kafka", "mqtt"]
+    )
     if args.store == "s3" and args.sink == "delta":
         parser.error("--store s3 takes the Parquet and Iceberg sinks (Delta is local only)")
     if upsert and (transports != ["kafka"] or args.sink == "parquet"):
         parser.error("--write-mode upsert takes Kafka and the Iceberg and Delta sinks")
+    if args.routes and (transports != ["kafka"] or upsert or args.store != "local"):
+        parser.error("--routes takes Kafka, --write-mode append and --store local")
     every = ["parquet", "iceberg"] + (["delta"] if args.store == "local" else [])
     every = [s for s in every if not upsert or s != "parquet"]
     sinks = [args.sink] if args.sink else every
@@ -145,6 +161,7 @@ def main() -> int:
                 reader=args.reader,
                 only=tuple(f for f in args.only.split(",") if f),
                 write_mode=args.write_mode,
+                routes=args.routes,
             )
             workdir = root / f"{seed}-{transport}-{sink}"
             begun = time.monotonic()
@@ -177,6 +194,10 @@ def main() -> int:
                     bad=cdc.bad,
                     truncates=cdc.truncates,
                 )
+            routed = outcome.routed
+            if routed is not None:
+                totals.update(misplaced=len(routed.misplaced), routed_scenarios=1)
+                totals.update({f"sent {k}": n for k, n in routed.sent.items()})
             overtaken = f", {cdc.overtaken} overtaken" if cdc is not None else ""
             say(
                 f"{number + 1}/{len(seeds)} {scenario}: {'ok' if outcome.ok else 'FAILED'} "
@@ -222,6 +243,12 @@ def report(totals: Counter[str], faults: Counter[str], failed: int, seconds: flo
             f"{totals['moved']}; changes committed after a newer one of their key "
             f"{totals['overtaken']}"
         )
+    if "routed_scenarios" in totals:
+        sent = sorted((k.removeprefix("sent "), n) for k, n in totals.items() if k[:5] == "sent ")
+        say(
+            f"routed: messages in another place than their own {totals['misplaced']} (goal "
+            f"0); published by what they are: {', '.join(f'{k} {n}' for k, n in sent)}"
+        )
     return 1 if failed else 0
 
 
@@ -233,6 +260,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     passed += ["--store", args.store, "--broker", args.broker, "--only", args.only]
     passed += ["--reader", args.reader, "--write-mode", args.write_mode]
     passed += ["--keep"] if args.keep else []
+    passed += ["--routes"] if args.routes else []
     passed += [f"--{k}={getattr(args, k)}" for k in ("transport", "sink") if getattr(args, k)]
     children = []
     for part in range(args.jobs):

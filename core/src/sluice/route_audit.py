@@ -15,7 +15,10 @@ compares with where each one is: per table (and for the home), per message,
 - ``doubled``: messages found there more than once.
 
 It passes (:attr:`RoutedAuditReport.ok`) when nothing is missing, wrong or doubled, and every
-batch was ingested under these routes (the digest in its record). MQTT messages are gone
+batch was ingested under these routes (the digest in its record). A partition of a topic that
+was deleted and created again is checked from the batch that read the new topic first (its
+record names the partition reset) on, as :func:`sluice.audit.audit` does: the rows of earlier
+batches, in every table, hold the old topic's messages. MQTT messages are gone
 from the broker once acknowledged, so an MQTT stream is checked for ids found twice, in one
 table or across them, only. Like :func:`sluice.audit.audit`, it reads the whole history.
 """
@@ -162,14 +165,15 @@ def audit_routes(
     places: dict[Key, Counter[Place]] = {}
     found_ids: dict[str, Counter[str]] = {}
     streams = sorted({(r.stream.kind, r.stream.topic, r.stream.group) for r in records})
+    epochs = _Epochs(records)
     for batch in records:
-        _note_rows(home, batch.batch_id, HOME, batch.stream, places, found_ids)
+        _note_rows(home, batch, HOME, places, found_ids, epochs)
     if any(kind == "kafka" for kind, _, _ in streams) and source is None:
         raise ValueError(
             "The sink holds Kafka batches: give the source (--source kafka://HOST:PORT) so "
             "that the audit can read the messages again and route them."
         )
-    expected = _expected(records, routing, source, progress) if source is not None else {}
+    expected = _expected(records, routing, source, progress, epochs) if source is not None else {}
     tables = set(routing.known_tables()) | {b.owner for b in expected.values()} - {HOME}
     for table in sorted(tables):
         audits[table] = RouteAudit(table)
@@ -185,8 +189,11 @@ def audit_routes(
             if _never_written(exc):
                 continue
             raise
+        # the table's own resets count too: its first slice of a recreated topic may be of a
+        # batch the home's records never reset (the home had no batch of the old topic)
+        own = _Epochs(sorted(slices, key=lambda r: r.published_at))
         for batch in slices:
-            _note_rows(opened, batch.batch_id, table, batch.stream, places, found_ids)
+            _note_rows(opened, batch, table, places, found_ids, epochs, own)
     report.mqtt = any(kind == "mqtt" for kind, _, _ in streams)
     _compare(expected, places, audits)
     owners: Counter[str] = Counter()
@@ -205,23 +212,55 @@ def _never_written(exc: Exception) -> bool:
     return isinstance(exc, (ConfigError, FileNotFoundError))
 
 
+class _Epochs:
+    """Which batches read each partition's current topic: those from the last home batch
+    whose record names the partition reset (the topic deleted and created again) on."""
+
+    def __init__(self, records: list[Any]) -> None:
+        self._order = {r.batch_id: n for n, r in enumerate(records)}  # by publication
+        self._resets: dict[tuple[str, str | None, int], tuple[int, Any]] = {}
+        for n, record in enumerate(records):
+            for p in record.reset_partitions:
+                self._resets[(record.stream.topic, record.stream.group, p)] = (n, record)
+
+    def current(self, record: Any, partition: int) -> bool:
+        """Whether ``record``'s rows of ``partition`` are of the partition's current topic. A
+        table's slice of a batch the home never published (its run died before) is of the
+        current topic when its topic id is the reset batch's, or, without ids, when it reset
+        the partition itself or came after the reset."""
+        found = self._resets.get((record.stream.topic, record.stream.group, partition))
+        if found is None:
+            return True
+        since, reset = found
+        order = self._order.get(record.batch_id)
+        if order is not None:
+            return order >= since
+        if record.topic_id and reset.topic_id:
+            return bool(record.topic_id == reset.topic_id)
+        return partition in record.reset_partitions or record.published_at >= reset.published_at
+
+
 def _note_rows(
     sink: Any,
-    batch_id: str,
+    record: Any,
     owner: str,
-    stream: Any,
     places: dict[Key, Counter[Place]],
     found_ids: dict[str, Counter[str]],
+    *epochs: _Epochs,
 ) -> None:
-    """Where the rows of one published batch of ``owner`` are (offsets; MQTT: ids)."""
+    """Where the rows of one published batch of ``owner`` are (offsets of the partitions'
+    current topics; MQTT: ids)."""
+    stream = record.stream
     for quarantined in (False, True):
-        rows = sink.row_coordinates(batch_id, quarantined)
+        rows = sink.row_coordinates(record.batch_id, quarantined)
         if stream.kind == "mqtt":
             found_ids.setdefault(owner, Counter()).update(rows.column("message_id").to_pylist())
             continue
         for partition, offset in zip(
             rows.column("partition").to_pylist(), rows.column("offset").to_pylist(), strict=True
         ):
+            if not all(e.current(record, partition) for e in epochs):
+                continue
             key = (stream.topic, stream.group, partition, offset)
             places.setdefault(key, Counter())[(owner, quarantined)] += 1
 
@@ -241,9 +280,11 @@ def _expected(
     routes: Routes,
     source: str | Mapping[str, Any],
     progress: Callable[[int, int], None] | None,
+    epochs: _Epochs,
 ) -> dict[Key, _Belongs]:
     """Where the routes send each message of the streams' ranges, from where each group
-    began to the end of what it committed or its batches claim."""
+    began to the end of what it committed or its batches claim (of each partition's current
+    topic: :class:`_Epochs`)."""
     from .kafka.offsets import topic_ends
     from .kafka.ranges import read_range_records
     from .spark.ingest import source_config
@@ -264,16 +305,17 @@ def _expected(
             {*topic_ends(kwargs, topic), *(r.partition for b in batches for r in b.ranges)}
         )
         positions = partition_positions(kwargs, topic, str(group), partitions)
-        lost = Coverage()
-        for batch in batches:
-            for loss in batch.lost:
-                if loss.get("reason") == "retention":
-                    lost.add(int(loss["partition"]), int(loss["start"]), int(loss["end"]))
         ranges = []
         for p in partitions:
+            current = [b for b in batches if epochs.current(b, p)]
+            lost = Coverage()
+            for batch in current:
+                for loss in batch.lost:
+                    if loss.get("reason") == "retention" and int(loss["partition"]) == p:
+                        lost.add(p, int(loss["start"]), int(loss["end"]))
             log_start, _ = positions.bounds.get(p, (0, 0))
-            claimed = Coverage.of(r for b in batches for r in b.ranges if r.partition == p)
-            starts = [b.group_start[p] for b in batches if p in b.group_start]
+            claimed = Coverage.of(r for b in current for r in b.ranges if r.partition == p)
+            starts = [b.group_start[p] for b in current if p in b.group_start]
             # from where the group began (its first batch says so), else the log's start
             base = max(min(starts), log_start) if starts else log_start
             end = max(positions.committed.get(p) or 0, claimed.last(p) or 0)

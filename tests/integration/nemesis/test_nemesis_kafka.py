@@ -7,9 +7,11 @@ the exact multiset of payload ids; and the Parquet scenario again with Spark's o
 reading the batches (``options.reader`` "spark"). And change data capture: Debezium changes of
 a simulated source table into current-state Iceberg and Delta tables (``write_mode="upsert"``),
 every Apache Kafka fault that deletes no message, checked by the table against the source
-table, the quarantine against the bad messages sent, and ``sluice audit``.
+table, the quarantine against the bad messages sent, and ``sluice audit``. And one topic, many
+tables: batches routed by a field of the payloads to Iceberg, Delta and Parquet route tables
+(``routes=True``), checked by ``sluice audit --routes`` and every id in its one place.
 ``bench/nemesis.py --seeds N --broker noida|kafka|cluster [--reader spark] [--write-mode
-upsert]`` runs more seeds."""
+upsert] [--routes]`` runs more seeds."""
 
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ from typing import Any
 import pytest
 
 from sluice.kafka.config import DEFAULT_READER, SPARK_READER
-from sluice.testing.nemesis import Scenario
+from sluice.testing.nemesis import ROUTED_STEPS, Scenario
 from sluice.testing.nemesis_cdc import BAD_KINDS, TABLE_BAD_KINDS
+from sluice.testing.nemesis_routes import SHARES
 
 from .helpers import assert_survives
 
@@ -68,3 +71,23 @@ def test_cdc_tables_equal_their_source_table_whatever_fails(
     assert outcome.cdc is not None
     assert set(outcome.cdc.kinds) == {*BAD_KINDS, *TABLE_BAD_KINDS}, outcome.report()
     assert outcome.cdc.moved > 0 and outcome.cdc.truncates > 0, outcome.report()
+
+
+@pytest.mark.timeout(600)  # 110 to 230 s of rounds under a load of 8 to 12 on two cores
+def test_routed_messages_are_each_in_their_own_table_once_whatever_fails(
+    spark: Any, tmp_path: Path
+) -> None:
+    """One topic into five route tables (two Iceberg, two Delta, a Parquet dataset) by a field
+    of the payloads, the ingest's own sink a Delta table taking the messages with no route;
+    every Apache Kafka fault, the catalog's on the Iceberg route tables, a kill between two
+    tables' commits or inside one's publish: ``sluice audit --routes`` passes, every id is in
+    the one place it belongs (its table, its table's quarantine, the ingest's own sink), once."""
+    scenario = Scenario("kafka", "delta", 8, broker="kafka", routes=True)
+    outcome = assert_survives(spark, scenario, tmp_path)
+    assert outcome.routed is not None
+    assert set(outcome.routed.sent) == {"routed", *(name for name, _ in SHARES)}, outcome.report()
+    # the kill fell inside a route table's publish (a plain publish.* point fires in the
+    # first table's) or between the tables' commits
+    killed = [entry.removeprefix("kill@") for entry in outcome.injected if entry[:5] == "kill@"]
+    routed = [step for step in killed if step in ROUTED_STEPS or step.startswith("publish.")]
+    assert routed, outcome.report()

@@ -82,6 +82,7 @@ class _Slice:
     state: StreamState
     held: Coverage = field(default_factory=Coverage)  # Kafka: offsets the table holds
     stale: list[int] = field(default_factory=list)  # partitions whose old offsets it forgets
+    own_topic: bool = False  # its topic id is the topic's read now: the sink's resets are not its
     held_ids: set[str] = field(default_factory=set)  # MQTT: ids the table holds
     ids: list[str] = field(default_factory=list)  # MQTT: ids of the run routed here
     whole: bool = False  # the table published this very batch already
@@ -279,7 +280,9 @@ class RoutedSink:
             record.batch_id,
             record.spec,
             ranges=ranges,
-            reset_partitions=sorted({*record.reset_partitions, *piece.stale}),
+            reset_partitions=sorted(
+                {*piece.stale} if piece.own_topic else {*record.reset_partitions, *piece.stale}
+            ),
             counts={
                 "read": piece.counts.good + piece.counts.bad,
                 "written": piece.counts.good,
@@ -504,27 +507,38 @@ class _RoutedJob(_Job):
     def _valid_coverage(self, piece: _Slice) -> Coverage:
         """The offsets of this run's work that the table holds, where they are offsets of the
         topic read now (see the module docstring); the partitions whose offsets are an
-        earlier topic's go to ``piece.stale``."""
+        earlier topic's go to ``piece.stale``.
+
+        Where the broker has topic ids, the table's own id decides, not the ingest's own
+        sink: a table may hold this topic's messages from a run killed before the sink
+        published (nemesis with routes, seed 304: the sink, still on the old topic, reset the
+        partitions, and the table's slice was written again). A table of another topic gives
+        up every partition it holds, overlapping this work or not, so that none of its old
+        offsets outlives the id its next slice records."""
         work, positions = self._planned()
         state = piece.state
         overlap = Coverage.of(state.written.overlaps(work.todo))
-        if not overlap.intervals:
-            return overlap
-        stale = {p for p in overlap.intervals if p in work.reset_partitions}
+        stale: set[int] = set()
         if state.topic_id and positions.topic_id:
             if state.topic_id != positions.topic_id:
-                stale |= set(overlap.intervals)
+                stale = {*state.written.intervals, *state.lost.intervals}
+            else:
+                piece.own_topic = True
+        elif not overlap.intervals:
+            return overlap
         else:
+            stale = {p for p in overlap.intervals if p in work.reset_partitions}
             stale |= self._fingerprints_moved(piece, set(overlap.intervals) - stale)
+        if not stale:
+            return overlap
         piece.stale = sorted(stale)
-        if stale:
-            log.warning(
-                "Table %s holds offsets of partition(s) %s of an earlier topic '%s' (deleted "
-                "and created again since): they are not this topic's messages",
-                piece.table,
-                ", ".join(map(str, piece.stale)),
-                self.spec.topic,
-            )
+        log.warning(
+            "Table %s holds offsets of partition(s) %s of an earlier topic '%s' (deleted and "
+            "created again since): they are not this topic's messages",
+            piece.table,
+            ", ".join(map(str, piece.stale)),
+            self.spec.topic,
+        )
         return Coverage({p: i for p, i in overlap.intervals.items() if p not in stale})
 
     def _fingerprints_moved(self, piece: _Slice, partitions: set[int]) -> set[int]:

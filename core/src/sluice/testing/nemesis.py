@@ -35,6 +35,14 @@ table instead, plays every fault above but those that delete messages on purpose
 segment-retention, recreate), and is judged by the table against the source table, the
 quarantine against the bad messages sent, ``sluice audit`` and the lag.
 
+A routed scenario (``Scenario(routes=True)``, Kafka: :mod:`.nemesis_routes`) publishes
+payloads that carry a ``kind``, routed by it to route tables of every sink kind (Iceberg
+tables on the scenario's faulty catalog, so the catalog's faults apply whatever its own sink,
+Delta tables and a Parquet dataset), the scenario's sink the ingest's own (where the messages
+with no route go); kills also fall between two tables' commits and inside a table's publish.
+It is judged by ``sluice audit --routes`` and by every id in exactly the place its payload
+names (its table, its table's quarantine, or the ingest's own sink), once.
+
 Any failure names the seed, which replays the scenario. ``bench/nemesis.py --seeds N`` runs
 many; the test suite runs a fixed set that covers every fault on each transport and sink.
 """
@@ -68,7 +76,7 @@ from ..kafka.config import DEFAULT_READER
 from ..sensing import next_emission
 from .waiting import wait_until
 
-__all__ = ["FAULTS", "Fault", "Outcome", "Scenario", "faults_for", "run_scenario"]
+__all__ = ["FAULTS", "Fault", "Outcome", "RouteFindings", "Scenario", "faults_for", "run_scenario"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -125,6 +133,19 @@ _DRIVER_STEPS = (
     "dead_letters.after_send",
     "commit.before",
     "commit.after",
+)
+
+#: The steps a routed batch adds to ``kill`` (``Scenario.routes``): after the first and the
+#: second table's commit, after every table's; and the sinks' own points inside the second
+#: and the third table's publish (a plain ``publish.*`` point fires in the first table's).
+#: A batch that publishes to fewer tables passes none of those of a later table.
+ROUTED_STEPS = (
+    "routes.after_table",
+    "routes.after_table@2",
+    "routes.after_tables",
+    "publish.after_intent@2",
+    "publish.after_rename@3",
+    "publish.after_state@2",
 )
 
 #: Every fault the nemesis injects.
@@ -251,14 +272,16 @@ def faults_for(
     store: Store = "local",
     broker: KafkaBroker = "noida",
     write_mode: WriteMode = "append",
+    routes: bool = False,
 ) -> list[Fault]:
     """The faults that apply to a transport, a sink, a store, (Kafka) a broker and a write
-    mode."""
+    mode; with ``routes``, the Iceberg faults whatever the sink (some route tables are
+    Iceberg tables)."""
     return [
         f
         for f in FAULTS.values()
         if transport in f.transports
-        and sink in f.sinks
+        and (sink in f.sinks or (routes and "iceberg" in f.sinks))
         and store in f.stores
         and (transport != "kafka" or broker in f.brokers)
         and write_mode in f.write_modes
@@ -282,6 +305,9 @@ class Scenario:
     #: "upsert": Debezium changes of a simulated source table into a current-state table
     #: (Kafka into Iceberg or Delta, JSON envelopes; :mod:`.nemesis_cdc`)
     write_mode: WriteMode = "append"
+    #: Kafka: each batch routed by a field of its payloads to route tables of every sink
+    #: kind, this scenario's sink the ingest's own (:mod:`.nemesis_routes`)
+    routes: bool = False
 
     def __post_init__(self) -> None:
         if self.write_mode == "upsert" and (
@@ -290,6 +316,16 @@ class Scenario:
             raise ValueError(
                 "The nemesis plays write_mode='upsert' (change data capture) on Kafka into an "
                 "Iceberg or Delta table, with JSON envelopes."
+            )
+        if self.routes and (
+            self.transport != "kafka"
+            or self.write_mode != "append"
+            or self.value_format != "json"
+            or self.store != "local"
+        ):
+            raise ValueError(
+                "The nemesis plays routes on Kafka, appending JSON payloads, on the local "
+                "disk (write_mode 'append', value_format 'json', store 'local')."
             )
 
     @property
@@ -300,6 +336,8 @@ class Scenario:
             broker += f" --reader {self.reader}"
         if self.write_mode != "append":
             broker += f" --write-mode {self.write_mode}"
+        if self.routes:
+            broker += " --routes"
         only = f" --only {','.join(self.only)}" if self.only else ""
         return (
             f"bench/nemesis.py --transport {self.transport} --sink {self.sink} "
@@ -309,6 +347,7 @@ class Scenario:
     def __str__(self) -> str:
         fmt = "" if self.value_format == "json" else f" {self.value_format}"
         fmt += "" if self.write_mode == "append" else f" {self.write_mode}"
+        fmt += " routed" if self.routes else ""
         store = "" if self.store == "local" else f" on {self.store}"
         broker = f" ({self.broker})" if self.transport == "kafka" else ""
         if self.transport == "kafka" and self.reader != DEFAULT_READER:
@@ -317,7 +356,9 @@ class Scenario:
 
     def faults(self) -> list[Fault]:
         """The faults that apply to this scenario (before ``only``)."""
-        return faults_for(self.transport, self.sink, self.store, self.broker, self.write_mode)
+        return faults_for(
+            self.transport, self.sink, self.store, self.broker, self.write_mode, self.routes
+        )
 
 
 @dataclass
@@ -344,6 +385,23 @@ class CdcFindings:
 
 
 @dataclass
+class RouteFindings:
+    """What the oracle of a routed scenario found besides the audit (:mod:`.nemesis_routes`):
+    where each payload id is against where it belongs."""
+
+    tables: int = 0  # route tables
+    #: messages published, by what they are (routed, bad-in-route, no-route, ...)
+    sent: Counter[str] = field(default_factory=Counter)
+    #: ids found somewhere else than where they belong (a table, its quarantine, the home)
+    misplaced: list[str] = field(default_factory=list)
+    rows: Counter[str] = field(default_factory=Counter)  # rows found, by place
+
+    @property
+    def ok(self) -> bool:
+        return not self.misplaced
+
+
+@dataclass
 class Outcome:
     """What a scenario did and what the oracle found. A current-state table's scenario
     (``cdc`` set) counts its bad messages in ``doubled`` (quarantined twice), ``missing``
@@ -365,6 +423,7 @@ class Outcome:
     #: emitted no batch: named, so a scenario that claims a fault can show it happened
     unfired: list[str] = field(default_factory=list)
     cdc: CdcFindings | None = None  # write_mode "upsert"
+    routed: RouteFindings | None = None  # routes
 
     @property
     def ok(self) -> bool:
@@ -375,6 +434,7 @@ class Outcome:
             and not self.missing
             and not self.waiting
             and (self.cdc is None or self.cdc.ok)
+            and (self.routed is None or self.routed.ok)
         )
 
     def report(self) -> str:
@@ -402,10 +462,18 @@ class Outcome:
                 f"quarantined {len(self.unknown)}); left waiting {self.waiting}",
                 f"  bad messages: {', '.join(f'{k} {n}' for k, n in sorted(cdc.kinds.items()))}",
             ]
+        routed = self.routed
+        if routed is not None:
+            sent = ", ".join(f"{k} {n}" for k, n in sorted(routed.sent.items()))
+            lines.append(
+                f"  routed to {routed.tables} tables: {sent}; misplaced {len(routed.misplaced)}"
+            )
         if self.unfired:
             lines.append(f"  not reached: {', '.join(self.unfired)}")
         if not self.ok:
             lines += [f"  doubled: {self.doubled[:10]}", f"  missing: {self.missing[:10]}"]
+            if routed is not None and routed.misplaced:
+                lines.append(f"  misplaced: {routed.misplaced[:10]}")
             if self.unknown:
                 lines.append(f"  unknown: {self.unknown[:10]}")
             if cdc is not None and cdc.differs:
@@ -442,10 +510,17 @@ def _world(scenario: Scenario) -> type[_World]:
         from .nemesis_cdc import CdcWorld
 
         return CdcWorld
+    if scenario.routes:
+        from .nemesis_routes import RoutedWorld
+
+        return RoutedWorld
     return _KafkaWorld if scenario.transport == "kafka" else _MqttWorld
 
 
 def _steps(fault: Fault, scenario: Scenario) -> tuple[str, ...]:
+    if scenario.routes and fault.name == "kill":  # routes and dead letters do not combine
+        steps = [s for s in fault.steps if not s.startswith("dead_letters")]
+        return (*steps, *ROUTED_STEPS)
     if scenario.transport == "kafka":
         return tuple(s for s in fault.steps if s != "commit.midway") or ("commit.before",)
     return tuple(s for s in fault.steps if not s.startswith("dead_letters"))
@@ -719,8 +794,9 @@ class _World:
     @contextlib.contextmanager
     def catalog_environment(self) -> Iterator[None]:
         """The Iceberg catalog of the scenario, configured by name (child processes inherit
-        it): a real SQLite catalog whose commits fail on demand."""
-        if self.scenario.sink != "iceberg":
+        it): a real SQLite catalog whose commits fail on demand (the sink's, or a routed
+        scenario's route tables')."""
+        if self.scenario.sink != "iceberg" and not self.scenario.routes:
             yield
             return
         prefix = f"PYICEBERG_CATALOG__{self.catalog.upper()}__"
