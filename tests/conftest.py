@@ -24,6 +24,7 @@ SLOW_FIRST = (
     "tests/integration/s3/test_s3_faults.py",
     # Not minutes each, but minutes in all: started early, none of them is the last file left.
     "tests/integration/spark/test_crash_matrix.py",
+    "tests/integration/routes/test_routed_crashes.py",
     "tests/integration/cdc/test_debezium_end_to_end.py",
     "tests/contract/test_queue_contract.py",
     "tests/integration/kafka/test_kafka_queue.py",
