@@ -304,14 +304,13 @@ class Triggers:
 
         self.side, self.count, self.bootstrap, self.topic = side, count, bootstrap, topic
         self.group = f"bench-{side}-{uuid.uuid4().hex[:8]}"
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.events: queue.Queue[tuple[dict[str, Any], Future[None]]] = queue.Queue()
         self.ready = threading.Event()
         self._consumers: dict[str, Any] = {}
         self._make_consumer = lambda group: KafkaConsumer(
             bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
         )
         self._commits = ThreadPoolExecutor(8)
-        self.pending: list[Future[None]] = []
         command = [
             sys.executable, __file__, "--child", side, "--count", str(count), "--kinds",
             str(kinds), "--topic", topic, "--group", self.group,
@@ -328,8 +327,7 @@ class Triggers:
             if found.get("ready"):
                 self.ready.set()
                 continue
-            self.pending.append(self._commits.submit(self._commit, found))
-            self.events.put(found)
+            self.events.put((found, self._commits.submit(self._commit, found)))
 
     def _commit(self, event: dict[str, Any]) -> None:
         from kafka import TopicPartition
@@ -354,6 +352,7 @@ class Triggers:
         """The events that cover (partition, offset), once ``expected`` of them arrived and
         their commits are done."""
         found: list[dict[str, Any]] = []
+        commits: list[Future[None]] = []
         deadline = time.monotonic() + TIMEOUT
         while len(found) < expected:
             if self.process.poll() is not None:
@@ -361,17 +360,17 @@ class Triggers:
                     f"the {self.side} triggers' process ended ({self.process.returncode})"
                 )
             try:
-                event = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
+                event, commit = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
                 raise TimeoutError(
                     f"{self.side}: {len(found)} of {expected} events within {TIMEOUT:.0f} s"
                 ) from None
+            commits.append(commit)
             if any(r["partition"] == partition and r["start"] <= offset < r["end"]
                    for r in event["ranges"]):  # fmt: skip
                 found.append(event)
-        for future in self.pending:
-            future.result(TIMEOUT)
-        self.pending = [f for f in self.pending if not f.done()]
+        for commit in commits:
+            commit.result(TIMEOUT)
         return found
 
     def close(self) -> None:
