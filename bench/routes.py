@@ -607,6 +607,9 @@ def main() -> None:
     parser.add_argument("--group", help=argparse.SUPPRESS)
     add_broker_option(parser)
     args = parser.parse_args()
+    if args.load_note:  # said in the results' load, not in the command that measures again
+        at = sys.argv.index("--load-note")
+        del sys.argv[at : at + 2]
     if args.child:
         args.side = args.child
         trigger_process(args)
