@@ -47,7 +47,7 @@ told), each printing both sides and their ratio.
    its kind's asset (the right asset) covers it, the asset events it caused, and the CPU
    seconds of the triggers' process per message.
 
-Run: ``uv run python bench/routes.py [--json bench/results/routes.json]`` (about 10 minutes on
+Run: ``uv run python bench/routes.py [--json bench/results/routes.json]`` (about 15 minutes on
 a quiet 2-core machine); ``--quick`` for a smoke test (small sizes, about 2 minutes).
 """
 
