@@ -45,9 +45,11 @@ def write(
     title: str,
     rows: list[dict[str, Any]],
     broker: str | None = None,
+    load_note: str | None = None,
 ) -> None:
     """Write the family's results to ``path`` (``bench/results/<family>.json`` to publish);
-    ``broker`` names the Kafka broker the figures came from, where one took part."""
+    ``broker`` names the Kafka broker the figures came from, where one took part;
+    ``load_note`` is said beside the load (what else ran on the machine)."""
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     document = {
         "version": 1,
@@ -55,7 +57,7 @@ def write(
         "title": title,
         "measured": datetime.now(UTC).date().isoformat(),
         "machine": f"{os.cpu_count()}-core {platform.system()} {platform.machine()}",
-        "load": f"load average {load} at the end",
+        "load": f"load average {load} at the end" + (f"; {load_note}" if load_note else ""),
         "provenance": f"written by {' '.join(['bench/' + Path(sys.argv[0]).name, *sys.argv[1:]])}",
         "rows": rows,
     }

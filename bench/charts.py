@@ -364,6 +364,62 @@ def _table_health(family: dict[str, Any]) -> list[Panel]:
     ]
 
 
+def _routes(family: dict[str, Any]) -> list[Panel]:
+    ingest: list[Bar] = []
+    for row in family["rows"]:
+        if "routes," not in row["what"] or "chart" not in row:
+            continue
+        [(case, (routed, jobs))] = row["chart"]["values"].items()
+        count = case.split()[0]
+        ingest += [Bar(f"one routed ingest, {case}", routed),
+                   Bar(f"{count} Spark jobs, each reading the topic", jobs, False)]  # fmt: skip
+    panels = [
+        Panel(
+            "One read for N tables: one routed ingest against N jobs that each read the "
+            "whole topic and keep one kind",
+            "seconds, log scale (less is better)",
+            ingest,
+            log=True,
+        )
+    ]
+    rows = {
+        key: next((r for r in family["rows"] if key in r["what"]), None)
+        for key in ("assets on one topic, idle", "routed assets against", "the right asset")
+    }
+    idle, alone, latency = rows.values()
+    if idle is None or alone is None or latency is None:
+        return panels
+    assets = idle["what"].split()[0]
+    [[routed, separate]] = idle["chart"]["values"].values()
+    [[_, one]] = alone["chart"]["values"].values()
+    names = [name.split(" (")[0] for name in idle["chart"]["sides"]]
+    panels.append(
+        Panel(
+            f"What do {assets} assets on one topic cost in the triggerer, idle?",
+            "CPU seconds per second (less is better)",
+            [
+                Bar(names[0], routed),
+                Bar("1 RoutedMessageTrigger alone", one),
+                Bar(names[1], separate, False),
+            ],
+            [Goal(one, "one poller alone")],
+        )
+    )
+    values = latency["chart"]["values"]
+    panels.append(
+        Panel(
+            "Publish to the right asset's event",
+            "milliseconds (less is better)",
+            [
+                Bar(f"{name}, {q}", pair[index], index == 0)
+                for index, name in enumerate(names)
+                for q, pair in values.items()
+            ],
+        )
+    )
+    return panels
+
+
 def _size(size: float) -> str:
     return f"{size / 2**20:g} MiB" if size >= 2**20 else f"{size / 2**10:g} KiB"
 
@@ -379,6 +435,7 @@ PRESENTERS: dict[str, Callable[[dict[str, Any]], list[Panel]]] = {
     "scale": _scale,
     "sinks": _sinks,
     "table_health": _table_health,
+    "routes": _routes,
     "cdc_metadata": lambda family: _generic(family),  # a panel per sink: commit sizes by batch
 }
 
