@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -95,13 +95,7 @@ def audit(
         )
     if not report.streams:
         raise CliError(f"'{sink}' holds no published batch: nothing to audit.")
-    if as_json:
-        output.out().print(json.dumps(report.to_dict(), indent=2, default=str))
-    else:
-        for line in report.lines():
-            output.out().print(line)
-    if not report.ok:
-        raise typer.Exit(1)
+    _print_report(report, as_json)
 
 
 def _audit_routes(sink: str, source: str | None, routes: str, as_json: bool) -> None:
@@ -123,6 +117,11 @@ def _audit_routes(sink: str, source: str | None, routes: str, as_json: bool) -> 
         )
     if not report.batches:
         raise CliError(f"'{sink}' holds no published batch: nothing to audit.")
+    _print_report(report, as_json)
+
+
+def _print_report(report: Any, as_json: bool) -> None:
+    """An audit report (plain or routed) as JSON or as its lines; exit 1 unless it is ok."""
     if as_json:
         output.out().print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
