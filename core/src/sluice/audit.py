@@ -29,6 +29,7 @@ reads the sink's whole history.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -281,10 +282,9 @@ def _audit_current_state(
     """The table's rows against its batches' changes, read again from the broker and applied
     batch by batch in publish order (see the module docstring); ``formats``: the envelopes'
     (:func:`sluice.spark.ingest.envelope_decoders`' arguments)."""
-    import pyarrow as pa
 
     from .cdc import POSITION_COLUMN, Change, Decoders, TableShape, reduce_messages
-    from .kafka.ranges import read_range_records
+    from .kafka.ranges import RangeReader
     from .spark.ingest import envelope_decoders, source_config
     from .spark.kafka_source import reader_kwargs
     from .spark.sinks.base import fold_markers
@@ -295,42 +295,37 @@ def _audit_current_state(
     truncated: dict[Any, int] = {}  # each stream's last truncate's position
     decoders: dict[str, Decoders] = {}  # by topic
     shape = TableShape(key_columns)
-    for record in records:
-        if record.stream.kind != "kafka" or not record.ranges:
-            continue
-        if source is None:
-            raise ValueError("give the source (--source kafka://HOST:PORT) to audit the table")
-        spec = BatchSpec("kafka", record.stream.topic, group_id=record.stream.group)
-        kwargs = reader_kwargs(source_config(spec, source))
-        quarantined = _offsets_by_partition(sink, record.batch_id, (True,))[True]
-        columns: dict[str, list[Any]] = {"key": [], "value": [], "partition": [], "offset": []}
-        for partition, found in read_range_records(kwargs, spec.topic, record.ranges, 30):
-            for message in found:
-                if message.offset in quarantined.get(partition, ()):
-                    continue
-                columns["key"].append(message.key)
-                columns["value"].append(message.value)
-                columns["partition"].append(partition)
-                columns["offset"].append(message.offset)
-        if spec.topic not in decoders:
-            decoders[spec.topic] = envelope_decoders(spec.topic, **formats)
-        # what was not quarantined was applied: truncates included
-        reduced = reduce_messages(
-            pa.table(columns), key_columns, decoders[spec.topic], shape, on_truncate="apply"
-        )
-        deleted = markers.setdefault(record.stream, {})
-        applying = plan(
-            reduced,
-            {k: c.position for k, c in expected.items()},
-            deleted,
-            {k: c.row or {} for k, c in expected.items()},
-            truncated.get(record.stream),
-        )
-        apply_to_rows(expected, applying)
-        if applying.truncated_at is not None:
-            at = applying.truncated_at
-            truncated[record.stream] = max(at, truncated.get(record.stream, at))
-        fold_markers(deleted, applying.markers)
+    readers: dict[str, RangeReader] = {}  # by topic: one consumer, batch after batch
+    with contextlib.ExitStack() as stack:
+        for record in records:
+            if record.stream.kind != "kafka" or not record.ranges:
+                continue
+            if source is None:
+                raise ValueError("give the source (--source kafka://HOST:PORT) to audit the table")
+            spec = BatchSpec("kafka", record.stream.topic, group_id=record.stream.group)
+            kwargs = reader_kwargs(source_config(spec, source))
+            quarantined = _offsets_by_partition(sink, record.batch_id, (True,))[True]
+            if spec.topic not in readers:
+                readers[spec.topic] = stack.enter_context(RangeReader(kwargs))
+                decoders[spec.topic] = envelope_decoders(spec.topic, **formats)
+            applied = _applied_messages(readers[spec.topic], spec.topic, record.ranges, quarantined)
+            # what was not quarantined was applied: truncates included
+            reduced = reduce_messages(
+                applied, key_columns, decoders[spec.topic], shape, on_truncate="apply"
+            )
+            deleted = markers.setdefault(record.stream, {})
+            applying = plan(
+                reduced,
+                {k: c.position for k, c in expected.items()},
+                deleted,
+                {k: c.row or {} for k, c in expected.items()},
+                truncated.get(record.stream),
+            )
+            apply_to_rows(expected, applying)
+            if applying.truncated_at is not None:
+                at = applying.truncated_at
+                truncated[record.stream] = max(at, truncated.get(record.stream, at))
+            fold_markers(deleted, applying.markers)
     table = sink.current_rows()
     audit = CurrentStateAudit(key_columns, keys=len(expected), rows=table.num_rows)
     seen = set()
@@ -356,6 +351,26 @@ def _audit_current_state(
                 f"key {key} has no row; its last change gives {expected[key].row}"
             )
     return audit
+
+
+def _applied_messages(
+    reader: Any, topic: str, ranges: Any, quarantined: dict[int, list[int]]
+) -> Any:
+    """A batch's messages its ingest applied (all but the quarantined), read again: a table
+    of key, value, partition and offset."""
+    import pyarrow as pa
+
+    columns: dict[str, list[Any]] = {"key": [], "value": [], "partition": [], "offset": []}
+    for partition, found in reader.records(topic, ranges, 30):
+        skipped = set(quarantined.get(partition, ()))
+        for message in found:
+            if message.offset in skipped:
+                continue
+            columns["key"].append(message.key)
+            columns["value"].append(message.value)
+            columns["partition"].append(partition)
+            columns["offset"].append(message.offset)
+    return pa.table(columns)
 
 
 def _audit_mqtt(sink: Any, stream: StreamAudit, records: list[Any]) -> None:
@@ -450,21 +465,23 @@ def _missing(
     row or a recorded loss) that hold a message: those no batch claims, and those a batch
     claims as having none but where the broker still has one. Claimed offsets below the log
     start cannot be asked any more: their ingest reconciled them when it could."""
-    from .kafka.ranges import read_range_records
+    from .kafka.ranges import RangeReader
     from .spark.sinks.coverage import Coverage
 
     if not holes:
         return []
     partition = holes[0].partition
     missing = Coverage()
-    for hole in holes:
-        missing.add_ranges(claimed.missing(partition, hole.start, hole.end))
-        for part in claimed.overlaps([hole]):
-            if part.end <= log_start:
-                continue
-            piece = OffsetRange(partition, max(part.start, log_start), part.end)
-            for _, records in read_range_records(kwargs, topic, [piece], 30, lambda _: None):
-                missing = missing.union(Coverage.of_offsets(partition, (r.offset for r in records)))
+    with RangeReader(kwargs) as reader:
+        for hole in holes:
+            missing.add_ranges(claimed.missing(partition, hole.start, hole.end))
+            for part in claimed.overlaps([hole]):
+                if part.end <= log_start:
+                    continue
+                piece = OffsetRange(partition, max(part.start, log_start), part.end)
+                for _, records in reader.records(topic, [piece], 30, lambda _: None):
+                    offsets = (r.offset for r in records)
+                    missing = missing.union(Coverage.of_offsets(partition, offsets))
     return [OffsetRange(partition, s, e) for s, e in missing.intervals.get(partition, [])]
 
 

@@ -15,6 +15,7 @@ from sluice.batch import OffsetRange
 from sluice.errors import DataLossError
 from sluice.kafka.confluent_ranges import read_range_messages
 from sluice.kafka.ranges import LostRange, read_range_records
+from sluice.kafka.ranges import RangeReader as KeptReader
 from sluice.queues.uri import queue_from_config
 from sluice.spark.kafka_source import READERS, ReaderKwargs, read_ranges, reader_kwargs
 from sluice.testing import BrokerProcess
@@ -85,6 +86,46 @@ def test_reads_exactly_the_ranges_not_one_message_more_or_less(
 
     assert read_back == {0: [3, 4, 5, 6], 1: list(range(10)), 2: [9]}
     assert read_offsets(read, kafka_broker.bootstrap, filled_topic, [OffsetRange(0, 5, 5)]) == {}
+
+
+def test_a_kept_range_reader_reads_range_after_range_through_one_consumer(
+    kafka_broker: Broker, filled_topic: str
+) -> None:
+    """A sensor routing batch after batch keeps one reader: each read gives exactly its
+    ranges (a partition read before, back or forward, paused at its last end), a failed read
+    leaves the next one a new consumer, and a close while a read is under way waits for it."""
+    kwargs = kwargs_for(kafka_broker.bootstrap)
+
+    def offsets(reader: KeptReader, ranges: list[OffsetRange], timeout: float = 10) -> Any:
+        found: dict[int, list[int]] = {}
+        for partition, records in reader.records(filled_topic, ranges, timeout):
+            found.setdefault(partition, []).extend(r.offset for r in records)
+        return found
+
+    with KeptReader(kwargs) as reader:
+        assert offsets(reader, [OffsetRange(0, 2, 4)]) == {0: [2, 3]}
+        consumer = reader._consumer
+        assert offsets(reader, [OffsetRange(0, 4, 6), OffsetRange(1, 0, 1)]) == {
+            0: [4, 5],
+            1: [0],
+        }
+        assert offsets(reader, [OffsetRange(0, 0, 2)]) == {0: [0, 1]}  # back, same partition
+        assert offsets(reader, [OffsetRange(2, 9, 10), OffsetRange(0, 8, 8)]) == {2: [9]}
+        assert reader._consumer is consumer  # one consumer for every read
+        with pytest.raises(TimeoutError):
+            offsets(reader, [OffsetRange(1, 8, 12)], timeout=1)  # past the partition's end
+        assert reader._consumer is None
+        assert offsets(reader, [OffsetRange(1, 8, 10)]) == {1: [8, 9]}  # a new one
+
+        reading = reader.records(filled_topic, [OffsetRange(2, 0, 10)], 10)
+        first = next(reading)
+        reader.close()  # as a cancelled trigger's poller does while its thread reads
+        assert reader._consumer is not None  # still reading
+        rest = [r.offset for _, records in reading for r in records]
+        assert [r.offset for r in first[1]] + rest == list(range(10))
+        assert reader._consumer is None
+        with pytest.raises(RuntimeError, match="closed"):
+            offsets(reader, [OffsetRange(0, 0, 1)])
 
 
 def test_both_readers_give_the_same_arrow_columns(kafka_broker: Broker, unique_name: str) -> None:

@@ -14,6 +14,7 @@ a message (transaction markers, aborted transactions, compaction) are simply not
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -28,6 +29,7 @@ from .session_errors import explained_bootstrap
 
 __all__ = [
     "LostRange",
+    "RangeReader",
     "check_range_ends",
     "log_bounds",
     "out_of_range",
@@ -56,24 +58,99 @@ def read_range_records(
     Raises ``TimeoutError`` when nothing arrives for ``stall_timeout_s`` while a range is
     unfinished (the broker is down, or a range ends past its partition's end), and
     :class:`~sluice.errors.DataLossError` when a range's messages are gone (see the module
-    docstring; ``lost`` accepts a loss instead).
+    docstring; ``lost`` accepts a loss instead). One consumer, closed at the end: a caller that
+    reads range after range keeps a :class:`RangeReader` instead.
     """
-    ends = {TopicPartition(topic, r.partition): r.end for r in ranges if r.count > 0}
-    if not ends:
-        return
-    with explained_bootstrap(kwargs, f"Reading topic '{topic}'"):
-        consumer = KafkaConsumer(
-            **{
-                "max_poll_records": MAX_POLL_RECORDS,
-                **kwargs,
-                "enable_auto_commit": False,
-                "auto_offset_reset": "none",  # out of range: raise, never reset
-            },
-            group_id=None,
-        )
-    retries: dict[int, int] = {}
-    try:
+    with RangeReader(kwargs) as reader:
+        yield from reader.records(topic, ranges, stall_timeout_s, lost)
+
+
+class RangeReader:
+    """:func:`read_range_records` for a caller that reads range after range (a sensor routing
+    batch after batch, an audit reading batch after batch): one consumer kept between reads.
+
+    A new consumer pays its bootstrap and kafka-python's idle back-off before its first fetch
+    (about 200 ms on a quiet machine, measured); a kept one reads a small range in a few ms. A
+    read that fails closes the consumer (the next read makes a new one). One read at a time;
+    :meth:`close` from another thread while one runs closes the consumer when it ends.
+    """
+
+    def __init__(self, kwargs: Mapping[str, Any]) -> None:
+        self._kwargs = dict(kwargs)
+        self._consumer: KafkaConsumer | None = None
+        self._busy = threading.Lock()
+        self._closed = False
+
+    def __enter__(self) -> RangeReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._busy.acquire(blocking=False):
+            try:
+                self._drop()
+            finally:
+                self._busy.release()
+
+    def _drop(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close(autocommit=False)
+
+    def _open(self, topic: str) -> KafkaConsumer:
+        if self._consumer is None:
+            with explained_bootstrap(self._kwargs, f"Reading topic '{topic}'"):
+                self._consumer = KafkaConsumer(
+                    **{
+                        "max_poll_records": MAX_POLL_RECORDS,
+                        **self._kwargs,
+                        "enable_auto_commit": False,
+                        "auto_offset_reset": "none",  # out of range: raise, never reset
+                    },
+                    group_id=None,
+                )
+        return self._consumer
+
+    def records(
+        self,
+        topic: str,
+        ranges: Sequence[OffsetRange],
+        stall_timeout_s: float,
+        lost: LostRange | None = None,
+    ) -> Iterator[tuple[int, list[ConsumerRecord]]]:
+        """As :func:`read_range_records`, through this reader's consumer."""
+        ends = {TopicPartition(topic, r.partition): r.end for r in ranges if r.count > 0}
+        if not ends:
+            return
+        if self._closed:
+            raise RuntimeError("This RangeReader is closed.")
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("A RangeReader reads one set of ranges at a time.")
+        done = False
+        try:
+            yield from self._read(self._open(topic), topic, ranges, ends, stall_timeout_s, lost)
+            done = True
+        finally:
+            if not done or self._closed:
+                self._drop()
+            self._busy.release()
+
+    def _read(
+        self,
+        consumer: KafkaConsumer,
+        topic: str,
+        ranges: Sequence[OffsetRange],
+        ends: dict[TopicPartition, int],
+        stall_timeout_s: float,
+        lost: LostRange | None,
+    ) -> Iterator[tuple[int, list[ConsumerRecord]]]:
+        kwargs = self._kwargs
+        retries: dict[int, int] = {}
         consumer.assign(list(ends))
+        consumer.resume(*ends)  # a partition kept from the last read keeps its pause
         for r in ranges:
             if r.count > 0:
                 consumer.seek(TopicPartition(topic, r.partition), r.start)
@@ -116,8 +193,6 @@ def read_range_records(
             elif time.monotonic() - last_progress > stall_timeout_s:
                 positions = {tp.partition: (consumer.position(tp), end) for tp, end in ends.items()}
                 raise TimeoutError(stalled_message(topic, positions, stall_timeout_s))
-    finally:
-        consumer.close(autocommit=False)
 
 
 def log_bounds(

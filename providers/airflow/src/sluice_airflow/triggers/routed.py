@@ -36,7 +36,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
@@ -45,13 +45,16 @@ from sluice.connection_fields import check_no_secrets
 from sluice.cursor import BatchCursor, BatchRequest, RunState, run_state_from_offsets
 from sluice.errors import TopicNotFoundError
 from sluice.kafka.watch import DEFAULT_INTERVAL, METADATA_EVERY, watch_topic
-from sluice.route_index import HOME, batch_places
+from sluice.route_index import HOME, batch_places, places_reader
 from sluice.routes import Routes
 from sluice.sensing import DEFAULT_RERUN_AFTER, next_emission, sensing_config
 
 from ..hooks.queue import QueueHook, config_from_connection, queue_kind
 from .queue import STATUS_EVERY, describe_batch
 from .signals import sigterm_stops_inline_run
+
+if TYPE_CHECKING:
+    from sluice.kafka.ranges import RangeReader
 
 __all__ = ["RoutedMessageTrigger", "shared_pollers"]
 
@@ -93,6 +96,7 @@ class _SharedRoutes:
     last: _Emission | None = None
     reads: int = 0  # batches read and routed (one per emission)
     task: asyncio.Task[None] | None = None
+    _reader: RangeReader | None = None  # kept for routing batch after batch
     _loaded: bool = False
     _status: str | None = None
 
@@ -203,10 +207,17 @@ class _SharedRoutes:
                 await watcher.changed(version, self.poll_interval if in_flight else STATUS_EVERY)
         finally:
             watcher.close()
+            if self._reader is not None:
+                self._reader.close()  # a read still running closes it when it ends
+                self._reader = None
 
     async def _places(self, spec: BatchSpec) -> dict[str, int] | None:
+        if self._reader is None:
+            self._reader = places_reader(self.config, self.topic)
         try:
-            places = await asyncio.to_thread(batch_places, self.config, spec, self.routes)
+            places = await asyncio.to_thread(
+                batch_places, self.config, spec, self.routes, reader=self._reader
+            )
         except (ConnectionError, TimeoutError, OSError) as exc:
             self._say(f"waiting: reading batch {spec.batch_id} to route it failed: {exc}")
             return None
