@@ -1,11 +1,11 @@
 """Ingestion throughput, all sides measured in one run on one broker (``--broker``, started
 here: Apache Kafka unless told).
 
-    uv run python bench/ingest.py [--messages 200000] [--repeats 5] [--warm-rounds 1]
-                                  [--big 1000000]
+    uv run python bench/ingest.py [--messages 200000[,2000000,...]] [--repeats 5]
+                                  [--warm-rounds 1] [--big 1000000]
 
-On 200,000 JSON messages of about 200 bytes over 3 partitions, 1% of them malformed, it
-times:
+On 200,000 JSON messages (or each of ``--messages``' sizes in turn, in one SparkSession) of
+about 200 bytes over 3 partitions, 1% of them malformed, it times:
   (a) a bare kafka-python loop that only reads them (assign, seek, poll);
   (b) sluice.spark.ingest in driver mode (read, parse with a schema, quarantine, Parquet, commit);
   (c) sluice.spark.ingest in executor mode (one Spark task per range);
@@ -33,13 +33,13 @@ Then it ingests a batch of --big messages in driver mode in
 a child process and prints that process's peak RSS (Python driver, and the Spark JVM beside it).
 The SparkSession is started before anything is timed. Every side then runs --warm-rounds
 untimed rounds (default 1: the JVM's just-in-time compiler is still warming up; the first
-one's numbers are printed as the "first round") and --repeats timed rounds, interleaved;
-the median counts. Before each side the benchmark waits until the broker is idle: an offset
-commit to noida-db costs it about one CPU-second of work in the next two seconds, which would
-otherwise land on whichever side runs next. The broker's CPU time during each side is printed
-with it. With ``--broker noida``, more than 500,000 messages and the --big batch run on Tansu
-(noida-db 0.2.3 stalls on fetches of a log that large). Spark's Kafka source (j, k) needs
-right ListOffsets answers, which Tansu does not give.
+one's numbers are printed as the "first round"; before the first size only) and --repeats
+timed rounds, interleaved; the median counts. Before each side the benchmark waits until the
+broker is idle: an offset commit to noida-db costs it about one CPU-second of work in the next
+two seconds, which would otherwise land on whichever side runs next. The broker's CPU time
+during each side is printed with it. With ``--broker noida``, more than 500,000 messages and
+the --big batch run on Tansu (noida-db 0.2.3 stalls on fetches of a log that large). Spark's
+Kafka source (j, k) needs right ListOffsets answers, which Tansu does not give.
 """
 
 from __future__ import annotations
@@ -48,12 +48,14 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,46 @@ SCHEMA = "device STRING, site STRING, temperature DOUBLE, humidity DOUBLE, ts ST
 PARTITIONS = 3
 #: Messages of the first untimed ingests, which load what Spark and the readers load once.
 WARM_UP = 3_000
+
+LABELS = {
+    "a": "bare kafka-python read loop (reads only)",
+    "b": "sluice ingest, driver mode",
+    "c": "sluice ingest, executor mode",
+    "d": "by hand: Airflow Kafka hook + json + pyarrow",
+    "e": "sluice ingest, driver mode, confluent reader",
+    "f": "sluice ingest, executor mode, confluent reader",
+    "g": "as (e), without fsync (no durability)",
+    "h": "at-least-once: (e)'s read, sort, write; commit",
+    "i": "sluice ingest, no options (mode and reader auto)",
+    "j": "by hand: Spark job, Kafka source + from_json",
+    "k": "sluice ingest, reader spark (Kafka source)",
+    "l": "as (i), keep_message=True (a bronze copy)",
+}
+
+# The goal compares like with like: the hand-written path reads with librdkafka, as
+# Sluice's confluent reader does; kafka-python (the default reader) is shown beside it.
+RATIOS = [
+    ("no options / Airflow hook", "i", "d", "goal >= 1.0 (fast by default)"),
+    ("driver, confluent / Airflow hook", "e", "d", "goal >= 1.0"),
+    ("executors, confluent / Airflow hook", "f", "d", "goal >= 1.0"),
+    ("driver, kafka-python / Airflow hook", "b", "d", ""),
+    ("executors, kafka-python / Airflow hook", "c", "d", ""),
+    ("driver, confluent / bare loop", "e", "a", "stretch goal >= 0.9"),
+    ("executors, confluent / bare loop", "f", "a", ""),
+    ("fsync's cost: with / without (e/g)", "g", "e", "time ratio"),
+    ("exactly-once / at-least-once (e/h)", "h", "e", "time ratio, goal <= 1.05"),
+    ("no options / hand-written Spark job", "i", "j", "goal >= 1.0"),
+    ("reader spark / hand-written Spark job", "k", "j", "goal >= 0.95"),
+    ("reader spark / driver, confluent", "k", "e", "goal >= 1.5 at 2,000,000"),
+    ("reader spark / driver, kafka-python", "k", "b", ""),
+]
+SIZE_RATIOS = [
+    ("bytes on disk: no options / Spark job", "i", "j", "goal <= 1.1"),
+    ("bytes on disk: reader spark / Spark job", "k", "j", "goal <= 1.1"),
+    ("bytes on disk: keep_message=True / no options", "l", "i", ""),
+]
+#: What the goals of issue 46 are about, for ``--messages`` with several sizes.
+GOAL_SIZES = "20000,200000,2000000,5000000"
 
 
 def say(text: str) -> None:
@@ -479,7 +521,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument(
+        "--messages",
+        default="200000",
+        help=f"batch sizes, comma-separated (issue 46's goals: {GOAL_SIZES})",
+    )
     parser.add_argument("--big", type=int, default=1_000_000, help="0 skips the RSS run")
     parser.add_argument(
         "--repeats", type=int, default=5, help="rounds over every side; the median counts"
@@ -513,7 +559,8 @@ def main() -> None:
 
     # noida-db 0.2.3 stalls on fetches of logs of a million messages: Tansu beyond that.
     big_broker_name = "tansu" if args.broker == "noida" else args.broker
-    broker_name = args.broker if args.messages <= 500_000 else big_broker_name
+    sizes = [int(size) for size in args.messages.split(",")]
+    broker_name = args.broker if max(sizes) <= 500_000 else big_broker_name
     say(f"starting {broker_label(broker_name)}")
     broker = start_broker(broker_name)
     broker_process = psutil.Process(broker.pid)
@@ -522,9 +569,6 @@ def main() -> None:
     brokers = [broker]
     work = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
     try:
-        topic = "bench-readings"
-        create_kafka_topic(broker.bootstrap, topic, PARTITIONS)
-        produce(broker.bootstrap, topic, args.messages)
         say(f"average value size: {len(reading(0))} bytes")
 
         say("starting and warming up Spark (not timed)")
@@ -542,131 +586,21 @@ def main() -> None:
                 sluice_ingest(spark, broker.bootstrap, warm, WARM_UP, mode, out, reader)
         sluice_ingest(spark, broker.bootstrap, warm, WARM_UP, "auto", work / "warm-k", "spark")
         spark_job(spark, broker.bootstrap, warm, WARM_UP, work / "warm-j")
-
-        n = args.messages
-        sides = {
-            "a": lambda out: bare_loop(broker.bootstrap, topic, n),
-            "b": lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "driver", out),
-            "c": lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "executors", out),
-            "e": lambda out: sluice_ingest(
-                spark, broker.bootstrap, topic, n, "driver", out, "confluent"
-            ),
-            "f": lambda out: sluice_ingest(
-                spark, broker.bootstrap, topic, n, "executors", out, "confluent"
-            ),
-            "d": lambda out: airflow_provider(broker.bootstrap, topic, n, out),
-            "h": lambda out: at_least_once(spark, broker.bootstrap, topic, n, out),
-            "i": lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "auto", out, None),
-            "j": lambda out: spark_job(spark, broker.bootstrap, topic, n, out),
-            "k": lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "auto", out, "spark"),
-            "l": lambda out: sluice_ingest(
-                spark, broker.bootstrap, topic, n, "auto", out, None, keep_message=True
-            ),
-            "g": without_fsync(
-                lambda out: sluice_ingest(
-                    spark, broker.bootstrap, topic, n, "driver", out, "confluent"
-                )
-            ),
-        }
-        sides = {key: side for key, side in sides.items() if key in args.sides}
-        if "h" in sides:
+        if "h" in args.sides:
             at_least_once(spark, broker.bootstrap, warm, WARM_UP, work / "warm-h")
-        first: dict[str, float] = {}
-        runs: dict[str, list[float]] = {key: [] for key in sides}
-        broker_cpu: dict[str, list[float]] = {key: [] for key in sides}
-        warm_rounds = max(1, args.warm_rounds)
-        for repeat in range(1 - warm_rounds, args.repeats + 1):
-            for key, side in sides.items():
-                waited = wait_until_idle(broker_process, busy=idle)
-                before = cpu_seconds(broker_process)
-                seconds = side(work / f"{key}-{repeat}")
-                used = cpu_seconds(broker_process) - before
-                detail = f"{seconds:.2f} s (broker idle after {waited:.1f} s; {used:.2f} CPU-s)"
-                if repeat <= 0:
-                    first.setdefault(key, seconds)
-                    say(f"untimed round {repeat + warm_rounds} of {warm_rounds}: ({key}) {detail}")
-                else:
-                    runs[key].append(seconds)
-                    broker_cpu[key].append(used)
-                    say(f"round {repeat} of {args.repeats}: ({key}) {detail}")
-        timings = {key: statistics.median(times) for key, times in runs.items()}
-        rate = {k: n / v for k, v in timings.items()}
-        labels = {
-            "a": "bare kafka-python read loop (reads only)",
-            "b": "sluice ingest, driver mode",
-            "c": "sluice ingest, executor mode",
-            "d": "by hand: Airflow Kafka hook + json + pyarrow",
-            "e": "sluice ingest, driver mode, confluent reader",
-            "f": "sluice ingest, executor mode, confluent reader",
-            "g": "as (e), without fsync (no durability)",
-            "h": "at-least-once: (e)'s read, sort, write; commit",
-            "i": "sluice ingest, no options (mode and reader auto)",
-            "j": "by hand: Spark job, Kafka source + from_json",
-            "k": "sluice ingest, reader spark (Kafka source)",
-            "l": "as (i), keep_message=True (a bronze copy)",
-        }
-        print()
-        print(
-            f"{n:,} messages of ~{len(reading(0))} bytes, {PARTITIONS} partitions, "
-            f"{os.cpu_count()} cores"
-        )
-        for key in [k for k in "abcdefghijkl" if k in runs]:
-            each = " ".join(f"{t:.2f}" for t in runs[key])
-            print(
-                f"  ({key}) {labels[key]:<46} {rate[key]:>8,.0f} msg/s  (median of {each} s; "
-                f"first round {n / first[key]:,.0f} msg/s; "
-                f"broker {statistics.median(broker_cpu[key]):.2f} CPU-s)"
+
+        results = []
+        for index, n in enumerate(sizes):
+            topic = f"bench-readings-{n}"
+            create_kafka_topic(broker.bootstrap, topic, PARTITIONS)
+            produce(broker.bootstrap, topic, n)
+            say(f"{n:,} messages: every side, {args.repeats} timed rounds")
+            warm_rounds = max(1, args.warm_rounds) if index == 0 else 0  # the JVM is warm now
+            results.append(
+                run_size(spark, broker, broker_process, idle, topic, n, args, work, warm_rounds)
             )
-        # The goal compares like with like: the hand-written path reads with librdkafka, as
-        # Sluice's confluent reader does; kafka-python (the default reader) is shown beside it.
-        ratios = [
-            ("no options / Airflow hook", "i", "d", "goal >= 1.0 (fast by default)"),
-            ("driver, confluent / Airflow hook", "e", "d", "goal >= 1.0"),
-            ("executors, confluent / Airflow hook", "f", "d", "goal >= 1.0"),
-            ("driver, kafka-python / Airflow hook", "b", "d", ""),
-            ("executors, kafka-python / Airflow hook", "c", "d", ""),
-            ("driver, confluent / bare loop", "e", "a", "stretch goal >= 0.9"),
-            ("executors, confluent / bare loop", "f", "a", ""),
-            ("fsync's cost: with / without (e/g)", "g", "e", "time ratio"),
-            ("exactly-once / at-least-once (e/h)", "h", "e", "time ratio, goal <= 1.05"),
-            ("no options / hand-written Spark job", "i", "j", "goal >= 1.0"),
-            ("reader spark / hand-written Spark job", "k", "j", "goal >= 0.95"),
-            ("reader spark / driver, confluent", "k", "e", "goal >= 1.5 at 2,000,000"),
-            ("reader spark / driver, kafka-python", "k", "b", ""),
-        ]
-        for label, side, base, goal in ratios:
-            if side not in rate or base not in rate:
-                continue
-            # the same ratio per round (the two sides ran minutes apart at most), median: on
-            # a shared machine it moves less than the ratio of the medians
-            paired = statistics.median(b / s for s, b in zip(runs[side], runs[base], strict=True))
-            print(
-                f"  {label + f' ({side}/{base})':<46} {rate[side] / rate[base]:.2f}   "
-                f"(per round, median {paired:.2f})   {goal}"
-            )
-        last = {key: work / f"{key}-{args.repeats}" for key in runs}
-        on_disk = {key: disk_bytes(path) / n for key, path in last.items() if disk_bytes(path)}
-        print("  bytes on disk per message (Parquet files of the last round, with quarantine):")
-        for key, each in on_disk.items():
-            print(f"  ({key}) {labels[key]:<46} {each:>8.1f} B/msg")
-        sizes = [
-            ("bytes on disk: no options / Spark job", "i", "j", "goal <= 1.1"),
-            ("bytes on disk: reader spark / Spark job", "k", "j", "goal <= 1.1"),
-            ("bytes on disk: keep_message=True / no options", "l", "i", ""),
-        ]
-        for label, side, base, goal in sizes:
-            if side in on_disk and base in on_disk:
-                ratio = on_disk[side] / on_disk[base]
-                print(f"  {label + f' ({side}/{base})':<46} {ratio:.2f}   {goal}")
-        for key in ("i", "l"):
-            if key in last and disk_bytes(last[key]):
-                columns = column_bytes(last[key])
-                shown = ", ".join(f"{c} {b / n:.2f}" for c, b in columns.items())
-                print(f"  ({key}) bytes per message by column: {shown}")
         if args.json:
-            json_results(
-                args.json, n, args, runs, rate, labels, ratios, broker_label(broker_name), on_disk
-            )
+            json_results(args.json, results, args, broker_label(broker_name))
 
         if args.big:
             # Not on noida-db: 0.2.3 stops answering fetches from the start of a log this
@@ -691,11 +625,116 @@ def main() -> None:
                 f"of the Spark JVM {peaks['jvm'] / 2**20:,.0f} MiB"
             )
     finally:
-        for started in brokers:
-            started.close()
-        import shutil
-
+        for running in brokers:
+            running.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+@dataclass
+class SizeResult:
+    """One batch size's timed rounds: seconds per side, msg/s (median), bytes on disk per
+    message of the last round's files."""
+
+    messages: int
+    runs: dict[str, list[float]]
+    rate: dict[str, float]
+    on_disk: dict[str, float]
+
+
+def run_size(
+    spark: Any,
+    broker: Any,
+    broker_process: Any,
+    idle: float,
+    topic: str,
+    n: int,
+    args: argparse.Namespace,
+    work: Path,
+    warm_rounds: int,
+) -> SizeResult:
+    """Every side of ``args.sides`` on the ``n`` messages of ``topic``: ``warm_rounds``
+    untimed rounds, then ``args.repeats`` timed ones, interleaved; printed as they go."""
+    sides = {
+        "a": lambda out: bare_loop(broker.bootstrap, topic, n),
+        "b": lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "driver", out),
+        "c": lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "executors", out),
+        "e": lambda out: sluice_ingest(
+            spark, broker.bootstrap, topic, n, "driver", out, "confluent"
+        ),
+        "f": lambda out: sluice_ingest(
+            spark, broker.bootstrap, topic, n, "executors", out, "confluent"
+        ),
+        "d": lambda out: airflow_provider(broker.bootstrap, topic, n, out),
+        "h": lambda out: at_least_once(spark, broker.bootstrap, topic, n, out),
+        "i": lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "auto", out, None),
+        "j": lambda out: spark_job(spark, broker.bootstrap, topic, n, out),
+        "k": lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "auto", out, "spark"),
+        "l": lambda out: sluice_ingest(
+            spark, broker.bootstrap, topic, n, "auto", out, None, keep_message=True
+        ),
+        "g": without_fsync(
+            lambda out: sluice_ingest(spark, broker.bootstrap, topic, n, "driver", out, "confluent")
+        ),
+    }
+    sides = {key: side for key, side in sides.items() if key in args.sides}
+    first: dict[str, float] = {}
+    runs: dict[str, list[float]] = {key: [] for key in sides}
+    broker_cpu: dict[str, list[float]] = {key: [] for key in sides}
+    for repeat in range(1 - warm_rounds, args.repeats + 1):
+        for key, side in sides.items():
+            waited = wait_until_idle(broker_process, busy=idle)
+            before = cpu_seconds(broker_process)
+            seconds = side(work / f"{key}-{n}-{repeat}")
+            used = cpu_seconds(broker_process) - before
+            detail = f"{seconds:.2f} s (broker idle after {waited:.1f} s; {used:.2f} CPU-s)"
+            if repeat <= 0:
+                first.setdefault(key, seconds)
+                say(f"untimed round {repeat + warm_rounds} of {warm_rounds}: ({key}) {detail}")
+            else:
+                runs[key].append(seconds)
+                broker_cpu[key].append(used)
+                say(f"round {repeat} of {args.repeats}: ({key}) {detail}")
+            if repeat < args.repeats:  # only the last round's files are measured
+                shutil.rmtree(work / f"{key}-{n}-{repeat}", ignore_errors=True)
+    timings = {key: statistics.median(times) for key, times in runs.items()}
+    rate = {k: n / v for k, v in timings.items()}
+    print()
+    print(
+        f"{n:,} messages of ~{len(reading(0))} bytes, {PARTITIONS} partitions, "
+        f"{os.cpu_count()} cores"
+    )
+    for key in [k for k in "abcdefghijkl" if k in runs]:
+        each = " ".join(f"{t:.2f}" for t in runs[key])
+        untimed = f"first round {n / first[key]:,.0f} msg/s; " if key in first else ""
+        print(
+            f"  ({key}) {LABELS[key]:<46} {rate[key]:>8,.0f} msg/s  (median of {each} s; "
+            f"{untimed}broker {statistics.median(broker_cpu[key]):.2f} CPU-s)"
+        )
+    for label, side, base, goal in RATIOS:
+        if side not in rate or base not in rate:
+            continue
+        # the same ratio per round (the two sides ran minutes apart at most), median: on
+        # a shared machine it moves less than the ratio of the medians
+        paired = statistics.median(b / s for s, b in zip(runs[side], runs[base], strict=True))
+        print(
+            f"  {label + f' ({side}/{base})':<46} {rate[side] / rate[base]:.2f}   "
+            f"(per round, median {paired:.2f})   {goal}"
+        )
+    last = {key: work / f"{key}-{n}-{args.repeats}" for key in runs}
+    on_disk = {key: disk_bytes(path) / n for key, path in last.items() if disk_bytes(path)}
+    print("  bytes on disk per message (Parquet files of the last round, with quarantine):")
+    for key, per_message in on_disk.items():
+        print(f"  ({key}) {LABELS[key]:<46} {per_message:>8.1f} B/msg")
+    for label, side, base, goal in SIZE_RATIOS:
+        if side in on_disk and base in on_disk:
+            ratio = on_disk[side] / on_disk[base]
+            print(f"  {label + f' ({side}/{base})':<46} {ratio:.2f}   {goal}")
+    for key in ("i", "l"):
+        if key in last and disk_bytes(last[key]):
+            columns = column_bytes(last[key])
+            shown = ", ".join(f"{c} {b / n:.2f}" for c, b in columns.items())
+            print(f"  ({key}) bytes per message by column: {shown}")
+    return SizeResult(n, runs, rate, on_disk)
 
 
 def disk_bytes(path: Path) -> int:
@@ -723,61 +762,74 @@ def column_bytes(path: Path) -> dict[str, int]:
 
 
 def json_results(
-    path: str,
-    n: int,
-    args: argparse.Namespace,
-    runs: dict[str, list[float]],
-    rate: dict[str, float],
-    labels: dict[str, str],
-    ratios: list[tuple[str, str, str, str]],
-    broker: str,
-    on_disk: dict[str, float] | None = None,
+    path: str, results: list[SizeResult], args: argparse.Namespace, broker: str
 ) -> None:
-    """``--json``: one row per ratio of the sides that ran (the printed table), with a chart
-    of the two sides' throughput."""
+    """``--json``: one row per ratio of the sides that ran (the printed tables), each size's
+    figures side by side, with a chart of the two sides at each size."""
     from benchjson import row, write
 
+    sizes = [f"{r.messages:,}" for r in results]
+    command = (
+        f"bench/ingest.py --broker {args.broker} --messages {args.messages} --repeats "
+        f"{args.repeats} --warm-rounds {args.warm_rounds} --sides {args.sides} --big {args.big}"
+    )
+
+    def joined(values: list[str]) -> str:
+        return " / ".join(values)
+
     rows = []
-    for label, side, base, goal in ratios:
-        if side not in rate or base not in rate:
+    for label, side, base, goal in RATIOS:
+        if any(side not in r.rate or base not in r.rate for r in results):
             continue
-        paired = statistics.median(b / s for s, b in zip(runs[side], runs[base], strict=True))
-        kind = "throughput"
+        kind, first, second = "throughput", side, base
         if goal.startswith("time ratio"):  # (e) against (g) or (h): e's time over theirs
-            side, base, kind = base, side, "time"
+            kind, first, second = "time", base, side
+        ratios, paired = [], []
+        for r in results:
+            ratios.append(f"{r.rate[first] / r.rate[second]:.2f}x")
+            rounds = zip(r.runs[first], r.runs[second], strict=True)
+            if kind == "throughput":
+                paired.append(f"{statistics.median(b / a for a, b in rounds):.2f}x")
+            else:
+                paired.append(f"{statistics.median(a / b for a, b in rounds):.2f}x")
+        if kind == "time":  # the time ratio is the throughput ratio upside down
+            ratios = [f"{1 / float(x[:-1]):.2f}x" for x in ratios]
         chart = {
             "unit": "msg/s",
-            "sides": [f"({side}) {labels[side]}", f"({base}) {labels[base]}"],
-            "values": {f"{n:,}": [rate[side], rate[base]]},
+            "sides": [f"({first}) {LABELS[first]}", f"({second}) {LABELS[second]}"],
+            "values": {f"{r.messages:,}": [r.rate[first], r.rate[second]] for r in results},
         }
-        ratio = rate[side] / rate[base] if kind == "throughput" else rate[base] / rate[side]
         rows.append(
             row(
-                f"{label}, {n:,} messages", f"{side}: {rate[side]:,.0f} msg/s",
-                f"{base}: {rate[base]:,.0f} msg/s",
-                f"{ratio:.2f}x {kind} (per round {paired:.2f}x)",
+                f"{label}, {joined(sizes)} messages",
+                f"{first}: {joined([f'{r.rate[first]:,.0f}' for r in results])} msg/s",
+                f"{second}: {joined([f'{r.rate[second]:,.0f}' for r in results])} msg/s",
+                f"{joined(ratios)} {kind} (per round {joined(paired)})",
                 goal.removeprefix("goal ").removeprefix("time ratio, goal "),
-                f"bench/ingest.py --broker {args.broker} --messages {n} --repeats {args.repeats} "
-                f"--warm-rounds {args.warm_rounds} --sides {args.sides} --big {args.big}",
+                command,
                 chart,
             )
-        )  # fmt: skip
-    for side, base in (("i", "j"), ("k", "j")):
-        if on_disk and side in on_disk and base in on_disk:
-            chart = {
-                "unit": "B/msg",
-                "sides": [f"({side}) {labels[side]}", f"({base}) {labels[base]}"],
-                "values": {f"{n:,}": [on_disk[side], on_disk[base]]},
-            }
-            rows.append(
-                row(
-                    f"bytes on disk per message, {side}/{base}, {n:,} messages",
-                    f"{side}: {on_disk[side]:.1f} B/msg", f"{base}: {on_disk[base]:.1f} B/msg",
-                    f"{on_disk[side] / on_disk[base]:.2f}x bytes", "<= 1.1",
-                    f"bench/ingest.py --broker {args.broker} --messages {n} --sides {args.sides}",
-                    chart,
-                )
-            )  # fmt: skip
+        )
+    for side, base in (("i", "j"), ("k", "j"), ("l", "i")):
+        if any(side not in r.on_disk or base not in r.on_disk for r in results):
+            continue
+        chart = {
+            "unit": "B/msg",
+            "sides": [f"({side}) {LABELS[side]}", f"({base}) {LABELS[base]}"],
+            "values": {f"{r.messages:,}": [r.on_disk[side], r.on_disk[base]] for r in results},
+        }
+        bytes_ratios = [f"{r.on_disk[side] / r.on_disk[base]:.2f}x" for r in results]
+        rows.append(
+            row(
+                f"bytes on disk per message, {side}/{base}, {joined(sizes)} messages",
+                f"{side}: {joined([f'{r.on_disk[side]:.1f}' for r in results])} B/msg",
+                f"{base}: {joined([f'{r.on_disk[base]:.1f}' for r in results])} B/msg",
+                f"{joined(bytes_ratios)} bytes",
+                "<= 1.1" if base == "j" else "",
+                command,
+                chart,
+            )
+        )
     write(path, "ingest", "Ingest throughput (warm session)", rows, broker)
 
 

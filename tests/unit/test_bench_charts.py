@@ -148,3 +148,39 @@ def test_trigger_latency_json_rows_hold_the_fleet_and_the_latencies(
     assert in_process["other"].startswith("AwaitMessageTrigger: p50 1.0 ms")
     [family] = load("charts").families(tmp_path)
     assert is_svg(load("charts").chart(family))
+
+
+def test_an_ingest_run_over_several_sizes_charts_each_goal_at_every_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ingest = load("ingest")
+    monkeypatch.syspath_prepend(str(BENCH))  # json_results imports benchjson as a script does
+    results = [
+        ingest.SizeResult(
+            n,
+            {"e": [n / 90.0], "h": [n / 100.0], "i": [n / rate], "j": [n / 100.0]},
+            {"e": 90.0, "h": 100.0, "i": rate, "j": 100.0},
+            {"i": 21.0, "j": 20.0},
+        )
+        for n, rate in ((20_000, 120.0), (2_000_000, 80.0))
+    ]
+    args = argparse.Namespace(
+        broker="kafka", messages="20000,2000000", repeats=1, warm_rounds=1, sides="ehij", big=0
+    )
+    ingest.json_results(str(tmp_path / "ingest.json"), results, args, "Apache Kafka")
+    charts = load("charts")
+    [family] = charts.families(tmp_path)
+    row = charts._row(family, "no options / hand-written Spark job")
+    assert row["ratio"].startswith("1.20x / 0.80x throughput")
+    assert row["goal"] == ">= 1.0"
+    panels = {p.question: p for p in charts.PRESENTERS["ingest"](family)}
+    default = panels["Sluice with no options against a Spark user's own job, at every size"]
+    assert [(b.name, round(b.value, 2)) for b in default.bars] == [
+        ("20,000 messages", 1.2), ("2,000,000 messages", 0.8),
+    ]  # fmt: skip
+    assert [g.value for g in default.goals] == [1.0]
+    costs = panels["What does exactly-once cost? Against an at-least-once ingest of the same pieces"]
+    assert [round(b.value, 2) for b in costs.bars] == [1.11, 1.11]  # e's time over h's
+    on_disk = panels["Bytes on disk per message: Sluice's default table against the Spark job's"]
+    assert [round(b.value, 2) for b in on_disk.bars] == [1.05, 1.05]
+    assert is_svg(charts.chart(family))
