@@ -45,9 +45,8 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from sluice.batch import BatchSpec, plan_batch
 from sluice.connection_fields import check_no_secrets
-from sluice.cursor import BatchCursor, BatchRequest, RunState, run_state_from_offsets
-from sluice.errors import TopicNotFoundError
-from sluice.kafka.watch import DEFAULT_INTERVAL, METADATA_EVERY, Watcher, watch_topic
+from sluice.cursor import BatchCursor, BatchRequest
+from sluice.kafka.watch import DEFAULT_INTERVAL, Watcher, watch_topic
 from sluice.queues import MessageQueue, queue_from_config
 from sluice.sensing import (
     DEFAULT_RERUN_AFTER,
@@ -58,14 +57,13 @@ from sluice.sensing import (
 )
 
 from ..hooks.queue import Kind, QueueHook, config_from_connection, queue_kind
+from .kafka_requests import STATUS_EVERY, Sensing, kafka_requests
 from .signals import sigterm_stops_inline_run
 
 __all__ = ["STATUS_EVERY", "STATUS_REPEAT", "QueueMessageTrigger", "describe_batch"]
 
 T = TypeVar("T")
 
-#: Seconds between two "waiting: ..." log lines of a waiting trigger.
-STATUS_EVERY = 30.0
 #: Seconds before an unchanged "waiting" line is logged again.
 STATUS_REPEAT = 600.0
 
@@ -186,30 +184,16 @@ class QueueMessageTrigger(BaseEventTrigger):
     async def _kafka_decisions(self, config: dict[str, Any]) -> AsyncIterator[BatchRequest]:
         """The batches to emit, as the shared watch of the cluster shows the group's backlog."""
         self._watcher = watcher = watch_topic(config, self.poll_interval)
-        in_flight = False
-        while True:
-            version = watcher.version
-            try:
-                backlog = await watcher.abacklog(fresh=in_flight)
-            except TopicNotFoundError as exc:
-                # An AssetWatcher lives as long as its DAG: it keeps watching (the topic may be
-                # created later) and says why nothing comes in its waiting log; a deferred
-                # sensor's first poke already failed on it.
-                self._log_status(f"waiting: {exc}", logging.WARNING)
-                await watcher.changed(version, max(self.poll_interval, METADATA_EVERY))
-                continue
-            waiting = backlog if backlog.message_count else None
-            decision = self._emit(waiting)
-            if isinstance(decision, BatchRequest):
-                in_flight = True
-                yield decision
-                continue
-            self._log_status(decision)
-            state = run_state_from_offsets(self._cursor, waiting, time.time(), self.rerun_after)
-            # A batch in flight: look for its commit every poll_interval. Otherwise only new
-            # messages can change the answer: wait for the ends to move.
-            in_flight = state is RunState.ACTIVE
-            await watcher.changed(version, self.poll_interval if in_flight else STATUS_EVERY)
+        sensing = Sensing(
+            self.topic, self.poll_interval, self.rerun_after, self.min_messages, self.max_messages
+        )
+        requests = kafka_requests(watcher, sensing, lambda: self._cursor, self._log_status)
+        try:
+            async for cursor, request in requests:
+                self._cursor = cursor
+                yield request
+        finally:
+            await requests.aclose()  # type: ignore[attr-defined]
 
     async def _mqtt_decisions(self, config: dict[str, Any]) -> AsyncIterator[BatchRequest]:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"sluice-trigger-{self.conn_id}")

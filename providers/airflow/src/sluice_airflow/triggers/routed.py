@@ -42,15 +42,15 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from sluice.batch import BatchSpec
 from sluice.connection_fields import check_no_secrets
-from sluice.cursor import BatchCursor, BatchRequest, RunState, run_state_from_offsets
-from sluice.errors import TopicNotFoundError
-from sluice.kafka.watch import DEFAULT_INTERVAL, METADATA_EVERY, watch_topic
+from sluice.cursor import BatchCursor, BatchRequest
+from sluice.kafka.watch import DEFAULT_INTERVAL, watch_topic
 from sluice.route_index import HOME, batch_places, places_reader
 from sluice.routes import Routes
-from sluice.sensing import DEFAULT_RERUN_AFTER, next_emission, sensing_config
+from sluice.sensing import DEFAULT_RERUN_AFTER, sensing_config
 
 from ..hooks.queue import QueueHook, config_from_connection, queue_kind
-from .queue import STATUS_EVERY, describe_batch
+from .kafka_requests import Sensing, kafka_requests
+from .queue import describe_batch
 from .signals import sigterm_stops_inline_run
 
 if TYPE_CHECKING:
@@ -171,41 +171,21 @@ class _SharedRoutes:
 
     async def _poll(self) -> None:
         watcher = watch_topic(self.config, self.poll_interval)
+        sensing = Sensing(
+            self.topic, self.poll_interval, self.rerun_after, self.min_messages, self.max_messages
+        )
+        requests = kafka_requests(watcher, sensing, lambda: self.cursor, self._say)
         try:
-            in_flight = False
-            while True:
-                version = watcher.version
-                try:
-                    backlog = await watcher.abacklog(fresh=in_flight)
-                except TopicNotFoundError as exc:
-                    self._say(f"waiting: {exc}", logging.WARNING)
-                    await watcher.changed(version, max(self.poll_interval, METADATA_EVERY))
+            async for cursor, request in requests:
+                places = await self._places(request.spec)
+                if places is None:  # the broker did not answer: ask again soon
+                    await asyncio.sleep(self.poll_interval)
                     continue
-                waiting = backlog if backlog.message_count else None
-                cursor, decision = next_emission(
-                    self.cursor,
-                    waiting,
-                    time.time(),
-                    self.rerun_after,
-                    self.min_messages,
-                    self.max_messages,
-                    self.topic,
-                )
-                if isinstance(decision, BatchRequest):
-                    places = await self._places(decision.spec)
-                    if places is None:  # the broker did not answer: ask again soon
-                        await asyncio.sleep(self.poll_interval)
-                        continue
-                    self.cursor, self.last = cursor, _Emission(decision, places)
-                    await self._save_cursor()
-                    self._deliver(self.last)
-                    in_flight = True
-                    continue
-                self._say(decision)
-                state = run_state_from_offsets(self.cursor, waiting, time.time(), self.rerun_after)
-                in_flight = state is RunState.ACTIVE
-                await watcher.changed(version, self.poll_interval if in_flight else STATUS_EVERY)
+                self.cursor, self.last = cursor, _Emission(request, places)
+                await self._save_cursor()
+                self._deliver(self.last)
         finally:
+            await requests.aclose()  # type: ignore[attr-defined]
             watcher.close()
             if self._reader is not None:
                 self._reader.close()  # a read still running closes it when it ends
