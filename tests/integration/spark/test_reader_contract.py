@@ -14,11 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 from kafka import KafkaProducer
 
+from sluice.audit import audit
 from sluice.batch import plan_batch
 from sluice.brokers import BrokerProcess
 from sluice.errors import DataLossError
-from sluice.spark import ingest
+from sluice.spark import IngestEvent, ingest
 from sluice.spark.failpoints import armed
+from sluice.spark.jvm_writer import QUARANTINE_ROW_BYTES
 from sluice.spark.kafka_source import READERS, SPARK_READER
 from sluice.spark.layout import KEEPABLE
 from sluice.testing.plugin import Broker
@@ -157,6 +159,51 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
     assert {reader: writers_of(tmp_path / reader) for reader in ALL_READERS} == {
         reader: {"parquet-mr"} for reader in ALL_READERS
     }
+
+
+def test_spark_reads_a_batch_once_unless_its_quarantine_is_large(
+    spark: Any, apache_kafka_broker: Broker, unique_name: str, tmp_path: Path
+) -> None:
+    """A few small quarantined messages come back with the observation of the good rows' job
+    and the driver writes them (pyarrow): one job, one read of the batch, and the same rows
+    as Python's writer gives. A quarantined message over QUARANTINE_ROW_BYTES takes a second
+    job, which reads the batch again."""
+    topic = open_topic(apache_kafka_broker, unique_name, partitions=3)
+
+    def ingested(sink: Path, reader: str, spec: Any) -> tuple[Any, int]:
+        """The result, and the tasks of the Spark jobs that wrote the batch."""
+        events: list[IngestEvent] = []
+        mode = "executors" if reader == READERS[0] else "auto"
+        source = with_reader(topic.source, reader)
+        result = ingest(
+            spark, spec, sink, source=source, schema=SCHEMA, mode=mode, progress=events.append
+        )
+        assert result.committed
+        return result, max(e.parts or 0 for e in events if e.stage == "writing")
+
+    try:
+        topic.send([reading(i) for i in range(60)] + [b"{not json", b'{"temperature": "warm"}'])
+        topic.producer.send(topic.name, None, key=b"gone", partition=1)  # a tombstone
+        topic.producer.send(topic.name, b"[1", partition=2, headers=[("h", b"\x00\xff")])
+        topic.producer.flush(10)
+        spec = topic.plan()
+        once, tasks_once = ingested(tmp_path / "once", SPARK_READER, spec)
+        once_audit = audit(tmp_path / "once", topic.source)  # before the group goes on
+        by_python = dataclasses.replace(spec, group_id=f"{unique_name}-python")
+        python, _ = ingested(tmp_path / "python", READERS[0], by_python)
+        topic.send([reading(i) for i in range(60)] + [b"{" + b"x" * QUARANTINE_ROW_BYTES])
+        twice, tasks_twice = ingested(tmp_path / "twice", SPARK_READER, topic.plan())
+    finally:
+        topic.close()
+
+    assert (once.written, once.quarantined) == (python.written, python.quarantined) == (60, 4)
+    assert (twice.written, twice.quarantined) == (60, 1)
+    assert tasks_twice == 2 * tasks_once, "only the large quarantine's job reads it again"
+    # the driver's quarantine holds what Python's writer gives, headers and times included
+    assert rows_of(tmp_path / "once") == rows_of(tmp_path / "python")
+    assert writers_of(tmp_path / "once") == {"parquet-mr", "parquet-cpp-arrow"}
+    assert writers_of(tmp_path / "twice") == {"parquet-mr"}
+    assert once_audit.ok  # the driver's quarantine file counts: nothing missing or doubled
 
 
 def test_a_compacted_topic_gives_the_same_rows_and_quarantine_on_every_reader(

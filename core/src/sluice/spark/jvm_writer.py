@@ -8,22 +8,25 @@ functions for; a sink on a local or shared file system, which Spark writes witho
 object store's connector), this module writes the same two outputs with Spark's
 DataFrame writer instead, so executors need only a JVM.
 
-The classified rows are cached (memory, then disk) as the first job reads the batch and
-writes its good rows. An observation on that job (``DataFrame.observe``: aggregates computed
-as the rows pass, no extra pass) counts the good and quarantined rows and the value bytes,
-and keeps each Kafka partition's last message. Only a batch with quarantined rows runs a
-second job, over the cache. (Without the cache that job reads the batch from Kafka again:
-as slow at 2,000,000 messages, slower at 200,000.) Each output goes to an ``_attempts``
-directory first; Spark's commit protocol keeps only committed task attempts' files there,
-and the driver syncs those (:mod:`.durable`: Spark's tasks do not) and moves them into
-place, as :mod:`.writing` does.
+One job reads the batch, classifies it and writes the good rows; an observation on that job
+(``DataFrame.observe``: aggregates computed as the rows pass, no extra pass) counts the good
+and quarantined rows and the value bytes, keeps each Kafka partition's last message, and
+brings the quarantined rows themselves back to the driver when they are few and small (at
+most :data:`QUARANTINE_ROWS`, each message at most :data:`QUARANTINE_ROW_BYTES`: a bounded
+aggregate). The driver writes those to the quarantine with pyarrow, so the batch is read
+once, with no cache. Only a larger quarantine is written by a second job, which reads the
+batch again. (A cache of the classified rows cost more than that: Spark serialized every row
+into it, and at 2,000,000 messages the rows spilled out of a 2-core session's memory.) Each
+output goes to an ``_attempts`` directory first; Spark's commit protocol keeps only
+committed task attempts' files there, and the driver syncs those (:mod:`.durable`: Spark's
+tasks do not) and moves them into place, as :mod:`.writing` does.
 
 The report that :mod:`.writing`'s tasks give is built on the driver: the offsets come from
 the written files' ``partition`` and ``offset`` columns (read alone, they are small), as
 runs of consecutive offsets (a repeated offset stays in its run and shows as more rows than
 offsets). The last message's fingerprint is taken there too (:mod:`.fingerprints` is
 BLAKE2, which Spark SQL lacks). Row counts that differ between the files and the
-observation fail the batch (a cache block lost and read again from a topic that changed).
+observation fail the batch (the second job's read of a topic that changed meanwhile).
 
 The observation also names the tasks that wrote rows, each of which wrote a file at least. A
 driver that finds fewer files than that is looking at another disk than the executors wrote
@@ -33,6 +36,9 @@ saying so, not blaming the topic.
 
 from __future__ import annotations
 
+import base64
+import json
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +65,10 @@ __all__ = ["jvm_writable", "write_outcomes_in_jvm"]
 
 #: Spark writes timestamps as INT96 unless told; every reader of the sinks takes these.
 _PARQUET_SETTINGS = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+#: Quarantined rows the good rows' job brings back to the driver at most (module docstring),
+#: and the bytes of each one's message (key, value and headers) at most: 64 MiB at most.
+QUARANTINE_ROWS = 65_536
+QUARANTINE_ROW_BYTES = 1_024
 #: The writing task's number, a column of the observed rows only (Spark cannot evaluate
 #: ``spark_partition_id()`` inside an observation's aggregate itself).
 _TASK = "_sluice_task"
@@ -83,31 +93,36 @@ def write_outcomes_in_jvm(
 ) -> WriteCounts:
     """What :func:`.writing.write_outcomes` does, in Spark's JVM alone (module docstring);
     ``partitions``: the Kafka partitions ``frame`` reads."""
-    from pyspark import StorageLevel
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
 
     spark = frame.sparkSession
     dirs = {"good": targets.data.rstrip("/"), "bad": targets.quarantine.rstrip("/")}
     attempts = {kind: f"{path}/{ATTEMPTS_DIR}" for kind, path in dirs.items()}
     bad = F.col("reason").isNotNull()
     observation = Observation("sluice_batch")
-    cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    encoded = layout.spark_writer_options()
     try:
         with session_conf(spark, _PARQUET_SETTINGS):
-            tasked = cached.withColumn(_TASK, F.spark_partition_id())
-            observed = tasked.observe(observation, *_measures(partitions))
-            encoded = layout.spark_writer_options()
+            tasked = frame.withColumn(_TASK, F.spark_partition_id())
+            observed = tasked.observe(observation, *_measures(partitions, bad_columns))
             observed.filter(~bad).select(good_columns).write.options(**encoded).parquet(
                 _uri(attempts["good"])
             )
-            seen = observation.get
+            seen = dict(observation.get)
             written = [("good", name) for name in _parquet_names(attempts["good"])]
             if seen["bad"]:
-                cached.filter(bad).select(bad_columns).write.options(**encoded).parquet(
-                    _uri(attempts["bad"])
-                )
-                written += [("bad", name) for name in _parquet_names(attempts["bad"])]
+                schema = to_arrow_schema(frame.select(bad_columns).schema, timezone="UTC")
+                rows = _quarantined(seen["quarantined"], schema)
+                if rows.num_rows == seen["bad"]:  # every one came back: no second read
+                    written.append(("bad", _write_quarantine(rows, attempts["bad"])))
+                    seen["bad_tasks"] = [None]  # one file, the driver's
+                else:
+                    frame.filter(bad).select(bad_columns).write.options(**encoded).parquet(
+                        _uri(attempts["bad"])
+                    )
+                    written += [("bad", name) for name in _parquet_names(attempts["bad"])]
         offsets = _offsets(attempts, written)
         _check_counts(offsets, seen, dirs)
         written = [(kind, name) for kind, name in written if seen[kind]]  # not an empty file
@@ -115,20 +130,35 @@ def write_outcomes_in_jvm(
             durable.sync_file(f"{attempts[kind]}/{name}")  # Spark's tasks do not sync
         move_into_place(written, attempts, dirs, None)
     finally:
-        cached.unpersist()
         remove_attempts(attempts, None)
     report = _report(offsets, seen, partitions)
     return WriteCounts(seen["good"], seen["bad"], seen["value_bytes"] or 0, merge_reports([report]))
 
 
-def _measures(partitions: Sequence[int]) -> list[Any]:
+def _measures(partitions: Sequence[int], bad_columns: Sequence[str]) -> list[Any]:
     """The observation's aggregates: rows per output and the tasks that wrote them, value
-    bytes, and per partition the last message (key, value, timestamp) by offset."""
+    bytes, per partition the last message (key, value, timestamp) by offset, and the
+    quarantined rows as JSON when they are few and small enough (:data:`QUARANTINE_ROWS`,
+    :data:`QUARANTINE_ROW_BYTES`)."""
     from pyspark.sql import functions as F
 
     message = F.struct("offset", "key", "value", F.unix_micros("timestamp").alias("micros"))
     of = F.col("partition")
     good = F.col("reason").isNull()
+    header_bytes = F.aggregate(
+        F.coalesce("headers", F.array()),
+        F.lit(0),
+        lambda total, h: (
+            total
+            + F.coalesce(F.length(h["key"]), F.lit(0))
+            + F.coalesce(F.length(h["value"]), F.lit(0))
+        ),
+    )
+    size = F.coalesce(F.length("value"), F.lit(0)) + F.coalesce(F.length("key"), F.lit(0))
+    small = ~good & (size + header_bytes <= QUARANTINE_ROW_BYTES)  # headers: bad rows only
+    row = F.struct(
+        *(F.unix_micros(c).alias(c) if c == "timestamp" else F.col(c) for c in bad_columns)
+    )
     return [
         F.count_if(good).alias("good"),
         F.count_if(~good).alias("bad"),
@@ -139,7 +169,50 @@ def _measures(partitions: Sequence[int]) -> list[Any]:
             F.max_by(message, F.when(of == p, F.col("offset"))).alias(f"last_{p}")
             for p in partitions
         ),
+        F.to_json(F.min_by(row, F.when(small, F.col("offset")), QUARANTINE_ROWS)).alias(
+            "quarantined"
+        ),
     ]
+
+
+def _quarantined(text: str | None, schema: pa.Schema) -> pa.Table:
+    """The quarantined rows of the observation (Spark's ``to_json``: binary values in base64,
+    timestamps in microseconds) as a table of ``schema``."""
+    rows = json.loads(text) if text else []
+    columns = []
+    for column in schema:
+        values = [_decoded(row.get(column.name), column.type) for row in rows]
+        if pa.types.is_timestamp(column.type):
+            columns.append(pa.array(values, pa.int64()).cast(column.type))
+        else:
+            columns.append(pa.array(values, column.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _decoded(value: Any, kind: pa.DataType) -> Any:
+    """A value of Spark's ``to_json`` as pyarrow takes it for ``kind``."""
+    if value is None:
+        return None
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return base64.b64decode(value)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return [_decoded(item, kind.value_type) for item in value]
+    if pa.types.is_struct(kind):
+        return {
+            kind.field(i).name: _decoded(value.get(kind.field(i).name), kind.field(i).type)
+            for i in range(kind.num_fields)
+        }
+    return value
+
+
+def _write_quarantine(rows: pa.Table, directory: str) -> str:
+    """Write ``rows`` as one file in ``directory`` (made if missing); the file's name."""
+    root = local_target(directory)
+    assert root is not None  # jvm_writable: local targets only
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"part-{uuid.uuid4().hex}.parquet"
+    pq.write_table(rows, root / name, **layout.arrow_writer_options(rows.schema))
+    return name
 
 
 @dataclass(frozen=True)
@@ -193,8 +266,8 @@ def _check_counts(
         if offsets.rows[kind] != seen[kind]:
             raise RuntimeError(
                 f"Spark's writer wrote {offsets.rows[kind]} {label} rows where the read "
-                f"counted {seen[kind]}: cached rows were read again from a topic that changed "
-                "meanwhile (retention or compaction). Run the batch again."
+                f"counted {seen[kind]}: the quarantine's job read the batch again from a topic "
+                "that changed meanwhile (retention or compaction). Run the batch again."
             )
 
 
