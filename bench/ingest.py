@@ -34,9 +34,10 @@ a child process and prints that process's peak RSS (Python driver, and the Spark
 The SparkSession is started before anything is timed. Every side then runs --warm-rounds
 untimed rounds (default 1: the JVM's just-in-time compiler is still warming up; the first
 one's numbers are printed as the "first round"; before the first size only) and --repeats
-timed rounds, interleaved; the median counts. Before each side the benchmark waits until the
-broker is idle: an offset commit to noida-db costs it about one CPU-second of work in the next
-two seconds, which would otherwise land on whichever side runs next. The broker's CPU time
+timed rounds, interleaved; the median counts. Before each side the benchmark flushes the
+file system's dirty pages (the side before's files, 200 bytes a message for some, would be
+written back during the next side) and waits until the broker is idle: an offset commit to
+noida-db costs it about one CPU-second of work in the next two seconds, which would otherwise land on whichever side runs next. The broker's CPU time
 during each side is printed with it. With ``--broker noida``, more than 500,000 messages and
 the --big batch run on Tansu (noida-db 0.2.3 stalls on fetches of a log that large). Spark's
 Kafka source (j, k) needs right ListOffsets answers, which Tansu does not give.
@@ -682,6 +683,7 @@ def run_size(
     broker_cpu: dict[str, list[float]] = {key: [] for key in sides}
     for repeat in range(1 - warm_rounds, args.repeats + 1):
         for key, side in sides.items():
+            os.sync()  # the last side's files are on disk, not written back during this one
             waited = wait_until_idle(broker_process, busy=idle)
             before = cpu_seconds(broker_process)
             seconds = side(work / f"{key}-{n}-{repeat}")
