@@ -227,8 +227,9 @@ def test_files_of_sparks_own_writer_land_in_the_table_as_the_other_readers_do(
     spark: Any, apache_kafka_broker: Broker, unique_name: str, sqlite_lake: Lake
 ) -> None:
     """options.reader 'spark' stages files written by Spark's Parquet writer (no Python
-    worker: :mod:`sluice.spark.jvm_writer`); the table takes them like pyarrow's: the rows,
-    the quarantine, the snapshot's batch, the audit."""
+    worker: :mod:`sluice.spark.jvm_writer`) and a small quarantine the driver wrote with
+    pyarrow; the table takes them like the other readers' files: the rows, the quarantine,
+    the snapshot's batch, the audit."""
     topic = open_topic(apache_kafka_broker, unique_name)
     try:
         topic.send([reading(i) for i in range(30)] + BAD)
@@ -240,12 +241,18 @@ def test_files_of_sparks_own_writer_land_in_the_table_as_the_other_readers_do(
         assert {r["batch_id"] for r in rows} == {result.batch_id}
         bad = table_rows(sqlite_lake, "readings__quarantine")
         assert sorted(r["value"] for r in bad) == sorted(BAD)
-        files = data_files(sqlite_lake) + data_files(sqlite_lake, "readings__quarantine")
         written_by = {
-            str(pq.read_metadata(f.removeprefix("file://")).created_by).split(" version")[0]
-            for f in files
+            table: {
+                str(pq.read_metadata(f.removeprefix("file://")).created_by).split(" version")[0]
+                for f in data_files(sqlite_lake, table)
+            }
+            for table in ("readings", "readings__quarantine")
         }
-        assert written_by == {"parquet-mr"}
+        # the rows by Spark's writer; the few small quarantined ones by the driver (pyarrow)
+        assert written_by == {
+            "readings": {"parquet-mr"},
+            "readings__quarantine": {"parquet-cpp-arrow"},
+        }
         assert plan_batch(topic.queue) is None
         assert audit(sqlite_lake.sink(), topic.source).ok
     finally:

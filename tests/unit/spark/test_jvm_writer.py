@@ -1,14 +1,19 @@
 """The report Spark's own writer builds on the driver (sluice.spark.jvm_writer): the offsets'
 runs from the written files' columns and the last message from the job's observation, in
-the shape sluice.spark.writing's Python tasks give it (checked by sluice.spark.reconcile)."""
+the shape sluice.spark.writing's Python tasks give it (checked by sluice.spark.reconcile);
+and the quarantined rows the observation brings back."""
 
 from __future__ import annotations
 
+import base64
+import json
+
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from sluice.spark.fingerprints import message_fingerprint
-from sluice.spark.jvm_writer import _check_counts, _Offsets, _report
+from sluice.spark.jvm_writer import _check_counts, _Offsets, _quarantined, _report
 from sluice.spark.writing import merge_reports
 
 
@@ -69,3 +74,41 @@ def test_fewer_files_than_tasks_that_wrote_rows_name_the_disk_not_the_topic() ->
     )
     with pytest.raises(RuntimeError, match="topic that changed"):
         _check_counts(every_file, seen)  # every file is there: the rows differ
+
+
+def test_quarantined_rows_brought_back_as_json_are_the_rows_spark_holds() -> None:
+    """Spark's ``to_json`` of the observation: binary in base64, timestamps in microseconds,
+    a null field left out, headers as a list of structs."""
+    schema = pa.schema(
+        [
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+            ("reason", pa.string()),
+        ]
+    )
+    text = json.dumps(
+        [
+            {
+                "key": base64.b64encode(b"k\x00").decode(),
+                "value": base64.b64encode(b"{not json").decode(),
+                "partition": 2,
+                "offset": 7,
+                "timestamp": 1_700_000_000_123_000,
+                "headers": [{"key": "h", "value": base64.b64encode(b"\x00\xff").decode()}],
+                "reason": "invalid JSON",
+            },
+            {"partition": 0, "offset": 3, "timestamp": 5, "headers": [], "reason": "tombstone"},
+        ]
+    )
+    table = _quarantined(text, schema)
+    assert table.schema == schema
+    rows = table.to_pylist()
+    assert rows[0]["key"] == b"k\x00" and rows[0]["value"] == b"{not json"
+    assert rows[0]["headers"] == [{"key": "h", "value": b"\x00\xff"}]
+    assert rows[0]["timestamp"].timestamp() == 1_700_000_000.123
+    assert (rows[1]["key"], rows[1]["value"], rows[1]["headers"]) == (None, None, [])
+    assert _quarantined(None, schema).num_rows == 0
