@@ -103,8 +103,15 @@ def writers_of(sink: Path) -> set[str]:
 
 
 def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
-    spark: Any, apache_kafka_broker: Broker, unique_name: str, tmp_path: Path
+    spark: Any,
+    apache_kafka_broker: Broker,
+    unique_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # a session whose Python workers have not started (a cold task's): Spark's own writer
+    # writes what is read on the driver, as it writes what its own source reads
+    monkeypatch.setattr(spark, "_sluice_python_workers_checked", False, raising=False)
     producer: Any = fill(apache_kafka_broker, unique_name)
     planner = open_topic(apache_kafka_broker, unique_name, partitions=3)
     try:
@@ -159,6 +166,27 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
     assert {reader: writers_of(tmp_path / reader) for reader in ALL_READERS} == {
         reader: {"parquet-mr"} for reader in ALL_READERS
     }
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_batch_read_on_the_driver_is_written_by_the_faster_writer_of_the_session(
+    spark: Any,
+    topic: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    warm: bool,
+) -> None:
+    """A cold session (no Python worker started yet: a fresh task's) writes with Spark's own
+    writer and starts none; once its Python workers run, pyarrow's writer is the faster."""
+    monkeypatch.setattr(spark, "_sluice_python_workers_checked", warm, raising=False)
+    topic.send([reading(i) for i in range(20)] + [b"{not json"])
+    result = ingest(
+        spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA, mode="driver"
+    )
+    assert (result.written, result.quarantined) == (20, 1)
+    assert writers_of(tmp_path) == (
+        {"parquet-cpp-arrow"} if warm else {"parquet-mr", "parquet-cpp-arrow"}
+    )
 
 
 def test_spark_reads_a_batch_once_unless_its_quarantine_is_large(
