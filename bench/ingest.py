@@ -37,10 +37,11 @@ one's numbers are printed as the "first round"; before the first size only) and 
 timed rounds, interleaved; the median counts. Before each side the benchmark flushes the
 file system's dirty pages (the side before's files, 200 bytes a message for some, would be
 written back during the next side) and waits until the broker is idle: an offset commit to
-noida-db costs it about one CPU-second of work in the next two seconds, which would otherwise land on whichever side runs next. The broker's CPU time
-during each side is printed with it. With ``--broker noida``, more than 500,000 messages and
-the --big batch run on Tansu (noida-db 0.2.3 stalls on fetches of a log that large). Spark's
-Kafka source (j, k) needs right ListOffsets answers, which Tansu does not give.
+noida-db costs it about one CPU-second of work in the next two seconds, which would
+otherwise land on whichever side runs next. The broker's CPU time during each side is
+printed with it. With ``--broker noida``, more than 500,000 messages and the --big batch run
+on Tansu (noida-db 0.2.3 stalls on fetches of a log that large). Spark's Kafka source (j, k)
+needs right ListOffsets answers, which Tansu does not give.
 """
 
 from __future__ import annotations

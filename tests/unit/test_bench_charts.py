@@ -179,7 +179,8 @@ def test_an_ingest_run_over_several_sizes_charts_each_goal_at_every_size(
         ("20,000 messages", 1.2), ("2,000,000 messages", 0.8),
     ]  # fmt: skip
     assert [g.value for g in default.goals] == [1.0]
-    costs = panels["What does exactly-once cost? Against an at-least-once ingest of the same pieces"]
+    what = "What does exactly-once cost? Against an at-least-once ingest of the same pieces"
+    costs = panels[what]
     assert [round(b.value, 2) for b in costs.bars] == [1.11, 1.11]  # e's time over h's
     on_disk = panels["Bytes on disk per message: Sluice's default table against the Spark job's"]
     assert [round(b.value, 2) for b in on_disk.bars] == [1.05, 1.05]
