@@ -344,19 +344,12 @@ def spark_job(spark: Any, bootstrap: str, topic: str, count: int, out: Path) -> 
     from kafka import KafkaConsumer, TopicPartition
     from kafka.structs import OffsetAndMetadata
     from pyspark.sql import functions as F
+    from spark_source import read_batch
 
     ends = batch_ranges(bootstrap, topic)
     group = f"bench-spark-job-{time.time_ns()}"
     started = time.monotonic()
-    frame = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("kafka.isolation.level", "read_committed")
-        .option("assign", json.dumps({topic: list(ends)}))
-        .option("startingOffsets", json.dumps({topic: {str(p): 0 for p in ends}}))
-        .option("endingOffsets", json.dumps({topic: {str(p): e for p, e in ends.items()}}))
-        .load()
-    )
+    frame = read_batch(spark, bootstrap, topic, ends)
     parsed = frame.select(
         F.from_json(F.col("value").cast("string"), SCHEMA).alias("reading"),
         "key",

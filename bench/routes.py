@@ -152,19 +152,12 @@ def filtered_jobs(spark: Any, bootstrap: str, topic: str, kinds: int, out: Path)
     from kafka import KafkaConsumer, TopicPartition
     from kafka.structs import OffsetAndMetadata
     from pyspark.sql import functions as F
+    from spark_source import read_batch
 
     ends = batch_ends(bootstrap, topic)
     started = time.monotonic()
     for k in range(kinds):
-        frame = (
-            spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("kafka.isolation.level", "read_committed")
-            .option("assign", json.dumps({topic: list(ends)}))
-            .option("startingOffsets", json.dumps({topic: {str(p): 0 for p in ends}}))
-            .option("endingOffsets", json.dumps({topic: {str(p): e for p, e in ends.items()}}))
-            .load()
-        )
+        frame = read_batch(spark, bootstrap, topic, ends)
         parsed = frame.select(
             F.from_json(F.col("value").cast("string"), SCHEMA).alias("m"),
             "partition", "offset", "timestamp",
