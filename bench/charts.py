@@ -231,6 +231,20 @@ def _cold_task(family: dict[str, Any]) -> list[Panel]:
                 goals.get(index, []),
             )
         )
+    for side, name in (
+        ("sluice", "Sluice with no options"),
+        ("sluice-spark", "Sluice, reader spark"),
+    ):
+        ratios = _by_size(family, f"{side}: a fresh process start to exit against a Spark")
+        if ratios:
+            panels.append(
+                Panel(
+                    f"{name} as a cold task against a Spark user's job in a fresh process",
+                    "times the Spark job's time from start to exit (less is better)",
+                    [Bar(f"{size} messages", ratio) for size, ratio in ratios.items()],
+                    [Goal(1.0, "goal: at most the Spark job's time")],
+                )
+            )
     return panels
 
 

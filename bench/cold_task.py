@@ -364,9 +364,10 @@ def main() -> None:
             for other in (*others, "spark-job", "sluice-spark"):
                 if other in sides and "hand" in sides:
                     line += f"  {other}/hand {medians[other, n] / medians['hand', n]:.2f}x"
-            if "sluice-spark" in sides and "spark-job" in sides:
-                ratio = medians["sluice-spark", n] / medians["spark-job", n]
-                line += f"  sluice-spark/spark-job {ratio:.2f}x"
+            for side in ("sluice", "sluice-spark"):
+                if side in sides and "spark-job" in sides:
+                    ratio = medians[side, n] / medians["spark-job", n]
+                    line += f"  {side}/spark-job {ratio:.2f}x"
             print(line)
 
         def med(rows: list[dict[str, float]], key: str) -> float:
@@ -466,6 +467,26 @@ def json_results(
                 chart if side == "sluice" else None,
             )
         )  # fmt: skip
+    if "spark-job" in sides:
+        job = sizes_of("spark-job")
+        for side in [s for s in ("sluice", "sluice-spark") if s in sides]:
+            ratios = " / ".join(f"{medians[side, n] / medians['spark-job', n]:.2f}x" for n in sizes)
+            chart = {
+                "unit": "s",
+                "sides": [side, "Spark user's job"],
+                "values": {f"{n:,}": [medians[side, n], medians["spark-job", n]] for n in sizes},
+            }
+            rows.append(
+                row(
+                    f"{side}: a fresh process start to exit against a Spark user's job in a "
+                    f"fresh process, {count} messages (median of {args.rounds})",
+                    sizes_of(side), f"Spark user's job: {job}", f"{ratios} time",
+                    "<= 1.0x at every size",
+                    f"bench/cold_task.py --sizes {args.sizes} --rounds {args.rounds} "
+                    f"--sides {args.sides}",
+                    chart,
+                )
+            )  # fmt: skip
     title = "The cold task (a fresh process, as every Airflow task)"
     write(args.json, "cold_task", title, rows, broker_label(args.broker))
 
