@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from confluent_kafka import Producer as ConfluentProducer
 from kafka import KafkaProducer
 
 from sluice.audit import audit
@@ -37,6 +38,14 @@ from .conftest import (
 from .crashes import with_reader
 
 ALL_READERS = (*READERS, SPARK_READER)
+#: partition 1's last messages: device -> headers, each giving the id of ID_EXPECTED (None:
+#: the coordinates' id)
+ID_HEADERS: dict[str, list[tuple[str, bytes | None]]] = {
+    "two-ids": [("message_id", b"first"), ("message_id", b"second")],
+    "id-without-value": [("message_id", b"first"), ("message_id", None)],
+    "empty-id": [("message_id", b"")],
+}
+ID_EXPECTED = {"two-ids": "second", "id-without-value": "first", "empty-id": None}
 LIMIT = 1_000_000  # ingest's max_value_bytes
 SCHEMA_FIELDS = [f.split()[0] for f in SCHEMA.split(", ")]
 
@@ -70,6 +79,13 @@ def fill(broker: Broker, name: str) -> None:
     for future in sent:
         future.get(30)
     plain.close()
+    # message_id headers: the last one with a value counts; an empty one gives the
+    # coordinates' id (kafka-python's producer sends no header without a value)
+    ids = ConfluentProducer({"bootstrap.servers": broker.bootstrap})
+    for device, headers in ID_HEADERS.items():
+        value = json.dumps({"device": device, "temperature": 0.5}).encode()
+        ids.produce(name, value, partition=1, headers=headers)
+    assert ids.flush(30) == 0
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=name)
     producer.init_transactions()
     for kind, count in (("committed", 5), ("aborted", 5), ("committed", 5), ("open", 3)):
@@ -142,7 +158,7 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
     devices = sorted(r["device"] for r in rows)
     assert devices.count("committed") == 10 and "aborted" not in devices, "read committed"
     assert "open" not in devices, "planned up to the open transaction"
-    assert (written, quarantined) == (len(rows), len(bad)) == (23, 3)
+    assert (written, quarantined) == (len(rows), len(bad)) == (26, 3)
     assert sorted(r["reason"] for r in bad) == [
         "invalid JSON",
         "tombstone: the record has no value",
@@ -155,6 +171,11 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
         {"key": "e", "value": b""},
     ]
     assert first[4]["device"] == "big", "a value at the size bound is a row"
+    by_device = {r["device"]: r for r in rows if r["device"] in ID_HEADERS}
+    assert {
+        device: None if r["message_id"] == f"{unique_name}-1-{r['offset']}" else r["message_id"]
+        for device, r in by_device.items()
+    } == ID_EXPECTED
     for reader in ALL_READERS[1:]:
         assert found[reader] == found[READERS[0]], f"{reader} differs from {READERS[0]}"
     lean = [{k: v for k, v in r.items() if k not in KEEPABLE} for r in rows]

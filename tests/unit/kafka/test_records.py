@@ -6,7 +6,7 @@ from typing import Any
 
 from kafka.consumer.fetcher import ConsumerRecord
 
-from sluice.kafka.records import to_envelope, to_record
+from sluice.kafka.records import header_message_id, to_envelope, to_record
 from sluice.queues import MessageEnvelope
 
 
@@ -45,3 +45,16 @@ def test_a_foreign_record_gets_its_coordinates_as_id() -> None:
     got = to_envelope(consumed({"key": None, "value": None, "headers": []}, offset=41))
     assert (got.message, got.key, got.message_id) == (None, None, "t-2-41")
     assert (got.message_type, got.correlation_id, got.headers) == (None, None, [])
+
+
+def test_the_last_message_id_header_with_a_value_counts() -> None:
+    assert header_message_id([("message_id", b"a"), ("x", b""), ("message_id", b"b")]) == "b"
+    assert header_message_id([("message_id", b"a"), ("message_id", None)]) == "a"
+    assert header_message_id([("message_id", b"")]) is None
+    assert header_message_id(None) is None
+
+
+def test_envelope_headers_without_a_value_are_as_if_absent() -> None:
+    headers = [("message_type", None), ("correlation_id", None), ("message_id", None)]
+    got = to_envelope(consumed({"key": None, "value": b"{}", "headers": headers}))
+    assert (got.message_type, got.correlation_id, got.message_id) == (None, None, "t-2-7")

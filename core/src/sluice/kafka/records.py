@@ -38,8 +38,10 @@ def to_record(message: MessageEnvelope) -> dict[str, Any]:
 
 
 def header_message_id(headers: Any) -> str | None:
-    """The record's ``message_id`` header as text (the last one wins, as in
-    :func:`to_envelope`); None when it has none (its id is then its coordinates)."""
+    """The record's ``message_id`` header as text (the last one with a value wins, as in
+    :func:`to_envelope`); None when it has none, or an empty one (its id is then its
+    coordinates). Spark's own Kafka source reads it the same way
+    (:func:`sluice.spark.jvm_reader.read_with_spark`)."""
     found = None
     for name, value in headers or ():
         if name == ID_HEADER and value is not None:
@@ -52,7 +54,8 @@ def to_envelope(record: ConsumerRecord) -> MessageEnvelope:
     user_headers: list[tuple[str, bytes]] = []
     for name, value in record.headers or []:
         if name in _ENVELOPE_HEADERS:
-            fields[name] = value.decode("utf-8", "replace")
+            if value is not None:  # a header without a value: as if it were not there
+                fields[name] = bytes(value).decode("utf-8", "replace")
         else:
             user_headers.append((name, value))
     message_id = header_message_id(record.headers)
