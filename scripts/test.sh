@@ -13,7 +13,9 @@ export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:--XX:TieredStopAtLevel=1}"
 # (tests/conftest.py): most of the suite waits on brokers, JVMs and subprocesses, so two
 # workers finish it in about two thirds of the time on two cores. Each worker has its own
 # brokers and SparkSession.
-PATH="/usr/sbin:$PATH" $UV run --locked --all-packages pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
+# --durations: the slowest tests at the end of every run, where the suite's time goes.
+PATH="/usr/sbin:$PATH" $UV run --locked --all-packages pytest -n 2 --dist loadfile --no-loadscope-reorder \
+    --durations=30 --durations-min=20 "$@"
 status=$?
 # pytest exits 5 when it collected no test (e.g. a -k that matches nothing): not a failure.
 if [ "$status" -eq 5 ]; then status=0; fi
