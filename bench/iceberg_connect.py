@@ -128,9 +128,8 @@ def topic_ends(bootstrap: str, topic: str) -> dict[int, int]:
 # -- Sluice ----------------------------------------------------------------------------------
 
 
-def plan(bootstrap: str, topic: str, group: str, limit: int = 0) -> Any:
-    """The group's waiting messages (at most ``limit``, 0: all) as a batch, or None."""
-    from sluice.batch import plan_batch
+def planner(bootstrap: str, topic: str, group: str) -> Any:
+    """An open queue that plans the group's batches (close it with ``close(None)``)."""
     from sluice.kafka import KafkaMessageQueue
 
     queue = KafkaMessageQueue(topic)
@@ -139,6 +138,14 @@ def plan(bootstrap: str, topic: str, group: str, limit: int = 0) -> Any:
         | {"from_beginning": True, "autocommit": False}
     )
     queue.open(None)
+    return queue
+
+
+def plan(bootstrap: str, topic: str, group: str, limit: int = 0) -> Any:
+    """The group's waiting messages (at most ``limit``, 0: all) as a batch, or None."""
+    from sluice.batch import plan_batch
+
+    queue = planner(bootstrap, topic, group)
     try:
         return plan_batch(queue, limit or None)
     finally:
@@ -319,11 +326,19 @@ class SluiceLoop:
         self._thread.start()
 
     def _run(self) -> None:
+        from sluice.batch import plan_batch
+
+        try:
+            # one queue plans every batch, as the Airflow trigger and Dagster sensor keep one
+            queue = planner(self.bootstrap, self.topic, "sluice-fresh")
+        except BaseException as exc:
+            self.error = exc
+            return
         try:
             due = time.monotonic()
             while not self._stop.is_set():
                 due += self.interval
-                spec = plan(self.bootstrap, self.topic, "sluice-fresh")
+                spec = plan_batch(queue)
                 if spec is not None:
                     started = time.monotonic()
                     sluice_ingest(self.spark, self.bootstrap, spec, self.table)
@@ -332,6 +347,8 @@ class SluiceLoop:
                 due = max(due, time.monotonic())
         except BaseException as exc:
             self.error = exc
+        finally:
+            queue.close(None)
 
     def stop(self) -> None:
         self._stop.set()

@@ -22,10 +22,12 @@ produced, then each side runs as a fresh process (in turn, alternating which goe
 
 Formats: ``parquet`` (Sluice: a dataset directory; streaming: Spark's file sink), ``delta``
 (Sluice: delta-rs; streaming: ``io.delta:delta-spark_2.13`` :data:`DELTA_SPARK`, the newest
-Maven Central serves, for Spark 4.2, on pyspark 4.3), ``iceberg`` (both into a table of the
-tests' Iceberg REST catalog with a local warehouse; streaming:
-``org.apache.iceberg:iceberg-spark-runtime-4.1_2.13`` :data:`ICEBERG_SPARK`: none is served for
-Spark 4.2 or 4.3). Every jar comes through ``sluice.jars``, resolved before anything is timed;
+Maven Central serves, for Spark 4.2), ``iceberg`` (both into a table of the tests' Iceberg REST
+catalog with a local warehouse; streaming: ``org.apache.iceberg:iceberg-spark-runtime-4.1_2.13``
+:data:`ICEBERG_SPARK`: none is served for Spark 4.2 or 4.3). Each streaming side runs on the
+Spark its connector is built for (:data:`STREAMING_SPARK`: pyspark 4.2.1 and 4.1.4, installed
+once into Sluice's cache; Parquet's on the lock's pyspark, as Sluice), with that Spark's
+Kafka source. Every jar comes through ``sluice.jars``, resolved before anything is timed;
 those pyspark ships are left out.
 
 Each time is the parent's wall clock from the process's start to its exit. Before anything
@@ -55,6 +57,14 @@ from ingest import PARTITIONS, SCHEMA, produce
 
 DELTA_SPARK = "io.delta:delta-spark_2.13:4.2.0"
 ICEBERG_SPARK = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
+#: The Spark each format's streaming side runs on: the one its connector is built for (None:
+#: the lock's pyspark, Sluice's), and the Kafka source for it. delta-spark 4.2.0 on pyspark
+#: 4.3 wrote the first batch and failed the next (NoSuchMethodError: LogicalRDD.<init>).
+STREAMING_SPARK: dict[str, tuple[str, str] | None] = {
+    "parquet": None,
+    "delta": ("4.2.1", "4.2.0"),
+    "iceberg": ("4.1.4", "4.1.1"),
+}
 CATALOG = "bench"
 FORMATS = ("parquet", "delta", "iceberg")
 GOAL = "<= 1.0x"
@@ -103,7 +113,7 @@ query.awaitTermination()
 progress = query.recentProgress
 rows = sum(p["numInputRows"] for p in progress) if progress else 0
 marks["ingest"] = time.monotonic() - started
-print("RESULT " + json.dumps({"marks": marks, "written": rows}), flush=True)
+print("RESULT " + json.dumps({"marks": marks, "written": rows, "spark": spark.version}), flush=True)
 """
 
 
@@ -115,12 +125,34 @@ def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def streaming_pyspark(fmt: str) -> dict[str, str]:
+    """The environment of ``fmt``'s streaming side: its pyspark (:data:`STREAMING_SPARK`),
+    installed once into Sluice's cache and put first on ``PYTHONPATH``; nothing for the
+    lock's."""
+    from sluice.jars import cache_dir
+
+    wanted = STREAMING_SPARK[fmt]
+    if wanted is None:
+        return {}
+    version = wanted[0]
+    target = cache_dir() / "bench" / f"pyspark-{version}"
+    if not (target / "pyspark").is_dir():
+        say(f"installing pyspark {version} into {target} (once, for the {fmt} streaming side)")
+        subprocess.run(
+            ["uv", "pip", "install", "--quiet", "--python", sys.executable, "--target",
+             str(target), f"pyspark=={version}"],
+            check=True,
+        )  # fmt: skip
+    return {"PYTHONPATH": str(target), "SPARK_HOME": str(target / "pyspark")}
+
+
 def format_jars(fmt: str) -> tuple[list[str], dict[str, str]]:
     """The jars (not in pyspark) and the settings a plain session needs for ``fmt``."""
     from sluice import jars
     from sluice.spark.connector import _not_in_pyspark, kafka_source_jars
 
-    found = [str(j) for j in kafka_source_jars()]
+    wanted = STREAMING_SPARK[fmt]
+    found = [str(j) for j in kafka_source_jars(wanted[1] if wanted else None)]
     conf: dict[str, str] = {}
     if fmt == "delta":
         found += [str(j) for j in _not_in_pyspark(jars.resolve([DELTA_SPARK]))]
@@ -210,7 +242,7 @@ def main() -> None:
             found, conf = format_jars(fmt)  # resolved before anything is timed
             if fmt == "iceberg":
                 conf = {**conf, **iceberg_conf(rest.uri)}
-            setups[fmt] = (",".join(found), json.dumps(conf))
+            setups[fmt] = (",".join(found), json.dumps(conf), streaming_pyspark(fmt))
         cache = {"SLUICE_CACHE_DIR": str(work / "cache")}
         # untimed: the first Sluice process of a cache writes Spark's class archive and exits
         subprocess.run(
@@ -233,7 +265,7 @@ def main() -> None:
                     ),
                 }
                 sluice_target, stream_target = targets[fmt]
-                jars, conf = setups[fmt]
+                jars, conf, streaming_env = setups[fmt]
                 for batch in range(args.batches):
                     produce(bootstrap, topic, n)
                     spec = plan(bootstrap, topic, f"sluice-{topic}")
@@ -247,7 +279,7 @@ def main() -> None:
                             child = [STREAMING_CHILD, bootstrap, topic, fmt, stream_target]
                             checkpoint = str(work / f"checkpoint-{topic}")
                             seconds, detail = run_child(
-                                ["-c", *child, checkpoint, SCHEMA, jars, conf]
+                                ["-c", *child, checkpoint, SCHEMA, jars, conf], env=streaming_env
                             )
                             assert detail["written"] == n, detail
                         times.setdefault((n, fmt, side), []).append(seconds)
