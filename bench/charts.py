@@ -474,6 +474,45 @@ def _routes(family: dict[str, Any]) -> list[Panel]:
     return panels
 
 
+def _iceberg_connect(family: dict[str, Any]) -> list[Panel]:
+    throughput = _row(family, "throughput")["chart"]["values"]
+    panels = [
+        Panel(
+            "Into one Iceberg table: Sluice's throughput against Iceberg's Kafka Connect sink",
+            "times the sink's messages per second (more is better)",
+            [Bar(f"{size} messages", pair[0] / pair[1]) for size, pair in throughput.items()],
+            [Goal(1.0, "goal: at least the sink's")],
+        )
+    ]
+    fresh = _row(family, "freshness")["chart"]["values"]
+    panels.append(
+        Panel(
+            "Produce to visible at the same commit interval: Sluice against the sink, p50",
+            "times the sink's p50 (less is better)",
+            [Bar(f"commits {case}", pair[0] / pair[1]) for case, pair in fresh.items()],
+            [Goal(1.0, "goal: no worse than the sink")],
+        )
+    )
+    return panels
+
+
+def _streaming_task(family: dict[str, Any]) -> list[Panel]:
+    bars = []
+    for row in family["rows"]:
+        kind = row["what"].split(":")[0]
+        for size, pair in row["chart"]["values"].items():
+            bars.append(Bar(f"{kind}, {size} messages", pair[0] / pair[1]))
+    return [
+        Panel(
+            "A scheduled batch, a fresh process each side: Sluice against Structured Streaming "
+            "(availableNow)",
+            "times the streaming job's time (less is better)",
+            bars,
+            [Goal(1.0, "goal: at most the streaming job's time")],
+        )
+    ]
+
+
 def _size(size: float) -> str:
     return f"{size / 2**20:g} MiB" if size >= 2**20 else f"{size / 2**10:g} KiB"
 
@@ -490,6 +529,8 @@ PRESENTERS: dict[str, Callable[[dict[str, Any]], list[Panel]]] = {
     "sinks": _sinks,
     "table_health": _table_health,
     "routes": _routes,
+    "iceberg_connect": _iceberg_connect,
+    "streaming_task": _streaming_task,
     "cdc_metadata": lambda family: _generic(family),  # a panel per sink: commit sizes by batch
 }
 

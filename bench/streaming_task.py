@@ -198,8 +198,10 @@ def rows_of(fmt: str, target: str, catalog: Any) -> int:
         from deltalake import DeltaTable
 
         return int(DeltaTable(target.removeprefix("delta://")).to_pyarrow_dataset().count_rows())
-    name = target.split("/", 3)[-1] if target.startswith("iceberg://") else target
-    name = name.removeprefix(f"{CATALOG}.")
+    if target.startswith("iceberg://"):  # Sluice's: iceberg://<catalog>/<namespace>.<table>
+        name = target.split("/", 3)[-1]
+    else:  # the streaming side's: <catalog>.<namespace>.<table>
+        name = target.removeprefix(f"{CATALOG}.")
     return int(catalog.load_table(name).scan().to_arrow().num_rows)
 
 
