@@ -439,54 +439,66 @@ def main() -> None:
 def json_results(
     args: argparse.Namespace, sizes: list[int], sides: list[str], medians: dict[Any, float]
 ) -> None:
-    """``--json``: per side, its medians against the hand-written task's at every size."""
+    """``--json``: per side, its medians against the hand-written task's at every size; and
+    Sluice's sides against the Spark user's job, where it ran."""
     from benchjson import row, write
     from broker_choice import broker_label
 
     def sizes_of(side: str) -> str:
         return " / ".join(f"{medians[side, n]:.1f}" for n in sizes) + " s"
 
-    hand = sizes_of("hand")
     count = " / ".join(f"{n:,}" for n in sizes)
-    rows = []
-    for side in [s for s in sides if s != "hand"]:
-        ratios = " / ".join(f"{medians[side, n] / medians['hand', n]:.2f}x" for n in sizes)
+    command = f"bench/cold_task.py --sizes {args.sizes} --rounds {args.rounds} --sides {args.sides}"
+
+    def against(
+        side: str, base: str, name: str, label: str, what: str, goal: str, charted: bool
+    ) -> Any:
+        """The row of ``side`` against ``base`` (``name`` in the chart, ``label`` before its
+        times, ``what`` in the text)."""
+        ratios = " / ".join(f"{medians[side, n] / medians[base, n]:.2f}x" for n in sizes)
         chart = {
             "unit": "s",
-            "sides": [side, "hand-written task"],
-            "values": {f"{n:,}": [medians[side, n], medians["hand", n]] for n in sizes},
+            "sides": [side, name],
+            "values": {f"{n:,}": [medians[side, n], medians[base, n]] for n in sizes},
         }
-        rows.append(
-            row(
-                f"{side}: a fresh process start to exit against the hand-written task, "
-                f"{count} messages (median of {args.rounds})",
-                sizes_of(side), f"hand-written: {hand}", f"{ratios} time",
-                "<= 1.5x at 200,000; faster from 1,000,000" if side == "sluice" else "",
-                f"bench/cold_task.py --sizes {args.sizes} --rounds {args.rounds} "
-                f"--sides {args.sides}",
-                chart if side == "sluice" else None,
-            )
-        )  # fmt: skip
+        return row(
+            f"{side}: a fresh process start to exit against {what}, {count} messages "
+            f"(median of {args.rounds})",
+            sizes_of(side),
+            f"{label}: {sizes_of(base)}",
+            f"{ratios} time",
+            goal,
+            command,
+            chart if charted else None,
+        )
+
+    rows = [
+        against(
+            side,
+            "hand",
+            "hand-written task",
+            "hand-written",
+            "the hand-written task",
+            "<= 1.5x at 200,000; faster from 1,000,000" if side == "sluice" else "",
+            side == "sluice",
+        )
+        for side in sides
+        if side != "hand"
+    ]
     if "spark-job" in sides:
-        job = sizes_of("spark-job")
-        for side in [s for s in ("sluice", "sluice-spark") if s in sides]:
-            ratios = " / ".join(f"{medians[side, n] / medians['spark-job', n]:.2f}x" for n in sizes)
-            chart = {
-                "unit": "s",
-                "sides": [side, "Spark user's job"],
-                "values": {f"{n:,}": [medians[side, n], medians["spark-job", n]] for n in sizes},
-            }
-            rows.append(
-                row(
-                    f"{side}: a fresh process start to exit against a Spark user's job in a "
-                    f"fresh process, {count} messages (median of {args.rounds})",
-                    sizes_of(side), f"Spark user's job: {job}", f"{ratios} time",
-                    "<= 1.0x at every size",
-                    f"bench/cold_task.py --sizes {args.sizes} --rounds {args.rounds} "
-                    f"--sides {args.sides}",
-                    chart,
-                )
-            )  # fmt: skip
+        rows += [
+            against(
+                side,
+                "spark-job",
+                "Spark user's job",
+                "Spark user's job",
+                "a Spark user's job in a fresh process",
+                "<= 1.0x at every size",
+                True,
+            )
+            for side in ("sluice", "sluice-spark")
+            if side in sides
+        ]
     title = "The cold task (a fresh process, as every Airflow task)"
     write(args.json, "cold_task", title, rows, broker_label(args.broker))
 
