@@ -8,6 +8,7 @@ source, every row and column, with types where the converter carries the schema,
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from sluice.testing.debezium_postgres import (
     DEBEZIUM_POSTGRES,
     start_capture,
     start_capture_postgres,
+    topic_messages,
 )
 from sluice.testing.kafka_connect import ConnectWorker, start_connect
 from sluice.testing.postgres import PostgresServer
@@ -89,3 +91,47 @@ def test_lake_tables_equal_the_source_tables_after_every_process_is_killed(
     assert figures.batches >= len(feeds)
     assert not figures.audit_failures, "\n".join(figures.audit_failures)
     assert not figures.mismatches, "\n".join(figures.mismatches)
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_killed_as_soon_as_the_capture_starts_resumes_without_a_new_snapshot(
+    apache_kafka_broker: BrokerProcess,
+    capture_postgres: PostgresServer,
+    connect_worker: ConnectWorker,
+) -> None:
+    """``start_capture`` returns once Connect has committed a streaming offset: a worker
+    killed at once resumes from it. (Had it committed none, or a snapshot's, the restarted
+    connector would snapshot again, and a row deleted meanwhile would never reach Kafka.)"""
+    import psycopg2
+
+    database = f"shop_{uuid.uuid4().hex[:8]}"
+    capture_postgres.create_database(database)
+    workload = Workload(SEED, ROUNDS)
+    workload.create(capture_postgres.dsn(database))
+    capture = start_capture(
+        apache_kafka_broker.bootstrap,
+        capture_postgres,
+        database,
+        workload,
+        CONVERTERS["json-bare"],
+        worker=connect_worker,
+    )
+    try:
+        capture.kill_connect()
+        conn = psycopg2.connect(capture.dsn)
+        with conn, conn.cursor() as cur:
+            cur.execute(f"DELETE FROM {workload.qualified('customers')} WHERE id = 1")
+        conn.close()
+        capture.restart_connect()
+        capture.fence()
+        ops = [
+            (json.loads(value)["op"], json.loads(key)["id"])
+            for key, value in topic_messages(
+                apache_kafka_broker.bootstrap, capture.topic("customers")
+            )
+            if value is not None
+        ]
+    finally:
+        capture.close(keep_worker=True)
+    assert [op for op, _ in ops].count("r") == 6, ops  # the snapshot, once
+    assert ("d", 1) in ops, ops

@@ -185,9 +185,14 @@ class DagsterDeployment:
         self.daemon.start(self.process_env, self.cwd)
         return self
 
-    def restart_daemon(self) -> None:
+    def restart_daemon(self) -> float:
+        """Stop the daemon and start it again; returns when (epoch seconds) the old one was
+        gone: a tick it began while it shut down is left STARTED, and the new daemon marks
+        it SKIPPED without a reason, so a test looks at ticks from then on."""
         self.daemon.stop()
+        stopped = time.time()
         self.daemon.start(self.process_env, self.cwd)
+        return stopped
 
     def stop(self) -> None:
         self.daemon.stop()

@@ -200,8 +200,7 @@ def test_one_run_per_batch_exactly_once_across_a_daemon_restart(
     skipped = [t["skipReason"] or "" for t in ticks(deployment, selector)]
     assert any("still being ingested" in reason for reason in skipped), skipped
 
-    restarted = time.time()
-    deployment.restart_daemon()
+    restarted = deployment.restart_daemon()
 
     def ticks_since_restart() -> list[dict[str, Any]]:
         later = [t for t in ticks(deployment, selector) if t["timestamp"] > restarted]

@@ -283,47 +283,75 @@ class Capture:
         return all(t["state"] != "FAILED" for t in found["tasks"])
 
     def fence(self, timeout: float = 120.0) -> int:
-        """Write the fence row and wait until the connector has sent it and committed its
-        offset (PostgreSQL's slot confirms its position): every change before it is in
-        Kafka. Returns the fence's ``lsn``."""
+        """Write the fence row and wait until the connector has streamed it and committed
+        its offset, both in Connect's offsets topic and in PostgreSQL's slot: every change
+        before it is in Kafka, and a connector restarted from then on streams on from there
+        (it takes no new snapshot). Returns the fence's ``lsn``."""
         self.recover(timeout)
+        # the fence of an earlier call may have the same number: only a later change counts
+        floor = _lsn(_query(self.dsn, "SELECT pg_current_wal_lsn()::text")[0][0])
         number = self.workload.fence(self.dsn)
-
-        def sent() -> int | None:
-            self._restart_if_failed()
-            return self._fence_lsn(number)
-
-        seen = wait_until(sent, timeout, 0.5, f"fence {number} sent")
-        assert seen is not None
-        lsn = seen
         query = "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s"
         nudged = time.monotonic()
 
-        def confirmed() -> bool:
+        def nudge() -> None:
+            # A connector restarted (worker or PostgreSQL) on an idle database may not confirm
+            # what it sent until a change comes after it, and a snapshot may have read the
+            # fence row instead of streaming it: write the row again (same round), as
+            # Debezium's docs advise a heartbeat query for
             nonlocal nudged
-            rows = _query(self.dsn, query, (self.slot,))
-            if bool(rows) and rows[0][0] is not None and _lsn(rows[0][0]) >= lsn:
-                return True
             self._restart_if_failed()
             if time.monotonic() - nudged >= NUDGE_AFTER:
-                # A connector restarted (worker or PostgreSQL) on an idle database may not
-                # confirm what it sent until a change comes after it: write the fence row
-                # again (same round), as Debezium's docs advise a heartbeat query for
                 self.workload.fence(self.dsn)
                 nudged = time.monotonic()
+
+        def sent() -> int | None:
+            found = self._fence_lsn(number, floor)
+            if found is None:
+                nudge()
+            return found
+
+        seen = wait_until(sent, timeout, 0.5, f"fence {number} streamed")
+        assert seen is not None
+        lsn = seen
+
+        def confirmed() -> bool:
+            rows = _query(self.dsn, query, (self.slot,))
+            slot = bool(rows) and rows[0][0] is not None and _lsn(rows[0][0]) >= lsn
+            if slot and (self._committed_lsn() or 0) >= lsn:
+                return True
+            nudge()
             return False
 
-        wait_until(confirmed, timeout, 0.5, f"the slot to confirm lsn {lsn}")
+        wait_until(confirmed, timeout, 0.5, f"the slot and Connect to confirm lsn {lsn}")
         return lsn
 
-    def _fence_lsn(self, number: int) -> int | None:
+    def _committed_lsn(self) -> int | None:
+        """The ``lsn`` of the streaming offset Connect has committed for the connector; None
+        while it has none, or a snapshot's. (Debezium confirms to the slot the offset of the
+        last record Kafka acknowledged, which can be ahead of what Connect wrote to its
+        offsets topic: the slot alone does not say that a restart resumes past the
+        snapshot.)"""
+        try:
+            entries = self.worker.offsets(self.name)
+        except ConnectError:  # the worker is down or rebalancing: asked again
+            return None
+        for entry in entries:
+            offset = entry.get("offset") or {}
+            if offset.get("snapshot") in (None, False, "false") and "lsn" in offset:
+                return int(offset["lsn"])
+        return None
+
+    def _fence_lsn(self, number: int, floor: int) -> int | None:
         for _, value in topic_messages(self.bootstrap, self.topic(FENCE)):
             if value is None:
                 continue
             envelope = _payload(json.loads(value))
             after = envelope.get("after") or {}
-            if after.get("round") == number:
-                lsn: int = envelope["source"]["lsn"]
+            # A snapshot's read of the fence row carries the snapshot's lsn, which the slot
+            # confirmed when it was made: only a streamed change says the snapshot is done.
+            lsn: int = envelope["source"]["lsn"]
+            if after.get("round") == number and envelope.get("op") != "r" and lsn >= floor:
                 return lsn
         return None
 

@@ -260,6 +260,13 @@ class ConnectWorker:
         found: dict[str, Any] = self.request("GET", f"/connectors/{name}/status")
         return found
 
+    def offsets(self, name: str) -> list[dict[str, Any]]:
+        """The source offsets Connect has committed for the connector (its offsets topic):
+        ``{"partition": ..., "offset": ...}`` each."""
+        found: dict[str, Any] = self.request("GET", f"/connectors/{name}/offsets")
+        entries: list[dict[str, Any]] = found.get("offsets") or []
+        return entries
+
     def pause(self, name: str) -> None:
         """Pause the connector: its tasks keep their partitions and stop consuming."""
         self.request("PUT", f"/connectors/{name}/pause")
