@@ -9,7 +9,7 @@ blocks write lands in the temporary directory), with a fresh ``HOME``, ``AIRFLOW
 ``DAGSTER_HOME``, nothing of the test run's own Airflow, Dagster, Spark or Sluice settings, and
 the workspace venv's ``bin`` first on ``PATH``: what ``source .venv/bin/activate`` after ``uv
 sync`` gives. (Kept, as they change how fast the JVMs start and run, not what they do: the
-machine's cache of Spark's classes, ``SLUICE_CACHE_DIR``, and ``make test``'s
+machine's cache of jars and of Spark's classes, ``SLUICE_CACHE_DIR``, and ``make test``'s
 ``SPARK_SUBMIT_OPTS``.)
 
 One thing is shared by the pages of a test session: ``SLUICE_HOME``, where ``sluice brokers``
@@ -167,9 +167,10 @@ def new_user(tmp_path: Path, sluice_home: Path) -> Session:
             "AIRFLOW_HOME": str(homes["airflow"]),
             "DAGSTER_HOME": str(homes["dagster"]),
             "SLUICE_HOME": str(sluice_home),
-            # The machine's class archive of Spark's classes, not one of its own: a new HOME
-            # would have its first JVM write a new one (about 20 s of CPU on the test run,
-            # for what tests/integration/spark/test_class_archive.py already covers).
+            # The machine's cache (the jars Sluice resolves, the class archive of Spark's
+            # classes), not one of its own: a new HOME would fetch the jars again from Maven
+            # Central and have its first JVM write a new archive (what tests/unit/test_jars.py
+            # and tests/integration/spark/test_class_archive.py already cover).
             CACHE_ENV: str(cache_dir()),
             "VIRTUAL_ENV": str(VENV_BIN.parent),
             "PATH": os.pathsep.join(

@@ -25,6 +25,7 @@ SMALL = "org.slf4j:slf4j-api:1.7.36"
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A cache of the test's own (``$XDG_CACHE_HOME``)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(jars.CACHE_ENV, raising=False)
     monkeypatch.delenv(jars.REPOSITORY_ENV, raising=False)
     return tmp_path / "sluice"
 
@@ -43,11 +44,22 @@ def test_a_coordinate_must_be_pinned(text: str) -> None:
 
 
 def test_the_cache_is_under_the_users_cache_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(jars.CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere")
     assert jars.cache_dir() == Path("/somewhere/sluice")
     assert jars.ivy_dir() == Path("/somewhere/sluice/ivy")  # spark.jars.ivy can point here
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert jars.cache_dir() == Path.home() / ".cache" / "sluice"
+
+
+def test_sluice_cache_dir_moves_every_cache_of_sluice(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.spark import class_archive
+
+    monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere")
+    monkeypatch.setenv("SLUICE_CACHE_DIR", "/shared/cache")
+    assert jars.cache_dir() == Path("/shared/cache")
+    assert jars.ivy_dir() == Path("/shared/cache/ivy")
+    assert class_archive.cache_dir() == Path("/shared/cache")  # one cache, not two
 
 
 def test_a_cached_resolution_needs_no_network_and_no_jvm(

@@ -9,7 +9,8 @@ built-in default repository (an ``ibiblio`` resolver, Maven 2 layout), or from t
 pyspark it is fetched once from ``$SLUICE_MAVEN_REPOSITORY`` and checked against a SHA-256
 pinned here.
 
-The cache is ``$XDG_CACHE_HOME/sluice`` (else ``~/.cache/sluice``):
+The cache is Sluice's cache directory, :func:`cache_dir` (``$SLUICE_CACHE_DIR``, else
+``$XDG_CACHE_HOME/sluice``, else ``~/.cache/sluice``):
 
 - ``ivy/cache``: Ivy's cache. ``ivy`` has Spark's layout for ``spark.jars.ivy`` (it uses
   ``<dir>/cache`` and ``<dir>/jars``), so Spark's ``--packages`` can share the same files.
@@ -39,6 +40,7 @@ from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 __all__ = [
+    "CACHE_ENV",
     "REPOSITORY_ENV",
     "Coordinate",
     "JarError",
@@ -89,8 +91,17 @@ class Coordinate:
         return f"{text}:{self.classifier}" if self.classifier else text
 
 
+#: The environment variable that moves Sluice's cache directory (:func:`cache_dir`).
+CACHE_ENV = "SLUICE_CACHE_DIR"
+
+
 def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/sluice``, else ``~/.cache/sluice``."""
+    """Sluice's cache directory, for everything it downloads or builds once (the jars here,
+    the class archive of :mod:`sluice.spark.class_archive`, test servers' binaries):
+    ``$SLUICE_CACHE_DIR``, else ``$XDG_CACHE_HOME/sluice``, else ``~/.cache/sluice``."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "sluice"
 

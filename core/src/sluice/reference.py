@@ -63,10 +63,10 @@ _ENVIRONMENT: tuple[tuple[str, str, str], ...] = (
         "classes (default on; see `sluice.spark.class_archive`).",
     ),
     (
-        "sluice.spark.class_archive:CACHE_ENV",
+        "sluice.jars:CACHE_ENV",
         "SLUICE_CACHE_DIR",
-        "Sluice's cache, e.g. that class archive (default `$XDG_CACHE_HOME/sluice` or "
-        "`~/.cache/sluice`).",
+        "Sluice's cache: the jars it resolves, that class archive, the test servers' "
+        "downloads (default `$XDG_CACHE_HOME/sluice` or `~/.cache/sluice`).",
     ),
     (
         "sluice.cli.brokers:HOME_ENV",

@@ -37,11 +37,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..jars import CACHE_ENV, cache_dir
+
 __all__ = ["CACHE_ENV", "CDS_ENV", "JAVA_OPTIONS_KEY", "ClassArchive", "cache_dir", "prepare"]
 
 log = logging.getLogger("sluice.spark")
 
-CACHE_ENV = "SLUICE_CACHE_DIR"
 CDS_ENV = "SLUICE_SPARK_CDS"
 #: Where the options go: Spark puts them before ``spark.driver.extraJavaOptions``, which
 #: stays the user's.
@@ -180,16 +181,6 @@ def _abandoned(claim: Path) -> bool:
     except PermissionError:  # alive, another user's
         return False
     return False
-
-
-def cache_dir() -> Path:
-    """Sluice's cache directory: ``$SLUICE_CACHE_DIR``, else ``$XDG_CACHE_HOME/sluice``, else
-    ``~/.cache/sluice``."""
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "sluice"
 
 
 def _java() -> str | None:
