@@ -10,8 +10,9 @@ that many JSON readings (3 partitions, 1% malformed, the messages of bench/inges
 interleaved, ``--rounds`` times:
 
 - ``sluice``: a new Python process imports Airflow (what the task runner has loaded), starts a
-  local SparkSession (``spark_session()``: Sluice's defaults) and runs ``ingest()`` with no
-  options beyond the schema (``mode="auto"``, the default reader), then exits;
+  local SparkSession (``spark_session(batch_messages=...)``: Sluice's defaults, for the batch,
+  as the Airflow operator does) and runs ``ingest()`` with no options beyond the schema
+  (``mode="auto"``, the default reader), then exits;
 - ``hand``: a new Python process that imports Airflow and does the same work by hand with the
   Airflow Kafka provider (``KafkaConsumerHook``: confluent-kafka, ``json.loads`` into typed
   columns, bad records set aside with a reason, pyarrow Parquet, a commit per poll: side (d) of
@@ -74,9 +75,18 @@ marks = {}
 started = time.monotonic()
 import airflow  # the task runner's own imports: both sides pay them
 marks["airflow"] = time.monotonic() - started
+from sluice.batch import BatchSpec
 from sluice.spark import ingest, spark_session
+from sluice.spark.session import start_session
 marks["imports"] = time.monotonic() - started
-spark = spark_session(sys.argv[1] or None, kafka_source="reader=spark" in sys.argv[4])
+# as the Airflow operator does: the session is started for the batch it ingests, on a thread
+# of its own while the batch is planned and read (the floor sides wait for it)
+messages = BatchSpec.from_json(sys.argv[2]).message_count if sys.argv[2] else None
+if "reader=spark" in sys.argv[4] or not sys.argv[2]:
+    spark = spark_session(sys.argv[1] or None, kafka_source="reader=spark" in sys.argv[4],
+                          batch_messages=messages)
+else:
+    spark = start_session(sys.argv[1] or None, batch_messages=messages)
 marks["session"] = time.monotonic() - started
 stages = {}
 def progress(event):
@@ -86,6 +96,7 @@ if sys.argv[2]:  # no batch for the floor sides: the session starts, nothing is 
     result = ingest(spark, sys.argv[2], sys.argv[3], source=sys.argv[4], schema=sys.argv[5],
                     progress=progress, mode=sys.argv[6] if len(sys.argv) > 6 else "auto")
 marks["ingest"] = time.monotonic() - started
+spark = spark.result() if hasattr(spark, "result") else spark  # a SessionStarting's session
 jobs = None
 try:
     jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None).size()

@@ -10,9 +10,10 @@ On Apache Kafka (one KRaft node). Per batch size N and format, one topic (3 part
 JSON readings of bench/ingest.py, 1% of them malformed); ``--batches`` times: N messages are
 produced, then each side runs as a fresh process (in turn, alternating which goes first):
 
-- ``sluice``: ``import airflow``, ``spark_session()`` (Sluice's defaults), ``ingest()`` of the
-  batch (planned from the group's committed offsets by the parent, as the Airflow trigger
-  plans it for the task) with no options beyond the schema, then exit;
+- ``sluice``: ``import airflow``, ``spark_session(batch_messages=...)`` (Sluice's defaults,
+  for the batch, as the Airflow operator does), ``ingest()`` of the batch (planned from the
+  group's committed offsets by the parent, as the Airflow trigger plans it for the task) with
+  no options beyond the schema, then exit;
 - ``streaming``: ``import airflow``, a plain local SparkSession with Spark's Kafka source
   (``sluice.spark.connector``'s jars) and the format's jars on ``spark.jars``, then
   ``readStream`` from the checkpoint's offsets, ``from_json`` with the same schema, the
@@ -73,8 +74,12 @@ SLUICE_CHILD = """
 import json, sys, time
 started = time.monotonic()
 import airflow
-from sluice.spark import ingest, spark_session
-spark = spark_session()
+from sluice.batch import BatchSpec
+from sluice.spark import ingest
+from sluice.spark.session import start_session
+# as the Airflow operator does: the session is started for the batch it ingests, on a thread
+# of its own while the batch is planned and read
+spark = start_session(batch_messages=BatchSpec.from_json(sys.argv[1]).message_count)
 marks = {"session": time.monotonic() - started}
 result = ingest(spark, sys.argv[1], sys.argv[2], source=sys.argv[3], schema=sys.argv[4])
 marks["ingest"] = time.monotonic() - started

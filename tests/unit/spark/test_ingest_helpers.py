@@ -53,7 +53,7 @@ def test_hand_over_files_keep_row_groups_under_the_batch_byte_bound(
         columns.partitions.append(0)
         columns.message_ids.append(None)
     job = ingest_module._Job.__new__(ingest_module._Job)
-    job.spark = None  # no session: _cores() falls back to this machine's
+    job.session = None  # no session: _cores() falls back to this machine's
     job.formats = SimpleNamespace(multi_row=False)  # all _hand_over asks of it
     staging = Staging("b", tmp_path / "data", tmp_path / "scratch")
     staging.scratch.mkdir()

@@ -231,7 +231,7 @@ def ingest(
 
     with _phases(spec) as (progress, say):
         say(f"starting Spark ({master or os.environ.get('SLUICE_SPARK_MASTER') or 'local[*]'})")
-        spark = _spark(master)
+        spark = _spark(master, spec.message_count or None)
         result = run_ingest(
             spark,
             spec,
@@ -397,7 +397,7 @@ def _check_sink(
         resolve(keep, opened.kept_columns(), f"The sink {opened.location}")
 
 
-def _spark(master: str | None) -> Any:
+def _spark(master: str | None, batch_messages: int | None) -> Any:
     from sluice.spark import spark_session
     from sluice.spark.session import DEFAULT_MASTER, MASTER_ENV
 
@@ -406,10 +406,10 @@ def _spark(master: str | None) -> Any:
         # A local Spark has no business on the network: keep its driver on loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if is_debug():
-        spark = spark_session(chosen)
+        spark = spark_session(chosen, batch_messages=batch_messages)
     else:  # Spark's start-up lines would bury the result: the JVM writes to a log file
         with _stderr_to(Path(tempfile.gettempdir()) / f"sluice-spark-{os.getpid()}.log"):
-            spark = spark_session(chosen)
+            spark = spark_session(chosen, batch_messages=batch_messages)
     if not is_debug() and hasattr(spark, "sparkContext") and not chosen.startswith("sc://"):
         spark.sparkContext.setLogLevel("ERROR")  # Spark's warnings would bury the result
     return spark

@@ -39,7 +39,15 @@ from pathlib import Path
 
 from ..jars import CACHE_ENV, cache_dir
 
-__all__ = ["CACHE_ENV", "CDS_ENV", "JAVA_OPTIONS_KEY", "ClassArchive", "cache_dir", "prepare"]
+__all__ = [
+    "CACHE_ENV",
+    "CDS_ENV",
+    "JAVA_OPTIONS_KEY",
+    "ClassArchive",
+    "cache_dir",
+    "owns_java_options",
+    "prepare",
+]
 
 log = logging.getLogger("sluice.spark")
 
@@ -117,14 +125,20 @@ def _say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
+def owns_java_options(conf: Mapping[str, str]) -> bool:
+    """Whether the user sets the driver's default Java options (in ``conf`` or in
+    spark-defaults.conf): then Sluice adds none of its own."""
+    return JAVA_OPTIONS_KEY in conf or _in_spark_defaults(JAVA_OPTIONS_KEY, _spark_jars())
+
+
 def prepare(conf: Mapping[str, str]) -> ClassArchive | None:
     """The archive for a JVM started with ``conf``, or None: turned off, no ``java`` or
     cache directory, or the caller sets the driver's default Java options itself."""
     if os.environ.get(CDS_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
-    jars = _spark_jars()
-    if JAVA_OPTIONS_KEY in conf or _in_spark_defaults(JAVA_OPTIONS_KEY, jars):
+    if owns_java_options(conf):
         return None
+    jars = _spark_jars()
     java = _java()
     if java is None:
         return None

@@ -67,6 +67,7 @@ from .reconcile import reconcile_kafka, reconcile_mqtt
 from .records import RAW_SCHEMA_DDL, largest_message_bytes
 from .remaining import commit_targets, live_commits, remaining, truncated_below
 from .result import IngestResult
+from .session import SessionStarting
 from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
 from .sinks.upsert import UpsertSink, upsert_sink
 from .workers import check_python_workers, python_workers_checked
@@ -154,8 +155,11 @@ def ingest(
 ) -> IngestResult:
     """Read exactly the messages of ``spec``, write them to ``sink``, then commit or ack.
 
-    ``sink`` is a Parquet dataset directory or an Apache Iceberg table
-    (``iceberg://CATALOG/NAMESPACE.TABLE``, :mod:`.sinks.iceberg`). ``source`` is a queue URI
+    ``spark`` is a SparkSession, or a :class:`~sluice.spark.session.SessionStarting`
+    (:func:`~sluice.spark.session.start_session`): the batch is then planned and read on the
+    driver while the JVM starts, and taken as a session's first batch. ``sink`` is a Parquet
+    dataset directory or an Apache Iceberg table (``iceberg://CATALOG/NAMESPACE.TABLE``,
+    :mod:`.sinks.iceberg`). ``source`` is a queue URI
     (``kafka://host:9092``, ``mqtt://host:1883?qos=1``) or a mapping of config keys naming the
     broker and credentials; the topic, group and session come from ``spec``. ``schema`` (Spark
     DDL or StructType) parses JSON values into columns; records that fail go to the batch's
@@ -273,7 +277,7 @@ def ingest(
     )
     message = layout.message_columns(kept, spec.kind, parsed=bool(rules.payload_fields))
     job = _Job(
-        spark=spark,
+        session=spark,
         spec=spec,
         config=config,
         rules=dataclasses.replace(rules, message=message),
@@ -462,7 +466,7 @@ def source_config(spec: BatchSpec, source: str | Mapping[str, Any]) -> dict[str,
 
 @dataclass
 class _Job:
-    spark: Any
+    session: Any  # a SparkSession, or a SessionStarting that gives one when Spark is needed
     spec: BatchSpec
     config: dict[str, Any]
     rules: Rules
@@ -478,6 +482,19 @@ class _Job:
     max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED
     upsert: bool = False  # write_mode="upsert": the sink applies the batch as changes
     planned: Any = None  # Kafka: (Work, Positions) of the run under way (a routed run's)
+
+    @property
+    def spark(self) -> Any:
+        if isinstance(self.session, SessionStarting):
+            self.session = self.session.result()
+        return self.session
+
+    def _warm(self) -> bool:
+        """Whether the session has ingested a batch or started its Python workers (one
+        still starting has done neither)."""
+        if isinstance(self.session, SessionStarting):
+            return False
+        return python_workers_checked(self.session) or getattr(self.session, _INGESTED, False)
 
     def _event(self, stage: Stage, read: int, total: int | None, **more: Any) -> None:
         self.report(IngestEvent(stage, read, total, batch_id=self.spec.batch_id, **more))
@@ -557,9 +574,12 @@ class _Job:
         (Sparkplug B). Row groups of about :data:`.writing.BATCH_BYTES` at most: Spark's
         Parquet reader holds a whole row group in the JVM's heap, and a chunk of large
         messages in one row group (256 MiB of 5 MiB messages) ran a 1 GiB driver out of it."""
-        pieces = max(1, min(_cores(self.spark), batch.num_rows // MIN_ROWS_PER_TASK))
+        pieces = batch.num_rows // MIN_ROWS_PER_TASK
         if self.formats.multi_row:
             pieces = 1
+        elif pieces > 1:  # (only then is a session that is still starting waited for)
+            pieces = min(_cores(self.spark), pieces)
+        pieces = max(1, pieces)
         size = -(-batch.num_rows // pieces)
         group_rows = max(1, BATCH_BYTES // (largest_message_bytes(batch) + 1024))
         files = []
@@ -617,8 +637,7 @@ class _Job:
         if kwargs.reader == SPARK_READER:
             chosen = "spark"
         elif mode == "auto":
-            warm = python_workers_checked(self.spark) or getattr(self.spark, _INGESTED, False)
-            chosen = auto_mode(spec.message_count, warm)
+            chosen = auto_mode(spec.message_count, self._warm())
         result = self._result(chosen, spec.batch_id)
         with self.sink.exclusive(StreamKey.of(spec)):
             done = self._run_kafka(kwargs, chosen, result)

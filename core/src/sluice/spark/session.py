@@ -16,8 +16,10 @@ import hashlib
 import os
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 from importlib.metadata import Distribution, PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
@@ -29,10 +31,14 @@ __all__ = [
     "MASTER_ENV",
     "PROVIDED",
     "SHIP_ENV",
+    "SHORT_JVM_MESSAGES",
+    "SHORT_JVM_OPTIONS",
+    "SessionStarting",
     "ShipError",
     "ship_sluice",
     "sluice_pyfiles",
     "spark_session",
+    "start_session",
 ]
 
 MASTER_ENV = "SLUICE_SPARK_MASTER"
@@ -59,6 +65,13 @@ PROVIDED = frozenset({"pyspark", "py4j", "pyarrow", "pandas", "numpy"})
 _NOT_SHIPPED = frozenset({"confluent-kafka"})
 #: The part of sluice-core the executors need: reading Kafka ranges.
 _EXECUTOR_EXTRAS = ("kafka",)
+#: A JVM started for one batch of fewer messages than this compiles with C1 only
+#: (:data:`SHORT_JVM_OPTIONS`): a short task does not live long enough for C2's faster code to
+#: repay its compiling, which on 2 cores competes with the task itself. A cold task (a fresh
+#: process, ``bench/cold_task.py``) took 12.4 s instead of 15.0 s at 20,000 messages and
+#: 16.3 s instead of 19.1 s at 200,000; at 2,000,000 it took 43.3 s instead of 36.5 s.
+SHORT_JVM_MESSAGES = 1_000_000
+SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 _CONNECT_HINT = "Spark Connect needs its client libraries: pip install 'sluice-core[connect]'."
 
 
@@ -73,6 +86,7 @@ def spark_session(
     *,
     ship_sluice: bool | None = None,
     kafka_source: bool = False,
+    batch_messages: int | None = None,
 ) -> Any:
     """Get or create a SparkSession.
 
@@ -84,7 +98,12 @@ def spark_session(
     for clusters whose Python does not have it; by default when ``SLUICE_SPARK_SHIP=1``.
     ``kafka_source`` puts Spark's own Kafka source on the session's class path (its jars are
     resolved once, :mod:`.connector`), for ``options.reader`` ``spark``; a Spark Connect
-    server needs them at its own start instead.
+    server needs them at its own start instead. ``batch_messages``: the size of the one batch
+    the session is started for (an Airflow task, a Dagster run, ``sluice ingest``); below
+    :data:`SHORT_JVM_MESSAGES` a JVM started here compiles with C1 only. Setting
+    ``spark.driver.defaultJavaOptions`` yourself turns Sluice's Java options off (this one and
+    the class archive's), and a ``-XX:TieredStopAtLevel`` of your own in
+    ``spark.driver.extraJavaOptions`` wins over it.
     """
     from pyspark.sql import SparkSession
 
@@ -109,10 +128,13 @@ def spark_session(
 
         settings = kafka_source_conf(settings)
     archive = None
-    if _starts_a_jvm(master):
+    if _starts_a_jvm(master) and not class_archive.owns_java_options(settings):
         archive = class_archive.prepare(settings)
-        if archive is not None:
-            settings[class_archive.JAVA_OPTIONS_KEY] = archive.java_options
+        options = [archive.java_options] if archive is not None else []
+        if batch_messages is not None and batch_messages < SHORT_JVM_MESSAGES:
+            options.append(SHORT_JVM_OPTIONS)
+        if options:
+            settings[class_archive.JAVA_OPTIONS_KEY] = " ".join(options)
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
@@ -128,6 +150,46 @@ def spark_session(
     if ship_sluice:
         _ship(session)
     return session
+
+
+class SessionStarting:
+    """A SparkSession being started on a thread of its own by :func:`spark_session`, so that
+    what needs no Spark runs meanwhile: :func:`sluice.spark.ingest` takes one in place of a
+    session and plans the batch and reads it on the driver while the JVM starts, then waits
+    for the session (:meth:`result`) when it first needs Spark. From :func:`start_session`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._future: Future[Any] = Future()
+        thread = threading.Thread(
+            target=self._start, args=args, kwargs=kwargs, name="sluice-spark-start", daemon=True
+        )
+        thread.start()
+
+    def _start(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            self._future.set_result(spark_session(*args, **kwargs))
+        except BaseException as exc:  # said by result(), in the caller's thread
+            self._future.set_exception(exc)
+
+    def result(self) -> Any:
+        """The session, once started (an error starting it is raised here)."""
+        return self._future.result()
+
+
+def start_session(
+    master: str | None = None,
+    app_name: str = "sluice",
+    conf: Mapping[str, str] | None = None,
+    *,
+    batch_messages: int | None = None,
+) -> Any:
+    """:func:`spark_session`'s session when one is active in this process (or on Spark Connect
+    or under ``spark-submit``, where no JVM starts here); else a :class:`SessionStarting` that
+    starts it on a thread of its own. For a process that ingests one batch (an Airflow task):
+    the JVM's start (about 3 s) then overlaps the batch's planning and reading."""
+    if not _starts_a_jvm(master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER):
+        return spark_session(master, app_name, conf, batch_messages=batch_messages)
+    return SessionStarting(master, app_name, conf, batch_messages=batch_messages)
 
 
 def _starts_a_jvm(master: str | None) -> bool:

@@ -29,7 +29,7 @@ from sluice.spark.ingest import Mode, WriteMode
 from sluice.spark.progress import ProgressLog
 
 from .fields import StrictFields
-from .resources import UNREACHABLE, QueueResource
+from .resources import UNREACHABLE, QueueResource, SparkResource
 
 __all__ = [
     "INGEST_TAG",
@@ -230,7 +230,11 @@ def run_ingest(
     check_limit(limit)
     value_format = config.value_format or settings.value_format
     mode = config.mode or settings.mode
-    spark = getattr(context.resources, settings.spark_resource_key).spark_session
+    spark_resource = getattr(context.resources, settings.spark_resource_key)
+    if isinstance(spark_resource, SparkResource):
+        spark = spark_resource.session_for(spec.message_count or None)
+    else:  # dagster-pyspark's PySparkResource, or anything with a spark_session
+        spark = spark_resource.spark_session
     registry = None
     if settings.schema_registry_key is not None:
         registry = getattr(context.resources, settings.schema_registry_key).settings()

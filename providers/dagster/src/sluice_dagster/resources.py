@@ -431,10 +431,19 @@ class SparkResource(StrictFields, ConfigurableResource):  # type: ignore[type-ar
 
     @property
     def spark_session(self) -> Any:
+        return self.session_for(None)
+
+    def session_for(self, batch_messages: int | None) -> Any:
+        """The session, started (if it is not yet) for a batch of ``batch_messages``: a small
+        batch's JVM compiles with C1 only (:data:`sluice.spark.session.SHORT_JVM_MESSAGES`)."""
         if self._session is None:
             from sluice.spark import spark_session
 
             self._session = spark_session(
-                self.master, self.app_name, self.conf, ship_sluice=self.ship_sluice or None
+                self.master,
+                self.app_name,
+                self.conf,
+                ship_sluice=self.ship_sluice or None,
+                batch_messages=batch_messages,
             )
         return self._session

@@ -448,13 +448,21 @@ class SparkIngestOperator(BaseOperator):
         }
 
     def _run_here(self, spec: BatchSpec, source: dict[str, Any]) -> dict[str, Any]:
-        from sluice.spark import ingest, spark_session
+        from sluice.spark import ingest
         from sluice.spark.progress import ProgressLog
+        from sluice.spark.session import start_session
 
         log = ProgressLog(lambda line: self.log.info("%s", line), spec.batch_id)
         try:
             self.log.info("starting Spark (%s)", self.spark_master or "$SLUICE_SPARK_MASTER")
-            spark = spark_session(self.spark_master, f"sluice-{self.task_id}", self.spark_conf)
+            # started for this batch, on a thread of its own: the ingest plans and reads the
+            # batch meanwhile (a task is one process for one batch)
+            spark = start_session(
+                self.spark_master,
+                f"sluice-{self.task_id}",
+                self.spark_conf,
+                batch_messages=spec.message_count or None,
+            )
             result = ingest(spark, spec, self.sink, source=source, progress=log, **self._options())
         except Exception:  # an error says itself what happened
             raise
