@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,3 +222,20 @@ def compacted_topic(broker: BrokerProcess, name: str) -> KafkaTopic:
         message="the log cleaner to compact offsets 0-16",
     )
     return topic
+
+
+def run_spark_process(code: str, args: list[str], env: Mapping[str, str]) -> dict[str, Any]:
+    """Run ``code`` in a Python process of its own (its own Spark, its own JVM) with ``args``
+    and environment ``env``; the JSON of its ``RESULT`` line, with its stderr as ``stderr``."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
+    result: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
+    return {**result, "stderr": done.stderr}

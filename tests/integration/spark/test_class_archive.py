@@ -4,7 +4,6 @@ process of its own with a cache directory of the test's own."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -14,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from sluice.spark import class_archive
+
+from .conftest import run_spark_process
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -30,18 +31,7 @@ print("RESULT " + json.dumps({"maps": maps, "cmdline": cmdline}))
 
 
 def _run_task(cache: Path, **env: str) -> dict[str, str]:
-    done = subprocess.run(
-        [sys.executable, "-c", _TASK],
-        env={**os.environ, class_archive.CACHE_ENV: str(cache), **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    result: dict[str, str] = json.loads(line.removeprefix("RESULT "))
-    return {**result, "stderr": done.stderr}
+    return run_spark_process(_TASK, [], {**os.environ, class_archive.CACHE_ENV: str(cache), **env})
 
 
 def test_the_first_jvm_writes_the_archive_and_the_next_one_maps_it(

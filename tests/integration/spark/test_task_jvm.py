@@ -19,7 +19,7 @@ from sluice.spark import class_archive, ingest
 from sluice.spark.ingest import IngestEvent
 from sluice.spark.session import SHORT_JVM_MESSAGES, SessionStarting
 
-from .conftest import SCHEMA, KafkaTopic, reading
+from .conftest import SCHEMA, KafkaTopic, reading, run_spark_process
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -52,19 +52,8 @@ def _environment() -> dict[str, str]:
     return {**env, class_archive.CDS_ENV: "0"}
 
 
-def _jvm_of(messages: int | None, conf: dict[str, str] | None = None) -> dict[str, object]:
-    done = subprocess.run(
-        [sys.executable, "-c", _TASK, json.dumps(messages), json.dumps(conf or {})],
-        env=_environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    result: dict[str, object] = json.loads(line.removeprefix("RESULT "))
-    return result
+def _jvm_of(messages: int | None, conf: dict[str, str] | None = None) -> dict[str, Any]:
+    return run_spark_process(_TASK, [json.dumps(messages), json.dumps(conf or {})], _environment())
 
 
 @pytest.mark.parametrize(
