@@ -411,11 +411,13 @@ def airflow_breakdown(
         "SELECT e.extra, r.run_id, extract(epoch FROM e.timestamp), "
         "extract(epoch FROM r.queued_at), extract(epoch FROM r.start_date), "
         "extract(epoch FROM t.start_date), extract(epoch FROM t.end_date), "
-        "extract(epoch FROM r.end_date) "
+        "extract(epoch FROM r.end_date), x.value "
         "FROM asset_event e JOIN dagrun_asset_event d ON d.event_id = e.id "
         "JOIN dag_run r ON r.id = d.dag_run_id "
         "LEFT JOIN task_instance t ON t.dag_id = r.dag_id AND t.run_id = r.run_id "
-        "AND t.task_id = 'ingest' WHERE r.dag_id = %s",
+        "AND t.task_id = 'ingest' "
+        "LEFT JOIN xcom x ON x.dag_id = r.dag_id AND x.run_id = r.run_id "
+        "AND x.task_id = 'ingest' AND x.key = 'return_value' WHERE r.dag_id = %s",
         (AIRFLOW_DAG,),
     )
     # (stage, from, to): times named by the columns above, the task's phases and the batch's
@@ -446,9 +448,13 @@ def airflow_breakdown(
     )
     values: dict[str, list[float | None]] = {name: [] for name, _, _ in stages}
     matched = 0
-    for extra, run_id, *times in rows:
+    for extra, run_id, *times, summary in rows:
+        # the batch the task wrote: the event's, or with up_to="latest" one taken further
+        if isinstance(summary, str | bytes):
+            summary = json.loads(summary)
         payload = (extra or {}).get("payload") or {}
-        batch = watcher.batches.get(str(payload.get("batch_id")))
+        written = summary.get("batch_id") if isinstance(summary, dict) else None
+        batch = watcher.batches.get(str(written or payload.get("batch_id")))
         if batch is None or not batch.produced:
             continue
         matched += 1

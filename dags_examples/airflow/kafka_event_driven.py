@@ -9,6 +9,8 @@ a batch still not committed 10 minutes (the trigger's ``rerun_after``) after it 
 taken as failed and emitted again, unchanged. ``ingest`` takes the batches from the run's
 triggering asset events (a run may gather several) and writes them to
 ``<SLUICE_EXAMPLE_SINK>/kafka_event_driven``, committing the group's offsets after each.
+With ``up_to="latest"`` a batch also takes the readings that arrived while its run was queued
+and the task started (at most ``max_messages`` in all): they are in the table one run sooner.
 Triggered by hand, it ingests the batch given as conf ``{"batch": <BatchSpec dict>}``.
 
 Environment (defaults in brackets): ``SLUICE_EXAMPLE_KAFKA_CONN`` [sluice_kafka_default],
@@ -59,4 +61,6 @@ with DAG(
         sink=settings.sink,
         batch=None,  # from the triggering asset events (or dag_run.conf["batch"])
         schema=READING_SCHEMA,  # JSON readings: device, temperature, ts
+        up_to="latest",  # and what arrived since the batch was planned
+        max_messages=settings.max_messages,
     )

@@ -79,3 +79,50 @@ def test_limit_shares_the_budget_evenly_between_partitions() -> None:
     assert all(r.start == original.start for r, original in zip(limited, ranges, strict=True))
     assert limit_ranges(ranges, 1000) == ranges
     assert limit_ranges(ranges, 0) == []
+
+
+def _kafka(*ranges: tuple[int, int, int], topic_id: str | None = None) -> BatchSpec:
+    return BatchSpec(
+        "kafka",
+        "orders",
+        group_id="g",
+        ranges=tuple(OffsetRange(*r) for r in ranges),
+        topic_id=topic_id,
+    )
+
+
+def test_up_to_takes_what_arrived_since_the_plan() -> None:
+    planned = _kafka((0, 0, 3), (1, 5, 9))
+    # the backlog now: partition 0 grew to 7, partition 1 to 12, partition 2 appeared
+    latest = planned.up_to(_kafka((0, 0, 7), (1, 5, 12), (2, 0, 4)))
+    assert latest.ranges == (OffsetRange(0, 0, 7), OffsetRange(1, 5, 12), OffsetRange(2, 0, 4))
+    assert latest.batch_id != planned.batch_id
+    assert latest.message_count == 7 + 7 + 4
+
+
+def test_up_to_grows_a_batch_to_max_messages_and_never_cuts_it() -> None:
+    planned = _kafka((0, 0, 3), (1, 5, 9))  # 7 messages
+    latest = planned.up_to(_kafka((0, 0, 100), (1, 5, 100)), max_messages=11)
+    assert latest.ranges == (OffsetRange(0, 0, 5), OffsetRange(1, 5, 11))
+    assert planned.up_to(_kafka((0, 0, 100)), max_messages=5) == planned  # already above
+
+
+@pytest.mark.parametrize(
+    "waiting",
+    [
+        None,  # nothing waits (the planned batch was committed by another run)
+        _kafka((0, 0, 3), (1, 5, 9)),  # nothing new
+        BatchSpec("kafka", "orders", group_id="other", ranges=(OffsetRange(0, 0, 9),)),
+        BatchSpec("kafka", "payments", group_id="g", ranges=(OffsetRange(0, 0, 9),)),
+        _kafka((0, 0, 9), topic_id="new-id"),  # the topic was recreated since
+        _kafka((0, 4, 9), (1, 10, 12)),  # committed past the batch's ends: another run went on
+    ],
+)
+def test_up_to_keeps_the_batch_when_nothing_newer_belongs_to_it(waiting: BatchSpec | None) -> None:
+    planned = _kafka((0, 0, 3), (1, 5, 9), topic_id="old-id")
+    assert planned.up_to(waiting) == planned
+
+
+def test_up_to_leaves_an_mqtt_batch_alone() -> None:
+    mqtt = BatchSpec("mqtt", "a/#", client_id="c", max_messages=5)
+    assert mqtt.up_to(_kafka((0, 0, 9))) == mqtt

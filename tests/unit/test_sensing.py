@@ -152,3 +152,13 @@ def test_a_batch_of_a_topic_recreated_since_is_never_emitted_again() -> None:
     # a plan that does not know the topic's id says nothing about a recreation
     unknown = BatchSpec("kafka", "t", group_id="g", ranges=(OffsetRange(0, 0, 5),))
     assert run_state_from_offsets(cursor, unknown, 1.0, LEASE) is RunState.ACTIVE
+
+
+def test_a_batch_committed_past_its_ends_is_done() -> None:
+    """A run with ``up_to="latest"`` takes what arrived after the emission and commits past
+    the emitted batch's ends: that batch is done, and the next one starts past them."""
+    cursor, _ = emit(BatchCursor(), kafka((0, 0, 5), (1, 0, 3)), now=0.0)
+    assert run_state_from_offsets(cursor, kafka((0, 9, 12)), 1.0, LEASE) is RunState.SUCCEEDED
+    assert run_state_from_offsets(cursor, None, 1.0, LEASE) is RunState.SUCCEEDED
+    cursor, following = emit(cursor, kafka((0, 9, 12)), now=1.0)
+    assert following.spec == kafka((0, 9, 12)) and following.attempt == 0

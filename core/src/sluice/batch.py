@@ -120,6 +120,42 @@ class BatchSpec:
             return self
         return replace(self, ranges=tuple(limit_ranges(list(self.ranges), max_messages)))
 
+    def up_to(self, waiting: BatchSpec | None, max_messages: int | None = None) -> BatchSpec:
+        """This Kafka batch with the messages that arrived since it was planned: ``waiting`` is a
+        plan of the group's backlog now; its messages past this batch's ends (and in
+        partitions it did not have) are added, at most ``max_messages`` in all (shared evenly
+        between partitions), never fewer than planned. Unchanged when nothing newer waits,
+        when ``waiting`` is another topic's, group's or a recreated topic's, and in a
+        partition whose committed offset has passed this batch's end (another run went on).
+        A new content, so a new ``batch_id``."""
+        if self.kind != "kafka" or waiting is None or waiting.kind != "kafka":
+            return self
+        if (waiting.topic, waiting.group_id) != (self.topic, self.group_id):
+            return self
+        if self.topic_id and waiting.topic_id not in (None, self.topic_id):
+            return self
+        planned = {r.partition: r for r in self.ranges}
+        newer = []
+        for w in waiting.ranges:
+            r = planned.get(w.partition)
+            start = w.start if r is None else r.end
+            if r is not None and w.start > r.end:
+                continue
+            if w.end > start:
+                newer.append(OffsetRange(w.partition, start, w.end))
+        if max_messages is not None:
+            newer = limit_ranges(newer, max(0, max_messages - self.message_count))
+        if not newer:
+            return self
+        ends = {r.partition: r for r in newer}
+        ranges = [
+            OffsetRange(r.partition, r.start, ends.pop(r.partition).end)
+            if r.partition in ends
+            else r
+            for r in self.ranges
+        ]
+        return replace(self, ranges=tuple(sorted([*ranges, *ends.values()])))
+
     @classmethod
     def from_json(cls, text: str) -> BatchSpec:
         return cls.from_dict(json.loads(text))

@@ -71,11 +71,12 @@ from .batch import BatchSpec, plan_batch
 from .cursor import BatchCursor, BatchRequest, RunState, run_state_from_offsets
 from .queues.base import MessageQueue
 from .queues.config import ConfigError
-from .queues.uri import queue_from_config
+from .queues.uri import queue_from_config, source_from
 
 __all__ = [
     "DEFAULT_RERUN_AFTER",
     "count_waiting",
+    "extend_to_latest",
     "next_emission",
     "plan_now",
     "plan_waiting",
@@ -179,6 +180,28 @@ def plan_now(
     finally:
         queue.close(None)  # MQTT: unacknowledged messages stay in the session
     return spec, count
+
+
+def extend_to_latest(
+    spec: BatchSpec, source: str | Mapping[str, Any], max_messages: int | None = None
+) -> BatchSpec:
+    """A Kafka ``spec`` with the messages that arrived on its topic since it was planned (one
+    plan of the group's backlog now, :meth:`~sluice.batch.BatchSpec.up_to`): a run taken
+    from an event reads what waits when it runs, as Spark's ``availableNow`` does, instead
+    of leaving what came while it was queued and started to the next run. ``source`` is the
+    ingest's (a URI or config keys); the spec gives the topic and group. An MQTT spec is
+    returned as it is: its ingest drains the session anyway."""
+    if spec.kind != "kafka":
+        return spec
+    scheme, config = source_from(source, spec.kind)
+    planning = {**config, "topic": spec.topic, "group_id": spec.group_id}
+    queue = queue_from_config(scheme, sensing_config("kafka", planning))
+    queue.open(None)
+    try:
+        waiting = plan_batch(queue)
+    finally:
+        queue.close(None)
+    return spec.up_to(waiting, max_messages)
 
 
 def waiting_status(count: int, min_messages: int, topic: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +40,12 @@ def publish(conn_id: str, topic: str, messages: list[Any]) -> None:
 def dataset_rows(path: Path) -> list[dict[str, Any]]:
     table = ds.dataset(path, format="parquet", partitioning="hive").to_table()
     rows: list[dict[str, Any]] = table.select(["device", "temperature"]).to_pylist()
-    return sorted(rows, key=lambda r: r["temperature"])
+    return sorted(rows, key=lambda r: (r["temperature"], r["device"]))
 
 
-def expected_rows() -> list[dict[str, Any]]:
-    return [{"device": r["device"], "temperature": r["temperature"]} for r in READINGS]
+def expected_rows(more: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    rows = [{"device": r["device"], "temperature": r["temperature"]} for r in [*READINGS, *more]]
+    return sorted(rows, key=lambda r: (r["temperature"], r["device"]))
 
 
 def example(file: str, monkeypatch: pytest.MonkeyPatch, sink: Path, **env: str) -> Any:
@@ -196,11 +198,17 @@ def test_kafka_event_driven_ingests_the_watchers_batch(
             await events.aclose()
 
     batch = asyncio.run(first_event())
-    assert BatchSpec.from_dict(batch).message_count == 5
+    planned = BatchSpec.from_dict(batch)
+    assert planned.message_count == 5
+    # readings that arrive after the event, while the run is queued: up_to="latest" takes them
+    later = [{**r, "device": f"late-{r['device']}"} for r in READINGS[:3]]
+    publish(conn, unique_name, later)
     # dag.test() cannot attach asset events to its run; a run triggered with the batch as
     # conf takes the same path from there (triggering_asset_events: tests/unit/airflow).
     run = run_dag(dag, run_conf={"batch": batch})
     assert run.states == {"ingest": "success"}
     result = run.xcom("ingest")
-    assert (result["batch_id"], result["written"]) == (BatchSpec.from_dict(batch).batch_id, 5)
-    assert dataset_rows(tmp_path / "kafka_event_driven") == expected_rows()
+    assert result["written"] == 8 and result["skipped"] == 0
+    assert result["batch_id"] != planned.batch_id
+    assert result["ranges"] == [{"partition": 0, "start": 0, "end": 8}]
+    assert dataset_rows(tmp_path / "kafka_event_driven") == expected_rows(later)

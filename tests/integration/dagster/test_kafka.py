@@ -169,6 +169,49 @@ def test_an_asset_materialization_ingests_the_batch_cut_to_max_messages(
     assert BatchSpec.from_dict(spec_of(rest, "events")).ranges == (OffsetRange(0, 2, 3),)
 
 
+def test_an_asset_with_up_to_latest_takes_what_arrived_after_its_request(
+    noida_broker: BrokerProcess,
+    unique_name: str,
+    spark: Any,
+    instance: DagsterInstance,
+    tmp_path: Path,
+) -> None:
+    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
+    sink = tmp_path / "events"
+    events = make_ingest_asset(
+        "events", "queue", str(sink), schema=SCHEMA, up_to="latest", max_messages=5
+    )
+    sensor = make_queue_sensor("events_sensor", "queue", asset_selection=[events])
+    queue = queue_resource(noida_broker, unique_name)
+    publish_kafka(noida_broker.bootstrap, unique_name, range(3), partition=0)
+
+    resources = {"queue": queue, "spark": SparkResource()}
+    definitions = Definitions(assets=[events], sensors=[sensor], resources=resources)
+    ticker = SensorTicker.from_definitions(definitions, "events_sensor", instance)
+    request = ticker.request()
+    assert BatchSpec.from_dict(spec_of(request, "events")).ranges == (OffsetRange(0, 0, 3),)
+    # while the run is queued, four more arrive: it grows to max_messages, 5
+    publish_kafka(noida_broker.bootstrap, unique_name, range(3, 7), partition=0)
+
+    result = materialize(
+        [events],
+        run_config=request.run_config,
+        tags=request.tags,
+        instance=instance,
+        resources=resources,
+    )
+    assert result.success
+    assert sink_ids(sink) == [0, 1, 2, 3, 4]
+    [materialization] = result.asset_materializations_for_node("events")
+    metadata = {k: v.value for k, v in materialization.metadata.items()}
+    assert (metadata["written"], metadata["lag"]) == (5, 2)
+    assert metadata["batch_id"] != request.run_key
+    assert metadata["ranges"] == [{"partition": 0, "start": 0, "end": 5}]
+    # committed past the requested batch: the next request starts there
+    rest = ticker.request()
+    assert BatchSpec.from_dict(spec_of(rest, "events")).ranges == (OffsetRange(0, 5, 7),)
+
+
 def test_a_failed_run_gets_the_same_batch_again_once_the_broker_is_back(
     private_noida: BrokerProcess,
     unique_name: str,

@@ -13,6 +13,7 @@ from kafka import KafkaAdminClient, TopicPartition
 from sluice.audit import audit
 from sluice.batch import BatchSpec, OffsetRange, plan_batch
 from sluice.queues import ConfigError
+from sluice.sensing import extend_to_latest
 from sluice.spark import ingest
 from sluice.spark.failpoints import FailpointError, armed
 from sluice.spark.kafka_source import commit_offsets
@@ -130,3 +131,31 @@ def test_a_recreated_topic_fails_the_ingest_unless_the_loss_is_accepted(
 def test_ingest_of_no_batch_says_what_to_check(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"plan_batch returns None .* spec is not None"):
         ingest(spark, None, tmp_path, source="kafka://127.0.0.1:9")
+
+
+@pytest.mark.parametrize("crash_at", ["stage.after_write", "commit.before", "commit.after"])
+def test_a_batch_taken_up_to_the_latest_is_finished_once_by_the_rerun_of_its_event(
+    spark: Any, one_partition: KafkaTopic, tmp_path: Path, crash_at: str
+) -> None:
+    """``up_to="latest"``: the run of an emitted batch [0, 100) takes the 200 there, crashes;
+    the rerun of the same event takes what waits then, and each message lands once."""
+    topic = one_partition
+    emitted = batch(topic, 0, 100)
+    first = extend_to_latest(emitted, topic.source)
+    assert first.ranges == (OffsetRange(0, 0, 200),) and first.batch_id != emitted.batch_id
+    with armed(crash_at), pytest.raises(FailpointError):
+        ingest(spark, first, tmp_path, source=topic.source, schema=SCHEMA)
+    topic.send([reading(i) for i in range(200, 250)])
+
+    rerun = extend_to_latest(emitted, topic.source)
+    result = ingest(spark, rerun, tmp_path, source=topic.source, schema=SCHEMA)
+    if crash_at == "commit.after":  # the crashed run had committed: its event is done
+        assert rerun == emitted and result.written == 0
+        done = 200
+    else:  # the rerun reads past the crashed run's end; what that run published is not read
+        assert rerun.ranges == (OffsetRange(0, 0, 250),)
+        assert result.written == (250 if crash_at == "stage.after_write" else 50)
+        done = 250
+    assert temperatures(tmp_path) == [i / 10 for i in range(done)]
+    report = audit(tmp_path, topic.source)
+    assert report.ok and report.streams[0].partitions[0].committed == done

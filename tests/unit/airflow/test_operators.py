@@ -139,6 +139,18 @@ def test_a_task_that_plans_its_batch_needs_a_topic_and_only_it_takes_one() -> No
         )
 
 
+def test_up_to_latest_is_checked_and_takes_max_messages() -> None:
+    latest = SparkIngestOperator(
+        task_id="ingest", sink="/x", batch=SPEC, up_to="latest", max_messages=5
+    )
+    assert (latest.up_to, latest.max_messages) == ("latest", 5)
+    assert SparkIngestOperator(task_id="ingest", sink="/x", batch=SPEC).up_to == "planned"
+    with pytest.raises(ValueError, match="'planned' or 'latest'"):
+        SparkIngestOperator(task_id="i", sink="/x", batch=SPEC, up_to="now")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least 1"):
+        SparkIngestOperator(task_id="i", sink="/x", batch=SPEC, up_to="latest", max_messages=0)
+
+
 def test_submit_arguments_carry_no_credentials() -> None:
     options = {
         "schema": "a INT",

@@ -165,6 +165,22 @@ def config_from_uri(uri: str) -> tuple[str, dict[str, Any]]:
     return scheme, uri_to_config(uri, top_level)
 
 
+def source_from(source: str | Mapping[str, Any], kind: str) -> tuple[str, dict[str, Any]]:
+    """(scheme, config keys) of an ingest's source: a queue URI, or config keys of a ``kind``
+    queue. A URI naming several Kafka servers stays whole, as ``connection.uri``."""
+    if not isinstance(source, str):
+        return kind, dict(source)
+    scheme = urlsplit(source).scheme.lower()
+    if not scheme:
+        raise ConfigError(
+            f"source {redact_uri(source)!r} has no scheme; write e.g. kafka://localhost:9092"
+        )
+    try:
+        return scheme, config_from_uri(source)[1]
+    except ValueError:  # several Kafka servers: the queue reads them from connection.uri
+        return scheme, {"connection.uri": source}
+
+
 def queue_from_uri(uri: str, name: str | None = None) -> MessageQueue:
     """A configured (not yet opened) queue for ``uri``; the transport is chosen by scheme."""
     scheme, config = config_from_uri(uri)

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
-from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,9 +43,8 @@ from ..kafka.ranges import log_bounds
 from ..quarantine import DEFAULT_MAX_QUARANTINED, check_limit, check_quarantine
 from ..queues.config import ConfigError
 from ..queues.envelope import MessageEnvelope
-from ..queues.uri import config_from_uri, queue_from_config
+from ..queues.uri import queue_from_config, source_from
 from ..routes import Routes
-from ..secrets import redact_uri
 from . import layout
 from .classify import Classification, Rules, parse_schema
 from .failpoints import failpoint
@@ -434,18 +432,7 @@ def _as_spec(spec: BatchSpec | Mapping[str, Any] | str) -> BatchSpec:
 
 def source_config(spec: BatchSpec, source: str | Mapping[str, Any]) -> dict[str, Any]:
     """The validated queue config of the batch's source, with the spec's topic and session."""
-    if isinstance(source, str):
-        scheme = urlsplit(source).scheme.lower()
-        if not scheme:
-            raise ConfigError(
-                f"source {redact_uri(source)!r} has no scheme; write e.g. kafka://localhost:9092"
-            )
-        try:
-            config = config_from_uri(source)[1]
-        except ValueError:  # several Kafka servers: the queue reads them from connection.uri
-            config = {"connection.uri": source}
-    else:
-        scheme, config = spec.kind, dict(source)
+    scheme, config = source_from(source, spec.kind)
     if scheme not in _SCHEMES[spec.kind]:
         raise ConfigError(
             f"The batch is a {spec.kind} batch but the source is a {scheme}:// source; "

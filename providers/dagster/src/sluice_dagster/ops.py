@@ -6,7 +6,7 @@ MQTT messages) only after the batch is written. The run's metadata holds counts,
 the backlog left behind and the duration, never payloads or secrets.
 """
 
-from typing import Any
+from typing import Any, Literal
 
 from dagster import (
     AssetExecutionContext,
@@ -24,6 +24,7 @@ from sluice.batch import BatchSpec
 from sluice.cdc import OnTruncate
 from sluice.formats import KeyFormat, ValueFormat
 from sluice.quarantine import DEFAULT_MAX_QUARANTINED, check_limit, parse_limit
+from sluice.sensing import extend_to_latest
 from sluice.spark import IngestResult, ingest
 from sluice.spark.ingest import Mode, WriteMode
 from sluice.spark.progress import ProgressLog
@@ -174,6 +175,18 @@ class IngestSettings(StrictFields, Config):
         "own choice, none for a new table. Rows always have partition, offset and timestamp; "
         "another choice than an existing table's fails the run.",
     )
+    up_to: Literal["planned", "latest"] = Field(
+        default="planned",
+        description="'planned': a Kafka batch is read as the sensor planned it; 'latest': the "
+        "run also takes what arrived on the topic since (a new batch_id), as Spark's "
+        "availableNow takes what is there when a query starts.",
+    )
+    max_messages: int | None = Field(
+        default=None,
+        ge=1,
+        description="With up_to 'latest': the most messages a batch grows to (never fewer "
+        "than planned). None: all that wait.",
+    )
 
     routes: dict[str, Any] | None = Field(
         default=None,
@@ -243,6 +256,18 @@ def run_ingest(
         f"{_describe(spec)}, from {resource.address}"
     )
 
+    try:
+        if settings.up_to == "latest":
+            latest = extend_to_latest(spec, resource.source, settings.max_messages)
+            if latest.batch_id != spec.batch_id:
+                context.log.info(
+                    f"Batch {spec.batch_id} taken up to the latest messages: "
+                    f"{latest.message_count - spec.message_count} more arrived since it was "
+                    f"planned, batch {latest.batch_id} ({_describe(latest)})"
+                )
+                spec = latest
+    except UNREACHABLE as exc:
+        raise resource.unavailable(exc) from None
     log = ProgressLog(context.log.info, spec.batch_id)
     try:
         result = ingest(

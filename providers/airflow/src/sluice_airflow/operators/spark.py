@@ -108,8 +108,16 @@ class SparkIngestOperator(BaseOperator):
     :param topic: with ``batch="waiting"``: the Kafka topic or MQTT topic filter (templated);
         the consumer group (``group_id``) or MQTT session (``client_id``) comes from
         ``config`` or the connection's extra.
+    :param up_to: ``"planned"`` (default): a Kafka batch is read as it was planned;
+        ``"latest"``: it also takes the messages that arrived on its topic since (while the
+        run was queued and the task started), as Spark's ``availableNow`` takes what is
+        there when a query starts, so they need not wait for the next run. The task plans
+        that once, from the group's committed offsets, when it starts (a new ``batch_id``;
+        the batch record, the summary and the lineage name it). MQTT batches drain the
+        session anyway.
     :param max_messages: with ``batch="waiting"``: the most messages one run ingests (None:
-        all that wait; MQTT: the most the run drains from the session).
+        all that wait; MQTT: the most the run drains from the session); with
+        ``up_to="latest"``: the most a batch grows to (never below what was planned).
     :param if_nothing_waiting: with ``batch="waiting"``: ``"skip"`` (default) skips the task
         when nothing waits; ``"succeed"`` ends it successfully, returning an empty summary
         (the same keys, ``batch_id`` None, counts 0).
@@ -213,6 +221,7 @@ class SparkIngestOperator(BaseOperator):
         on_truncate: Literal["quarantine", "apply"] = "quarantine",
         keep_message: bool | Sequence[str] | None = None,
         routes: Mapping[str, Any] | str | None = None,
+        up_to: Literal["planned", "latest"] = "planned",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -222,7 +231,7 @@ class SparkIngestOperator(BaseOperator):
 
             check_key_columns(key_columns)
         check_no_secrets(config, f"SparkIngestOperator({self.task_id})")
-        _check_waiting_options(self.task_id, batch, topic, max_messages, if_nothing_waiting)
+        _check_waiting_options(self.task_id, batch, topic, max_messages, if_nothing_waiting, up_to)
         if submit and (spark_master or "").startswith("sc://"):
             raise ValueError(
                 f"SparkIngestOperator({self.task_id}): spark-submit does not take a Spark "
@@ -262,6 +271,7 @@ class SparkIngestOperator(BaseOperator):
             list(keep_message) if isinstance(keep_message, (list, tuple)) else keep_message
         )
         self.routes = Routes.parse(routes).to_dict() if routes is not None else None
+        self.up_to = up_to
         self._ingested: list[tuple[BatchSpec, dict[str, Any]]] = []  # for the lineage events
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
@@ -318,8 +328,13 @@ class SparkIngestOperator(BaseOperator):
     def _ingest_one(
         self, spec: BatchSpec, source: dict[str, Any], context: Context
     ) -> dict[str, Any]:
+        spark = None if self.submit else self._start_session(spec)
+        if self.up_to == "latest" and self.batch != WAITING:
+            spec = self._latest(spec, source)
         self.log.info("Ingesting %s", describe_batch(spec))
-        result = self._run_submit(spec, source) if self.submit else self._run_here(spec, source)
+        result = (
+            self._run_submit(spec, source) if self.submit else self._run_here(spark, spec, source)
+        )
         self.log.info(
             "Batch %s: read %s, written %s, quarantined %s, duplicates %s, skipped %s",
             spec.batch_id,
@@ -447,22 +462,40 @@ class SparkIngestOperator(BaseOperator):
             **self.ingest_kwargs,
         }
 
-    def _run_here(self, spec: BatchSpec, source: dict[str, Any]) -> dict[str, Any]:
+    def _start_session(self, spec: BatchSpec) -> Any:
+        """A SparkSession for ``spec``, or one starting on a thread of its own: the task plans
+        and reads the batch meanwhile (a task is one process for one batch)."""
+        from sluice.spark.session import start_session
+
+        self.log.info("starting Spark (%s)", self.spark_master or "$SLUICE_SPARK_MASTER")
+        return start_session(
+            self.spark_master,
+            f"sluice-{self.task_id}",
+            self.spark_conf,
+            batch_messages=spec.message_count or None,
+        )
+
+    def _latest(self, spec: BatchSpec, source: dict[str, Any]) -> BatchSpec:
+        """``up_to="latest"``: ``spec`` with what arrived since it was planned."""
+        from sluice.sensing import extend_to_latest
+
+        latest = extend_to_latest(spec, source, self.max_messages)
+        if latest.batch_id != spec.batch_id:
+            self.log.info(
+                "Batch %s taken up to the latest messages: %d more arrived since it was "
+                "planned, batch %s",
+                spec.batch_id,
+                latest.message_count - spec.message_count,
+                latest.batch_id,
+            )
+        return latest
+
+    def _run_here(self, spark: Any, spec: BatchSpec, source: dict[str, Any]) -> dict[str, Any]:
         from sluice.spark import ingest
         from sluice.spark.progress import ProgressLog
-        from sluice.spark.session import start_session
 
         log = ProgressLog(lambda line: self.log.info("%s", line), spec.batch_id)
         try:
-            self.log.info("starting Spark (%s)", self.spark_master or "$SLUICE_SPARK_MASTER")
-            # started for this batch, on a thread of its own: the ingest plans and reads the
-            # batch meanwhile (a task is one process for one batch)
-            spark = start_session(
-                self.spark_master,
-                f"sluice-{self.task_id}",
-                self.spark_conf,
-                batch_messages=spec.message_count or None,
-            )
             result = ingest(spark, spec, self.sink, source=source, progress=log, **self._options())
         except Exception:  # an error says itself what happened
             raise
@@ -553,9 +586,13 @@ def _check_waiting_options(
     topic: str | None,
     max_messages: int | None,
     if_nothing_waiting: str,
+    up_to: str = "planned",
 ) -> None:
-    """ValueError when the options of ``batch="waiting"`` are missing or given without it."""
+    """ValueError when the options of ``batch="waiting"`` (or ``up_to``) are missing or given
+    without it."""
     where = f"SparkIngestOperator({task_id})"
+    if up_to not in ("planned", "latest"):
+        raise ValueError(f"{where}: up_to must be 'planned' or 'latest', not {up_to!r}.")
     if if_nothing_waiting not in ("skip", "succeed"):
         raise ValueError(
             f"{where}: if_nothing_waiting must be 'skip' or 'succeed', not {if_nothing_waiting!r}."
@@ -568,11 +605,14 @@ def _check_waiting_options(
             )
         if max_messages is not None and max_messages < 1:
             raise ValueError(f"{where}: max_messages must be at least 1, not {max_messages}.")
-    elif topic is not None or max_messages is not None:
+    elif topic is not None or (max_messages is not None and up_to != "latest"):
         raise ValueError(
             f'{where}: topic and max_messages are for batch="waiting" (the task plans its '
-            "batch); a given batch already names its topic and messages."
+            'batch; max_messages also bounds up_to="latest"); a given batch already names '
+            "its topic and messages."
         )
+    elif max_messages is not None and max_messages < 1:
+        raise ValueError(f"{where}: max_messages must be at least 1, not {max_messages}.")
 
 
 def empty_summary(kind: str, topic: str, sink: str, mode: str) -> dict[str, Any]:
