@@ -261,16 +261,27 @@ def fingerprints_at(
     kwargs: Mapping[str, Any], topic: str, offsets: Mapping[int, int], stall_timeout_s: float
 ) -> dict[int, str | None]:
     """The fingerprint (:mod:`.fingerprints`) of the message at each ``{partition: offset}``;
-    None where that offset holds no message (compacted away, or a transaction marker)."""
+    None where that offset holds no message (compacted away, or a transaction marker).
+
+    Read by the batch's range reader (Spark's source: the default one): a fetch at an offset
+    brings the whole producer batch it lies in, up to thousands of messages, and kafka-python
+    decodes in Python those before it too (0.7 s of a 1.8 s warm batch of 10,000 messages,
+    where librdkafka takes a few milliseconds)."""
     from .fingerprints import message_fingerprint
 
+    name = getattr(kwargs, "reader", DEFAULT_READER)
+    reader = _range_reader(DEFAULT_READER if name == SPARK_READER else name, kwargs)
     found: dict[int, str | None] = dict.fromkeys(offsets)
     ranges = [OffsetRange(p, o, o + 1) for p, o in offsets.items()]
     plain = {**kwargs, "isolation_level": "read_uncommitted"}  # the record, whatever became of it
-    for partition, records in read_range_records(plain, topic, ranges, stall_timeout_s, _skip):
-        for record in records:
-            if record.offset == offsets[partition]:
-                found[partition] = message_fingerprint(record.key, record.value, record.timestamp)
+    for partition, records in reader.read(plain, topic, ranges, stall_timeout_s, _skip):
+        columns = RecordColumns()
+        reader.extend(columns, records, topic, partition)
+        for at, key, value, timestamp in zip(
+            columns.offsets, columns.keys, columns.values, columns.timestamps, strict=True
+        ):
+            if at == offsets[partition]:
+                found[partition] = message_fingerprint(key, value, timestamp)
     return found
 
 
