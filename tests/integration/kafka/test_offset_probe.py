@@ -10,6 +10,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import IncompatibleBrokerVersion
 
+import sluice.kafka.clients
 import sluice.kafka.connection
 from sluice.batch import BatchSpec, OffsetRange, plan_batch
 from sluice.kafka import KafkaMessageQueue
@@ -33,7 +34,11 @@ class CountedConsumer(KafkaConsumer):  # type: ignore[misc]
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[CountedConsumer]:
     """The consumers KafkaConnection makes for its offset questions (not its subscriptions)."""
     CountedConsumer.made = []
-    monkeypatch.setattr(sluice.kafka.connection, "KafkaConsumer", CountedConsumer)
+
+    def counted_consumer(**kwargs: Any) -> KafkaConsumer:
+        return sluice.kafka.clients.skip_bootstrap_backoff(CountedConsumer(**kwargs))
+
+    monkeypatch.setattr(sluice.kafka.connection, "new_consumer", counted_consumer)
     return CountedConsumer.made
 
 

@@ -16,13 +16,16 @@ from confluent_kafka import Producer as ConfluentProducer
 from kafka import KafkaProducer
 
 from sluice.audit import audit
-from sluice.batch import plan_batch
+from sluice.batch import OffsetRange, plan_batch
 from sluice.brokers import BrokerProcess
 from sluice.errors import DataLossError
+from sluice.kafka.ranges import read_range_records
 from sluice.spark import IngestEvent, ingest
 from sluice.spark.failpoints import armed
+from sluice.spark.fingerprints import message_fingerprint
+from sluice.spark.ingest import source_config
 from sluice.spark.jvm_writer import QUARANTINE_ROW_BYTES
-from sluice.spark.kafka_source import READERS, SPARK_READER
+from sluice.spark.kafka_source import READERS, SPARK_READER, fingerprints_at, reader_kwargs
 from sluice.spark.layout import KEEPABLE
 from sluice.testing.plugin import Broker
 from sluice.testing.topics import create_kafka_topic
@@ -311,3 +314,27 @@ def test_a_topic_recreated_shorter_while_spark_reads_is_a_data_loss(
         assert plan_batch(topic.queue) is not None, "nothing was committed"
     finally:
         topic.close()
+
+
+@pytest.mark.parametrize("reader", [*READERS, SPARK_READER])
+def test_a_messages_fingerprint_is_the_same_whichever_reader_the_batch_names(
+    apache_kafka_broker: Broker, unique_name: str, reader: str
+) -> None:
+    """The recreated-topic check reads one message (in the middle of a producer batch) with
+    the batch's reader, and must find what kafka-python's record gives."""
+    topic = open_topic(apache_kafka_broker, unique_name, partitions=1)
+    try:
+        topic.send([reading(i) for i in range(500)], partition=0)
+        spec = topic.plan()
+        kwargs = reader_kwargs(
+            source_config(spec, topic.source_config(**{"options.reader": reader}))
+        )
+        [(_, records)] = read_range_records(
+            dict(kwargs), topic.name, [OffsetRange(0, 321, 322)], 30
+        )
+        [record] = records
+        expected = message_fingerprint(record.key, record.value, record.timestamp)
+        assert fingerprints_at(kwargs, topic.name, {0: 321}, 30) == {0: expected}
+    finally:
+        topic.queue.close(None)
+        topic.producer.close()

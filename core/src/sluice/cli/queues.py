@@ -210,12 +210,13 @@ def read_kafka_ranges(
 
 def topic_offsets(config: Mapping[str, Any], topic: str) -> dict[int, tuple[int, int]]:
     """(beginning, end) offset of each partition of ``topic``; {} when it does not exist."""
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
 
+    from sluice.kafka.clients import new_consumer
     from sluice.kafka.config import client_config
     from sluice.kafka.offsets import ENDS_CONSUMER, topic_end_offsets
 
-    consumer = KafkaConsumer(
+    consumer = new_consumer(
         **client_config(dict(config)), enable_auto_commit=False, **ENDS_CONSUMER
     )
     try:

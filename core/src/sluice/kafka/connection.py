@@ -28,6 +28,7 @@ from ..queues.config import read_config, to_config_params
 from ..queues.envelope import normalize_headers, to_bytes
 from ..queues.references import resolve_references
 from ..secrets import redact_text
+from .clients import new_consumer
 from .config import (
     CONNECTION_KEYS,
     bootstrap_servers,
@@ -331,7 +332,7 @@ class KafkaConnection(IReferenceable, IConfigurable, IOpenable):  # type: ignore
     def _probe_consumer(self) -> KafkaConsumer:
         return self._connect(
             lambda: track(
-                KafkaConsumer(
+                new_consumer(
                     **self.consumer_config(),
                     enable_auto_commit=False,
                     # No long poll: the probe's fetches are meant to come back at once.

@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
+from .clients import new_consumer
+
 __all__ = [
     "ENDS_CONSUMER",
     "FETCH_TIMEOUT_S",
@@ -116,7 +118,7 @@ def waiting_out_coordinator(ask: Callable[[], T], wait: float = COORDINATOR_WAIT
 
 def tracked_consumer(**kwargs: Any) -> KafkaConsumer:
     """A ``KafkaConsumer(**kwargs)`` that keeps the :class:`Watermarks` of its fetches."""
-    return track(KafkaConsumer(**kwargs))
+    return track(new_consumer(**kwargs))
 
 
 def track(consumer: KafkaConsumer) -> KafkaConsumer:
@@ -266,7 +268,7 @@ def topic_end_offsets(consumer: KafkaConsumer, topic: str) -> dict[int, int]:
 def topic_ends(client_kwargs: Mapping[str, Any], topic: str) -> dict[int, int]:
     """:func:`topic_end_offsets` through a consumer of its own, built from kafka-python
     ``client_kwargs`` and closed afterwards."""
-    consumer = KafkaConsumer(**client_kwargs, group_id=None, **ENDS_CONSUMER)
+    consumer = new_consumer(**client_kwargs, group_id=None, **ENDS_CONSUMER)
     try:
         return topic_end_offsets(consumer, topic)
     finally:

@@ -25,6 +25,7 @@ from kafka.errors import OffsetOutOfRangeError
 
 from ..batch import OffsetRange
 from ..errors import DataLossError
+from .clients import new_consumer
 from .session_errors import explained_bootstrap
 
 __all__ = [
@@ -103,7 +104,7 @@ class RangeReader:
     def _open(self, topic: str) -> KafkaConsumer:
         if self._consumer is None:
             with explained_bootstrap(self._kwargs, f"Reading topic '{topic}'"):
-                self._consumer = KafkaConsumer(
+                self._consumer = new_consumer(
                     **{
                         "max_poll_records": MAX_POLL_RECORDS,
                         **self._kwargs,
@@ -202,7 +203,7 @@ def log_bounds(
     fetches (kafka-python 3.0 loses ListOffsets answers that arrive during a fetch)."""
     tps = [TopicPartition(topic, p) for p in partitions]
     with explained_bootstrap(kwargs, f"Asking for the bounds of topic '{topic}'"):
-        consumer = KafkaConsumer(**{**kwargs, "enable_auto_commit": False}, group_id=None)
+        consumer = new_consumer(**{**kwargs, "enable_auto_commit": False}, group_id=None)
     try:
         starts, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
         return {tp.partition: (starts[tp], ends[tp]) for tp in tps}

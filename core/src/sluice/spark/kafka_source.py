@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import pyarrow as pa
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from ..batch import OffsetRange
+from ..kafka.clients import new_consumer
 from ..kafka.config import (
     DEFAULT_READER,
     READER_CHOICES,
@@ -206,7 +207,7 @@ def committed_offsets(
     kwargs: Mapping[str, Any], topic: str, group_id: str, partitions: Sequence[int]
 ) -> dict[int, int | None]:
     """The group's committed offset of each partition (None where it has none)."""
-    consumer = KafkaConsumer(**kwargs, group_id=group_id)
+    consumer = new_consumer(**kwargs, group_id=group_id)
     try:
         return {p: consumer.committed(TopicPartition(topic, p)) for p in partitions}
     finally:
@@ -248,7 +249,7 @@ def partition_positions(
 
 def topic_id(kwargs: Mapping[str, Any], topic: str) -> str | None:
     """The topic's id now (None where the broker has no topic ids, KIP-516)."""
-    consumer = KafkaConsumer(**kwargs, group_id=None)
+    consumer = new_consumer(**kwargs, group_id=None)
     try:
         consumer.partitions_for_topic(topic)  # a metadata request naming the topic
         found = consumer._client.cluster.topic_id(topic)
@@ -292,7 +293,7 @@ def commit_offsets(
     is not a member of the group (so the group must have no active members)."""
     if not offsets:
         return
-    consumer = KafkaConsumer(**kwargs, group_id=group_id)
+    consumer = new_consumer(**kwargs, group_id=group_id)
     try:
         consumer.commit(
             {TopicPartition(topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()}
