@@ -10,10 +10,12 @@ from typing import Any, NamedTuple
 
 import pytest
 from dagster import (
+    AssetsDefinition,
     DagsterInstance,
     Definitions,
     ExecuteInProcessResult,
     JobDefinition,
+    RunRequest,
     SensorDefinition,
     materialize,
 )
@@ -131,6 +133,51 @@ def test_the_sensor_requests_a_batch_the_job_ingests_once_and_commits(
     assert following.run_key == following_spec.batch_id != request.run_key
 
 
+class EventsAsset(NamedTuple):
+    """The asset ``events`` of a new one-partition topic, with its sensor's ticker."""
+
+    sink: Path
+    asset: AssetsDefinition
+    ticker: SensorTicker
+    resources: dict[str, Any]
+
+    def materialize(self, request: RunRequest, instance: DagsterInstance) -> dict[str, Any]:
+        """Materialize ``request``'s batch; the materialization's metadata."""
+        result = materialize(
+            [self.asset],
+            run_config=request.run_config,
+            tags=request.tags,
+            instance=instance,
+            resources=self.resources,
+        )
+        assert result.success
+        [materialization] = result.asset_materializations_for_node("events")
+        return {k: v.value for k, v in materialization.metadata.items()}
+
+
+def events_asset(
+    broker: BrokerProcess,
+    topic: str,
+    tmp_path: Path,
+    instance: DagsterInstance,
+    sensor_max: int | None = None,
+    **settings: Any,
+) -> EventsAsset:
+    """``events`` (``settings``: more of its IngestSettings) and its queue sensor, which asks
+    for at most ``sensor_max`` messages; three messages wait on the topic."""
+    create_kafka_topic(broker.bootstrap, topic, 1)
+    sink = tmp_path / "events"
+    events = make_ingest_asset("events", "queue", str(sink), schema=SCHEMA, **settings)
+    sensor = make_queue_sensor(
+        "events_sensor", "queue", asset_selection=[events], max_messages=sensor_max
+    )
+    publish_kafka(broker.bootstrap, topic, range(3), partition=0)
+    resources = {"queue": queue_resource(broker, topic), "spark": SparkResource()}
+    definitions = Definitions(assets=[events], sensors=[sensor], resources=resources)
+    ticker = SensorTicker.from_definitions(definitions, "events_sensor", instance)
+    return EventsAsset(sink, events, ticker, resources)
+
+
 def test_an_asset_materialization_ingests_the_batch_cut_to_max_messages(
     noida_broker: BrokerProcess,
     unique_name: str,
@@ -138,34 +185,16 @@ def test_an_asset_materialization_ingests_the_batch_cut_to_max_messages(
     instance: DagsterInstance,
     tmp_path: Path,
 ) -> None:
-    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
-    sink = tmp_path / "events"
-    events = make_ingest_asset("events", "queue", str(sink), schema=SCHEMA)
-    sensor = make_queue_sensor("events_sensor", "queue", asset_selection=[events], max_messages=2)
-    queue = queue_resource(noida_broker, unique_name)
-    publish_kafka(noida_broker.bootstrap, unique_name, range(3), partition=0)
-
-    resources = {"queue": queue, "spark": SparkResource()}
-    definitions = Definitions(assets=[events], sensors=[sensor], resources=resources)
-    ticker = SensorTicker.from_definitions(definitions, "events_sensor", instance)
-    request = ticker.request()
-    assert request.asset_selection == [events.key]
+    events = events_asset(noida_broker, unique_name, tmp_path, instance, sensor_max=2)
+    request = events.ticker.request()
+    assert request.asset_selection == [events.asset.key]
     assert BatchSpec.from_dict(spec_of(request, "events")).ranges == (OffsetRange(0, 0, 2),)
 
-    result = materialize(
-        [events],
-        run_config=request.run_config,
-        tags=request.tags,
-        instance=instance,
-        resources=resources,
-    )
-    assert result.success
-    assert sink_ids(sink) == [0, 1]
-    [materialization] = result.asset_materializations_for_node("events")
-    metadata = {k: v.value for k, v in materialization.metadata.items()}
+    metadata = events.materialize(request, instance)
+    assert sink_ids(events.sink) == [0, 1]
     assert (metadata["written"], metadata["lag"]) == (2, 1)
 
-    rest = ticker.request()
+    rest = events.ticker.request()
     assert BatchSpec.from_dict(spec_of(rest, "events")).ranges == (OffsetRange(0, 2, 3),)
 
 
@@ -176,39 +205,21 @@ def test_an_asset_with_up_to_latest_takes_what_arrived_after_its_request(
     instance: DagsterInstance,
     tmp_path: Path,
 ) -> None:
-    create_kafka_topic(noida_broker.bootstrap, unique_name, 1)
-    sink = tmp_path / "events"
-    events = make_ingest_asset(
-        "events", "queue", str(sink), schema=SCHEMA, up_to="latest", max_messages=5
+    events = events_asset(
+        noida_broker, unique_name, tmp_path, instance, up_to="latest", max_messages=5
     )
-    sensor = make_queue_sensor("events_sensor", "queue", asset_selection=[events])
-    queue = queue_resource(noida_broker, unique_name)
-    publish_kafka(noida_broker.bootstrap, unique_name, range(3), partition=0)
-
-    resources = {"queue": queue, "spark": SparkResource()}
-    definitions = Definitions(assets=[events], sensors=[sensor], resources=resources)
-    ticker = SensorTicker.from_definitions(definitions, "events_sensor", instance)
-    request = ticker.request()
+    request = events.ticker.request()
     assert BatchSpec.from_dict(spec_of(request, "events")).ranges == (OffsetRange(0, 0, 3),)
     # while the run is queued, four more arrive: it grows to max_messages, 5
     publish_kafka(noida_broker.bootstrap, unique_name, range(3, 7), partition=0)
 
-    result = materialize(
-        [events],
-        run_config=request.run_config,
-        tags=request.tags,
-        instance=instance,
-        resources=resources,
-    )
-    assert result.success
-    assert sink_ids(sink) == [0, 1, 2, 3, 4]
-    [materialization] = result.asset_materializations_for_node("events")
-    metadata = {k: v.value for k, v in materialization.metadata.items()}
+    metadata = events.materialize(request, instance)
+    assert sink_ids(events.sink) == [0, 1, 2, 3, 4]
     assert (metadata["written"], metadata["lag"]) == (5, 2)
     assert metadata["batch_id"] != request.run_key
     assert metadata["ranges"] == [{"partition": 0, "start": 0, "end": 5}]
     # committed past the requested batch: the next request starts there
-    rest = ticker.request()
+    rest = events.ticker.request()
     assert BatchSpec.from_dict(spec_of(rest, "events")).ranges == (OffsetRange(0, 5, 7),)
 
 
