@@ -35,7 +35,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 say "syncing the workspace (uv sync --locked)"
-$UV sync --locked --all-packages --quiet
+# Bytecode compiled once here: where PYTHONDONTWRITEBYTECODE is set (as on the machines this
+# project is developed and tested on) Python never caches what it compiles, so every process
+# (each Airflow task, Dagster run and CLI call of the tests) compiled Airflow, pyspark and
+# pandas from source again: 6.1 s to import them, against 2.7 s from compiled files.
+$UV sync --locked --all-packages --quiet --compile-bytecode
+$UV run --locked --all-packages python -m compileall -q -j 0 core/src providers/airflow/src providers/dagster/src dags_examples >/dev/null
 # Apache Kafka (the tests' reference broker) runs from jars resolved once into the user's cache
 # (sluice.jars); a second run finds them there and touches no network. Set
 # SLUICE_MAVEN_REPOSITORY to a Maven mirror behind a proxy.
