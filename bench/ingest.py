@@ -433,7 +433,7 @@ def at_least_once(
     from sluice.spark.layout import message_columns
     from sluice.spark.reading import chunks_on_driver
     from sluice.spark.records import RAW_SCHEMA_DDL, largest_message_bytes
-    from sluice.spark.writing import arrow_settings, batch_rows, session_conf
+    from sluice.spark.writing import arrow_settings, batch_rows, lean_rows, session_conf
 
     ends = topic_ends({"bootstrap_servers": bootstrap}, topic)
     spec = BatchSpec(
@@ -472,8 +472,11 @@ def at_least_once(
             )
             files.append(str(path))
     raw = spark.read.schema(RAW_SCHEMA_DDL).parquet(*files)
-    frame = classification.apply(formats.stage(raw))
-    task = plain_task_writer([*classification.good], [*classification.bad], str(out))
+    good, bad = [*classification.good], [*classification.bad]
+    # the good rows cross to the writers without the message, as (e)'s do (no row kept whole
+    # for a fingerprint: that is exactly-once machinery)
+    frame = lean_rows(classification.apply(formats.stage(raw)), good, bad, {})
+    task = plain_task_writer(good, bad, str(out))
     with session_conf(spark, arrow_settings(batch_rows(largest))):
         rows = sum(r["rows"] for r in frame.mapInArrow(task, "rows BIGINT").collect())
     commit_offsets(kwargs, topic, str(spec.group_id), dict(ends))

@@ -27,6 +27,7 @@ from sluice.spark.ingest import source_config
 from sluice.spark.jvm_writer import QUARANTINE_ROW_BYTES
 from sluice.spark.kafka_source import READERS, SPARK_READER, fingerprints_at, reader_kwargs
 from sluice.spark.layout import KEEPABLE
+from sluice.spark.sinks import StreamKey, open_sink
 from sluice.testing.plugin import Broker
 from sluice.testing.topics import create_kafka_topic
 
@@ -114,6 +115,12 @@ def rows_of(sink: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return sorted(dataset_rows(sink), key=order), sorted(bad, key=order)
 
 
+def last_messages(sink: Path, spec: Any) -> dict[int, tuple[int, str]]:
+    """{partition: (offset, fingerprint)} of the last message written, as the sink's stream
+    state keeps them for the recreated-topic check."""
+    return dict(open_sink(str(sink)).state(StreamKey.of(spec)).fingerprints)
+
+
 def writers_of(sink: Path) -> set[str]:
     """The libraries that wrote the Parquet files of ``sink``'s rows and quarantine."""
     files = [f for f in sink.rglob("*.parquet") if "_sluice" not in f.parts]
@@ -135,7 +142,7 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
     planner = open_topic(apache_kafka_broker, unique_name, partitions=3)
     try:
         spec = planner.plan()
-        found = {}
+        found, marks = {}, {}
         for reader in ALL_READERS:  # the same ranges, each reader with a group of its own
             own = dataclasses.replace(spec, group_id=f"{unique_name}-{reader}")
             source = with_reader(f"kafka://{apache_kafka_broker.bootstrap}", reader)
@@ -144,6 +151,7 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
             )
             assert result.committed
             found[reader] = (rows_of(tmp_path / reader), result.written, result.quarantined)
+            marks[reader] = last_messages(tmp_path / reader, own)
         # the default, lean rows: by Python's writer (executor mode) and by Spark's (its source)
         for reader, mode in ((READERS[0], "executors"), (SPARK_READER, "auto")):
             own = dataclasses.replace(spec, group_id=f"{unique_name}-{reader}-lean")
@@ -152,6 +160,7 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
             result = ingest(spark, own, sink, source=source, schema=SCHEMA, mode=mode)
             assert result.committed
             found[f"{reader}-lean"] = (rows_of(sink), result.written, result.quarantined)
+            marks[f"{reader}-lean"] = last_messages(sink, own)
     finally:
         planner.queue.close(None)
         planner.producer.close()
@@ -185,6 +194,13 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
     assert set(lean[0]) == {*SCHEMA_FIELDS, "partition", "offset", "timestamp"}
     for reader in (READERS[0], SPARK_READER):  # the same rows, without the message's own
         assert found[f"{reader}-lean"] == ((lean, bad), written, quarantined), reader
+    # the last message of each partition, recorded for the recreated-topic check: partition
+    # 0's range ends at a transaction marker, so a lean row's task could not take it (the
+    # ingest fetched it); every reader and writer records the same
+    last = marks[READERS[0]]
+    assert sorted(last) == [0, 1, 2] and all(fingerprint for _, fingerprint in last.values())
+    assert last[0][0] < spec.ranges[0].end - 1, "partition 0 ends at a transaction marker"
+    assert all(found_marks == last for found_marks in marks.values()), marks
     # a small batch is read on the driver (mode auto) or by Spark's source (reader "spark"):
     # either way Spark's own writer writes it, and no Python worker starts
     assert {reader: writers_of(tmp_path / reader) for reader in ALL_READERS} == {

@@ -37,6 +37,15 @@ def test_every_planned_offset_written_reconciles_to_the_plan() -> None:
     assert done.fingerprints == {0: (9, "f"), 1: (7, "f")}
 
 
+def test_a_last_message_without_a_fingerprint_records_none_for_its_partition() -> None:
+    """Its message was gone before the ingest could fetch it (the writing task had a lean row):
+    the stream keeps the fingerprint it had, never an empty one that no message matches."""
+    job = counts({0: [(0, 10)], 1: [(5, 8)]})
+    job.partitions[1] = PartitionWrites([(5, 8)], 3, 7, "")
+    done = reconcile_kafka("b", "t", TODO, job, (12, 1), no_log_start, True)
+    assert done.fingerprints == {0: (9, "f")}
+
+
 def test_staged_files_that_do_not_hold_what_the_job_wrote_stop_the_publish() -> None:
     with pytest.raises(ReconcileError, match="the staged files hold 11 and 1"):
         reconcile_kafka(

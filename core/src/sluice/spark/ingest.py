@@ -69,7 +69,13 @@ from .session import SessionStarting
 from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
 from .sinks.upsert import UpsertSink, upsert_sink
 from .workers import check_python_workers, python_workers_checked
-from .writing import BATCH_BYTES, WriteCounts, write_outcomes
+from .writing import (
+    BATCH_BYTES,
+    UNKNOWN_FINGERPRINT,
+    WriteCounts,
+    lean_rows,
+    write_outcomes,
+)
 
 __all__ = [
     "AUTO_EXECUTOR_MESSAGES",
@@ -521,12 +527,15 @@ class _Job:
         largest: int | None = None,
         aliases: Mapping[str, Any] | None = None,
         in_jvm: Sequence[int] = (),
+        todo: Sequence[OffsetRange] = (),
     ) -> WriteCounts:
         """Decode (:mod:`.formats`) and sort ``raw`` into good and bad rows and add both to
         ``staging``, in one Spark job (:mod:`.writing`); ``largest``: the bytes of its largest
         message, if known; ``aliases``: the Sparkplug B alias book before the batch;
         ``in_jvm``: the Kafka partitions ``raw`` holds, to be written by Spark's own writer
-        where nothing needs Python (:mod:`.jvm_writer`): then no Python worker starts."""
+        where nothing needs Python (:mod:`.jvm_writer`): then no Python worker starts;
+        ``todo``: the Kafka ranges ``raw`` holds (good rows then reach Python's writer
+        without the message columns the table does not keep: :func:`.writing.lean_rows`)."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -551,8 +560,29 @@ class _Job:
             with job_progress(self.spark, writing):
                 return write_outcomes_in_jvm(frame, good, bad, targets, in_jvm)
         check_python_workers(self.spark)
+        if todo:
+            frame = lean_rows(frame, good, bad, _last_offsets(todo))
         with format_task_errors(), job_progress(self.spark, writing):
-            return write_outcomes(frame, good, bad, targets, largest)
+            counts = write_outcomes(frame, good, bad, targets, largest)
+        return self._with_fingerprints(counts)
+
+    def _with_fingerprints(self, counts: WriteCounts) -> WriteCounts:
+        """``counts`` with the fingerprints of the last messages the writing tasks could not
+        take (their rows came without the message: :func:`.writing.lean_rows`) fetched from
+        the broker; a partition whose message is gone by now keeps none."""
+        unknown = {
+            p: w.last_offset
+            for p, w in counts.partitions.items()
+            if w.last_fingerprint == UNKNOWN_FINGERPRINT
+        }
+        if not unknown:
+            return counts
+        kwargs = reader_kwargs(self.config)
+        found = fingerprints_at(kwargs, self.spec.topic, unknown, self._stall_timeout_s())
+        partitions = dict(counts.partitions)
+        for p, fingerprint in found.items():
+            partitions[p] = dataclasses.replace(partitions[p], last_fingerprint=fingerprint or "")
+        return dataclasses.replace(counts, partitions=partitions)
 
     def _hand_over(self, batch: pa.RecordBatch, staging: Staging, number: int) -> list[Path]:
         """Local Parquet files of a batch read on the driver, one per core of at least
@@ -588,6 +618,7 @@ class _Job:
         largest: int,
         aliases: Mapping[str, Any] | None = None,
         partitions: Sequence[int] = (),
+        todo: Sequence[OffsetRange] = (),
     ) -> WriteCounts:
         """Sort the raw rows of ``files`` into ``staging`` (one Spark job), then delete them;
         ``largest``: the bytes of their largest message. ``partitions``: the Kafka partitions
@@ -598,7 +629,7 @@ class _Job:
         raw = self.spark.read.schema(RAW_SCHEMA_DDL).parquet(*map(str, files))
         if python_workers_checked(self.spark):  # warm: pyarrow's writer is the faster one
             partitions = ()
-        counts = self._write(raw, staging, largest, aliases, in_jvm=partitions)
+        counts = self._write(raw, staging, largest, aliases, in_jvm=partitions, todo=todo)
         for raw_file in files:
             raw_file.unlink()
         return counts
@@ -865,7 +896,7 @@ class _Job:
         if not files:  # none when the ranges hold only offsets without a message
             return WriteCounts(0, 0, 0)
         return self._write_files(
-            files, staging, largest, partitions=sorted({r.partition for r in todo})
+            files, staging, largest, partitions=sorted({r.partition for r in todo}), todo=todo
         )
 
     def _read_on_executors(
@@ -878,7 +909,7 @@ class _Job:
         raw = read_on_executors(self.spark, kwargs, topic, todo, self.chunk_size, stall_s)
         failpoint("read.after_first_chunk")
         with task_errors():
-            counts = self._write(raw, staging)
+            counts = self._write(raw, staging, todo=todo)
         self.report(IngestEvent("reading", total, total))
         return counts
 
@@ -895,7 +926,9 @@ class _Job:
         raw = read_with_spark(self.spark, kwargs, self.spec.topic, todo)
         failpoint("read.after_first_chunk")
         with task_errors():
-            counts = self._write(raw, staging, in_jvm=sorted({r.partition for r in todo}))
+            counts = self._write(
+                raw, staging, in_jvm=sorted({r.partition for r in todo}), todo=todo
+            )
         check_range_ends(kwargs, self.spec.topic, todo)
         self.report(IngestEvent("reading", total, total))
         return counts
@@ -1061,6 +1094,15 @@ class _Job:
                 )
             log.warning("%s", message)
         return observed, dropped
+
+
+def _last_offsets(todo: Sequence[OffsetRange]) -> dict[int, int]:
+    """{partition: the last offset of its ranges in ``todo``}."""
+    last: dict[int, int] = {}
+    for r in todo:
+        if r.count > 0:
+            last[r.partition] = max(last.get(r.partition, -1), r.end - 1)
+    return last
 
 
 def _cores(spark: Any) -> int:

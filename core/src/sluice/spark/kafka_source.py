@@ -231,8 +231,10 @@ def partition_positions(
     reading committed records), and the topic's id."""
     consumer = tracked_consumer(**kwargs, group_id=group_id, **ENDS_CONSUMER)
     try:
-        committed = {p: consumer.committed(TopicPartition(topic, p)) for p in partitions}
+        # the topic's metadata first: after the group's coordinator is looked up (committed)
+        # a metadata request waits out kafka-python's back-off, 100 ms one time in two
         existing = consumer.partitions_for_topic(topic) or set()
+        committed = {p: consumer.committed(TopicPartition(topic, p)) for p in partitions}
         found = consumer._client.cluster.topic_id(topic)
         topic_id = str(found) if found else None
         tps = [TopicPartition(topic, p) for p in partitions if p in existing]

@@ -108,7 +108,11 @@ def reconcile_kafka(
         lost=[{**r.__dict__, "reason": "retention"} for r in lost],
         written=counts.good,
         quarantined=counts.bad,
-        fingerprints={p: (w.last_offset, w.last_fingerprint) for p, w in counts.partitions.items()},
+        fingerprints={  # none where the last message was gone before its fingerprint was taken
+            p: (w.last_offset, w.last_fingerprint)
+            for p, w in counts.partitions.items()
+            if w.last_fingerprint
+        },
     )
 
 

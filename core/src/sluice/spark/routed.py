@@ -45,6 +45,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..batch import OffsetRange
 from ..queues.config import ConfigError
 from ..routes import Extracted, Routes
 from . import layout
@@ -393,6 +394,7 @@ class _RoutedJob(_Job):
         largest: int | None = None,
         aliases: Mapping[str, Any] | None = None,
         in_jvm: Sequence[int] = (),
+        todo: Sequence[OffsetRange] = (),  # routed rows reach the writers whole
     ) -> WriteCounts:
         from pyspark import StorageLevel
 
