@@ -395,10 +395,9 @@ class IcebergSink(UpsertMode):
             self._s3_filesystem = self._s3.filesystem()
         return self._s3_filesystem
 
-    def _check_storage(self) -> None:
-        """The warehouse's (or the table's) bucket can be listed and written, before any Spark
+    def _check_storage(self, table: Table | None) -> None:
+        """The warehouse's (or ``table``'s) bucket can be listed and written, before any Spark
         work: a missing bucket, wrong keys or endpoint are named with how to fix them."""
-        table = self._load(self.target.table)
         location = (
             table.location() if table is not None else self.catalog.properties.get("warehouse", "")
         )
@@ -424,8 +423,8 @@ class IcebergSink(UpsertMode):
         try:
             for identifier in {self.target.namespace, self.target.quarantine[:-1]}:
                 self.catalog.create_namespace_if_not_exists(identifier)
-            self._check_storage()
             table = self._load(self.target.table)
+            self._check_storage(table)
             if table is not None:
                 self._table_spec(table)
                 if self.upserting:  # (maintenance opens a current-state table too)
@@ -498,15 +497,18 @@ class IcebergSink(UpsertMode):
         except NoSuchTableError:
             return None
 
-    def _ensure(self, identifier: tuple[str, ...], schema: pa.Schema) -> Table:
-        """The table, created with ``schema`` or extended by its new fields."""
+    def _ensure(
+        self, identifier: tuple[str, ...], schema: pa.Schema, loaded: Table | None = None
+    ) -> Table:
+        """The table, created with ``schema`` or extended by its new fields; ``loaded``: the
+        table as just loaded, if it was (a commit conflict reloads it)."""
         from pyiceberg.exceptions import ValidationError
 
         schema = pa.schema([f.with_nullable(True) for f in schema])
         main = identifier == self.target.table
         wanted = self.target.partitioning if main else Partitioning()
         properties = {**TABLE_PROPERTIES, **(_partition_properties(wanted) if main else {})}
-        table = self._load(identifier)
+        table = loaded or self._load(identifier)
         if table is None:
             self.catalog.create_namespace_if_not_exists(identifier[:-1])
             made = dict(properties)
@@ -526,8 +528,10 @@ class IcebergSink(UpsertMode):
         if missing:
             table = _with_retries("properties", lambda: self._set_properties(identifier, missing))
 
+        unused = [table]  # the first attempt evolves the table at hand, a retry reloads it
+
         def evolve() -> Table:
-            fresh = self.catalog.load_table(identifier)
+            fresh = unused.pop() if unused else self.catalog.load_table(identifier)
             with fresh.update_schema() as update:
                 update.union_by_name(schema)
             return fresh
@@ -783,7 +787,7 @@ class IcebergSink(UpsertMode):
             batch = pa.field(BATCH_COLUMN, pa.string())
             # upsert: the messages are staged beside the table's data, never added to it
             columns = pa.schema([(POSITION_COLUMN, pa.int64())]) if self.upserting else None
-            table = self._ensure(self.target.table, columns or good.append(batch))
+            table = self._ensure(self.target.table, columns or good.append(batch), existing)
             quarantine = self._ensure(self.target.quarantine, bad.append(batch))
             staged = "sluice-staged" if self.upserting else "sluice"
             run.data = f"{table.location().rstrip('/')}/data/{staged}/{name}"
