@@ -479,6 +479,7 @@ def at_least_once(
     task = plain_task_writer(good, bad, str(out))
     with session_conf(spark, arrow_settings(batch_rows(largest))):
         rows = sum(r["rows"] for r in frame.mapInArrow(task, "rows BIGINT").collect())
+    shutil.rmtree(scratch)  # as (e) deletes its own (and they are not the table's bytes)
     commit_offsets(kwargs, topic, str(spec.group_id), dict(ends))
     elapsed = time.monotonic() - started
     assert rows == count, (rows, count)
