@@ -332,6 +332,48 @@ def test_a_topic_recreated_shorter_while_spark_reads_is_a_data_loss(
         topic.close()
 
 
+@pytest.mark.parametrize("recreated", [True, False])
+def test_a_failed_spark_read_of_a_topic_recreated_shorter_is_a_data_loss(
+    spark: Any,
+    apache_kafka_broker: Broker,
+    unique_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    recreated: bool,
+) -> None:
+    """Spark's consumer can fail the job itself when the topic is recreated under it (its
+    pool raised ConcurrentModificationException there): the ingest then reports the data
+    loss, the job's error as its cause; a job failing on a topic that is whole keeps its own
+    error. (The job's failure is made here: Spark's does not come on demand.)"""
+    from sluice.spark.ingest import _Job
+
+    topic = open_topic(apache_kafka_broker, unique_name, partitions=1)
+    try:
+        topic.send([reading(i) for i in range(20)])
+        spec = topic.plan()
+
+        def failing_write(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if recreated:
+                topic.recreate(1)
+                topic.send([reading(100 + i) for i in range(5)])
+            raise RuntimeError("KafkaConsumer is not safe for multi-threaded access")
+
+        monkeypatch.setattr(_Job, "_write", failing_write)
+        expected = (
+            pytest.raises(DataLossError, match=r"partition 0 .* now ends at offset 5")
+            if recreated
+            else pytest.raises(RuntimeError, match="not safe for multi-threaded access")
+        )
+        with expected as failure:
+            ingest(spark, spec, tmp_path, source=f"{topic.source}?reader=spark", schema=SCHEMA)
+        if recreated:
+            assert isinstance(failure.value.__cause__, RuntimeError)
+        assert not dataset_rows(tmp_path) and not quarantine_rows(tmp_path)
+        assert plan_batch(topic.queue) is not None, "nothing was committed"
+    finally:
+        topic.close()
+
+
 @pytest.mark.parametrize("reader", [*READERS, SPARK_READER])
 def test_a_messages_fingerprint_is_the_same_whichever_reader_the_batch_names(
     apache_kafka_broker: Broker, unique_name: str, reader: str

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, NamedTuple, cast, get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -111,6 +111,13 @@ _INGESTED = "_sluice_ingested"  # set on a session once it has ingested a Kafka 
 #: rows each.
 MIN_ROWS_PER_TASK = 10_000
 _SCHEMES = {"kafka": ("kafka", "kafka+ssl"), "mqtt": ("mqtt", "mqtts")}
+
+
+class KafkaRead(NamedTuple):
+    """The Kafka ranges a batch's rows hold, and the reader's arguments that read them."""
+
+    kwargs: ReaderKwargs
+    todo: Sequence[OffsetRange]
 
 
 @dataclass(frozen=True)
@@ -527,15 +534,16 @@ class _Job:
         largest: int | None = None,
         aliases: Mapping[str, Any] | None = None,
         in_jvm: Sequence[int] = (),
-        todo: Sequence[OffsetRange] = (),
+        kafka: KafkaRead | None = None,
     ) -> WriteCounts:
         """Decode (:mod:`.formats`) and sort ``raw`` into good and bad rows and add both to
         ``staging``, in one Spark job (:mod:`.writing`); ``largest``: the bytes of its largest
         message, if known; ``aliases``: the Sparkplug B alias book before the batch;
         ``in_jvm``: the Kafka partitions ``raw`` holds, to be written by Spark's own writer
         where nothing needs Python (:mod:`.jvm_writer`): then no Python worker starts;
-        ``todo``: the Kafka ranges ``raw`` holds (good rows then reach Python's writer
-        without the message columns the table does not keep: :func:`.writing.lean_rows`)."""
+        ``kafka``: the Kafka ranges ``raw`` holds and how they were read (good rows then
+        reach Python's writer without the message columns the table does not keep:
+        :func:`.writing.lean_rows`)."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -560,13 +568,13 @@ class _Job:
             with job_progress(self.spark, writing):
                 return write_outcomes_in_jvm(frame, good, bad, targets, in_jvm)
         check_python_workers(self.spark)
-        if todo:
-            frame = lean_rows(frame, good, bad, _last_offsets(todo))
+        if kafka is not None:
+            frame = lean_rows(frame, good, bad, _last_offsets(kafka.todo))
         with format_task_errors(), job_progress(self.spark, writing):
             counts = write_outcomes(frame, good, bad, targets, largest)
-        return self._with_fingerprints(counts)
+        return counts if kafka is None else self._with_fingerprints(counts, kafka.kwargs)
 
-    def _with_fingerprints(self, counts: WriteCounts) -> WriteCounts:
+    def _with_fingerprints(self, counts: WriteCounts, kwargs: ReaderKwargs) -> WriteCounts:
         """``counts`` with the fingerprints of the last messages the writing tasks could not
         take (their rows came without the message: :func:`.writing.lean_rows`) fetched from
         the broker; a partition whose message is gone by now keeps none."""
@@ -577,7 +585,6 @@ class _Job:
         }
         if not unknown:
             return counts
-        kwargs = reader_kwargs(self.config)
         found = fingerprints_at(kwargs, self.spec.topic, unknown, self._stall_timeout_s())
         partitions = dict(counts.partitions)
         for p, fingerprint in found.items():
@@ -618,7 +625,7 @@ class _Job:
         largest: int,
         aliases: Mapping[str, Any] | None = None,
         partitions: Sequence[int] = (),
-        todo: Sequence[OffsetRange] = (),
+        kafka: KafkaRead | None = None,
     ) -> WriteCounts:
         """Sort the raw rows of ``files`` into ``staging`` (one Spark job), then delete them;
         ``largest``: the bytes of their largest message. ``partitions``: the Kafka partitions
@@ -629,7 +636,7 @@ class _Job:
         raw = self.spark.read.schema(RAW_SCHEMA_DDL).parquet(*map(str, files))
         if python_workers_checked(self.spark):  # warm: pyarrow's writer is the faster one
             partitions = ()
-        counts = self._write(raw, staging, largest, aliases, in_jvm=partitions, todo=todo)
+        counts = self._write(raw, staging, largest, aliases, in_jvm=partitions, kafka=kafka)
         for raw_file in files:
             raw_file.unlink()
         return counts
@@ -896,7 +903,11 @@ class _Job:
         if not files:  # none when the ranges hold only offsets without a message
             return WriteCounts(0, 0, 0)
         return self._write_files(
-            files, staging, largest, partitions=sorted({r.partition for r in todo}), todo=todo
+            files,
+            staging,
+            largest,
+            partitions=sorted({r.partition for r in todo}),
+            kafka=KafkaRead(kwargs, todo),
         )
 
     def _read_on_executors(
@@ -909,7 +920,7 @@ class _Job:
         raw = read_on_executors(self.spark, kwargs, topic, todo, self.chunk_size, stall_s)
         failpoint("read.after_first_chunk")
         with task_errors():
-            counts = self._write(raw, staging, todo=todo)
+            counts = self._write(raw, staging, kafka=KafkaRead(kwargs, todo))
         self.report(IngestEvent("reading", total, total))
         return counts
 
@@ -917,7 +928,10 @@ class _Job:
         self, kwargs: ReaderKwargs, todo: list[OffsetRange], staging: Staging, total: int
     ) -> WriteCounts:
         """Read ``todo`` with Spark's Kafka source (:mod:`.jvm_reader`) in the job that
-        writes them; then check that no partition ended below its range meanwhile."""
+        writes them; then check that no partition ended below its range meanwhile. A job
+        that fails is checked too: a topic recreated under Spark's consumer can fail it
+        (its pool once raised ``ConcurrentModificationException`` there), and the data loss
+        is then the error to give."""
         from ..kafka.ranges import check_range_ends
         from .jvm_reader import read_with_spark
         from .reading import task_errors
@@ -925,10 +939,22 @@ class _Job:
         self._event("reading", 0, total)
         raw = read_with_spark(self.spark, kwargs, self.spec.topic, todo)
         failpoint("read.after_first_chunk")
-        with task_errors():
-            counts = self._write(
-                raw, staging, in_jvm=sorted({r.partition for r in todo}), todo=todo
-            )
+        try:
+            with task_errors():
+                counts = self._write(
+                    raw,
+                    staging,
+                    in_jvm=sorted({r.partition for r in todo}),
+                    kafka=KafkaRead(kwargs, todo),
+                )
+        except Exception as failed:
+            try:
+                check_range_ends(kwargs, self.spec.topic, todo)
+            except DataLossError as lost:
+                raise lost from failed
+            except Exception:
+                log.debug("checking the range ends after a failed read failed too", exc_info=True)
+            raise
         check_range_ends(kwargs, self.spec.topic, todo)
         self.report(IngestEvent("reading", total, total))
         return counts

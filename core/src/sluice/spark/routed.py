@@ -45,13 +45,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..batch import OffsetRange
 from ..queues.config import ConfigError
 from ..routes import Extracted, Routes
 from . import layout
 from .classify import REASON_COLUMN, Classification, parse_schema
 from .failpoints import failpoint
-from .ingest import _Job
+from .ingest import KafkaRead, _Job
 from .reconcile import ReconcileError
 from .routing import (
     HELD,
@@ -394,7 +393,7 @@ class _RoutedJob(_Job):
         largest: int | None = None,
         aliases: Mapping[str, Any] | None = None,
         in_jvm: Sequence[int] = (),
-        todo: Sequence[OffsetRange] = (),  # routed rows reach the writers whole
+        kafka: KafkaRead | None = None,  # routed rows reach the writers whole
     ) -> WriteCounts:
         from pyspark import StorageLevel
 
