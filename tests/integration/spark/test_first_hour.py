@@ -44,10 +44,12 @@ def bare_python_workers(spark: Any, where: Path) -> Iterator[Path]:
     try:
         context.pythonExec = str(bare / "bin" / "python")  # the Python the workers run
         spark._sluice_python_workers_checked = False
+        spark._sluice_python_workers_failed = False
         yield bare
     finally:
         context.pythonExec = saved
         spark._sluice_python_workers_checked = checked
+        spark._sluice_python_workers_failed = False
 
 
 def test_workers_that_cannot_import_pyarrow_are_named_before_anything_is_read(
@@ -68,11 +70,15 @@ def test_workers_that_cannot_import_pyarrow_are_named_before_anything_is_read(
     assert not list((tmp_path / "lake").glob("batch_id=*"))  # nothing published
 
 
+@pytest.mark.parametrize("ingested", [False, True], ids=["first-ingest", "later-ingest"])
 def test_a_batch_read_on_the_driver_needs_no_python_worker(
-    spark: Any, topic: KafkaTopic, tmp_path: Path
+    spark: Any, topic: KafkaTopic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ingested: bool
 ) -> None:
     """Read on the driver, a JSON batch into a local sink is written by Spark's own writer:
-    the workers' Python is never started (a cold task saves their start and the check)."""
+    a session's first ingest never starts the workers' Python (a cold task saves their
+    start and the check); a later one tries them, and when they cannot run an ingest, Spark's
+    writer writes all the same."""
+    monkeypatch.setattr(spark, "_sluice_ingested", ingested, raising=False)
     topic.send([reading(i) for i in range(5)] + [b"not json"])
     with bare_python_workers(spark, tmp_path):
         result = ingest(

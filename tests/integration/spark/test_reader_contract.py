@@ -28,6 +28,7 @@ from sluice.spark.jvm_writer import QUARANTINE_ROW_BYTES
 from sluice.spark.kafka_source import READERS, SPARK_READER, fingerprints_at, reader_kwargs
 from sluice.spark.layout import KEEPABLE
 from sluice.spark.sinks import StreamKey, open_sink
+from sluice.spark.workers import python_workers_checked
 from sluice.testing.plugin import Broker
 from sluice.testing.topics import create_kafka_topic
 
@@ -135,8 +136,9 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # a session whose Python workers have not started (a cold task's): Spark's own writer
-    # writes what is read on the driver, as it writes what its own source reads
+    # a session whose Python workers have not started and that has not ingested (a cold
+    # task's): Spark's own writer writes what is read on the driver, as it writes what its
+    # own source reads
     monkeypatch.setattr(spark, "_sluice_python_workers_checked", False, raising=False)
     producer: Any = fill(apache_kafka_broker, unique_name)
     planner = open_topic(apache_kafka_broker, unique_name, partitions=3)
@@ -144,6 +146,7 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
         spec = planner.plan()
         found, marks = {}, {}
         for reader in ALL_READERS:  # the same ranges, each reader with a group of its own
+            monkeypatch.setattr(spark, "_sluice_ingested", False, raising=False)
             own = dataclasses.replace(spec, group_id=f"{unique_name}-{reader}")
             source = with_reader(f"kafka://{apache_kafka_broker.bootstrap}", reader)
             result = ingest(
@@ -208,25 +211,35 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
     }
 
 
-@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+@pytest.mark.parametrize(
+    ("checked", "ingested"),
+    [(False, False), (True, False), (False, True)],
+    ids=["cold", "workers-running", "ingested-before"],
+)
 def test_a_batch_read_on_the_driver_is_written_by_the_faster_writer_of_the_session(
     spark: Any,
     topic: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    warm: bool,
+    checked: bool,
+    ingested: bool,
 ) -> None:
-    """A cold session (no Python worker started yet: a fresh task's) writes with Spark's own
-    writer and starts none; once its Python workers run, pyarrow's writer is the faster."""
-    monkeypatch.setattr(spark, "_sluice_python_workers_checked", warm, raising=False)
+    """A cold session (no Python worker started yet, nothing ingested: a fresh task's)
+    writes with Spark's own writer and starts none; once its Python workers run, or from its
+    second ingest on (a long-lived session: it starts them then), pyarrow's writer, the
+    faster."""
+    monkeypatch.setattr(spark, "_sluice_python_workers_checked", checked, raising=False)
+    monkeypatch.setattr(spark, "_sluice_ingested", ingested, raising=False)
     topic.send([reading(i) for i in range(20)] + [b"{not json"])
     result = ingest(
         spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA, mode="driver"
     )
     assert (result.written, result.quarantined) == (20, 1)
+    warm = checked or ingested
     assert writers_of(tmp_path) == (
         {"parquet-cpp-arrow"} if warm else {"parquet-mr", "parquet-cpp-arrow"}
     )
+    assert python_workers_checked(spark) == warm
 
 
 def test_spark_reads_a_batch_once_unless_its_quarantine_is_large(

@@ -68,7 +68,7 @@ from .result import IngestResult
 from .session import SessionStarting
 from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
 from .sinks.upsert import UpsertSink, upsert_sink
-from .workers import check_python_workers, python_workers_checked
+from .workers import check_python_workers, python_workers_checked, python_workers_start
 from .writing import (
     BATCH_BYTES,
     UNKNOWN_FINGERPRINT,
@@ -630,11 +630,15 @@ class _Job:
         """Sort the raw rows of ``files`` into ``staging`` (one Spark job), then delete them;
         ``largest``: the bytes of their largest message. ``partitions``: the Kafka partitions
         they hold, written by Spark's own writer where it can (:meth:`_write`) in a session
-        whose Python workers have not started: a small batch read on the driver then starts
-        none, which cost a cold task about as much as its write. Once they run, Python's
-        writer is the faster one (bench/ingest.py, driver mode: 14% at 200,000 messages)."""
+        whose Python workers have not started and that has not ingested before: a small
+        batch read on the driver then starts none, which cost a cold task about as much as
+        its write. Once they run, Python's writer is the faster one (bench/ingest.py, driver
+        mode: 14% at 200,000 messages; 0.47 s against 0.69 s at 20,000), so a session's
+        second ingest starts them, unless they cannot start (no Python on the executors)."""
         raw = self.spark.read.schema(RAW_SCHEMA_DDL).parquet(*map(str, files))
-        if python_workers_checked(self.spark):  # warm: pyarrow's writer is the faster one
+        if python_workers_checked(self.spark) or (
+            getattr(self.spark, _INGESTED, False) and python_workers_start(self.spark)
+        ):
             partitions = ()
         counts = self._write(raw, staging, largest, aliases, in_jvm=partitions, kafka=kafka)
         for raw_file in files:

@@ -15,16 +15,26 @@ do not import it).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import warnings
 from typing import Any
 
-__all__ = ["REQUIRED", "PythonWorkersError", "check_python_workers", "python_workers_checked"]
+__all__ = [
+    "REQUIRED",
+    "PythonWorkersError",
+    "check_python_workers",
+    "python_workers_checked",
+    "python_workers_start",
+]
+
+log = logging.getLogger(__name__)
 
 #: What an ingest imports in Spark's Python workers.
 REQUIRED = ("pyarrow", "pandas", "sluice")
 _CHECKED = "_sluice_python_workers_checked"
+_FAILED = "_sluice_python_workers_failed"
 
 
 class PythonWorkersError(RuntimeError):
@@ -84,6 +94,26 @@ def python_workers_checked(spark: Any) -> bool:
     """Whether ``spark``'s Python workers passed :func:`check_python_workers`: they have
     started and imported Sluice (Spark keeps them for the session's next jobs)."""
     return bool(getattr(spark, _CHECKED, False))
+
+
+def python_workers_start(spark: Any) -> bool:
+    """Whether ``spark``'s Python workers run an ingest, started (and checked) now if they
+    have not been. Where they cannot (:func:`check_python_workers` fails, or no worker
+    starts at all: no Python on the executors), False, and the session is not asked again:
+    for a caller that has a way without them."""
+    if python_workers_checked(spark):
+        return True
+    if getattr(spark, _FAILED, False):
+        return False
+    try:
+        check_python_workers(spark)
+    except Exception as exc:
+        log.info(
+            "Spark's Python workers cannot run an ingest, so Spark's own writer writes: %s", exc
+        )
+        setattr(spark, _FAILED, True)
+        return False
+    return True
 
 
 def _message(spark: Any, executable: str, failures: list[str]) -> str:
