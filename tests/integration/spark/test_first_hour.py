@@ -88,3 +88,45 @@ def test_a_batch_read_on_the_driver_needs_no_python_worker(
         assert not python_workers_checked(spark)
     assert (result.written, result.quarantined, result.committed) == (5, 1, True)
     assert plan_batch(topic.queue) is None
+
+
+def test_an_executor_mode_batch_needs_no_probe_job(
+    spark: Any, topic: KafkaTopic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read on the executors, the batch's own tasks are the first Python to run there (0.5 s
+    of a cold task saved): no probe job first, and the workers count as checked after it."""
+    ingest_module = sys.modules["sluice.spark.ingest"]
+
+    def no_probe(_: Any) -> None:
+        raise AssertionError("the probe job ran")
+
+    monkeypatch.setattr(ingest_module, "check_python_workers", no_probe)
+    monkeypatch.setattr(spark, "_sluice_python_workers_checked", False, raising=False)
+    topic.send([reading(i) for i in range(5)])
+    result = ingest(
+        spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA, mode="executors"
+    )
+    assert (result.mode, result.written, result.committed) == ("executors", 5, True)
+    assert python_workers_checked(spark)
+
+
+def test_executor_mode_names_workers_that_cannot_import_pyarrow(
+    spark: Any, topic: KafkaTopic, tmp_path: Path
+) -> None:
+    """Without a probe job first, a reading task that fails for want of pyarrow, pandas or
+    Sluice runs the probe then, which names all the workers lack."""
+    topic.send([reading(i) for i in range(3)])
+    spec = topic.plan()
+    with bare_python_workers(spark, tmp_path) as bare:
+        with pytest.raises(PythonWorkersError) as caught:
+            ingest(
+                spark, spec, tmp_path / "lake", source=topic.source, schema=SCHEMA,
+                mode="executors",
+            )  # fmt: skip
+        assert not python_workers_checked(spark)
+    said = str(caught.value)
+    assert "cannot import pyarrow, pandas, sluice" in said and str(bare) in said, said
+    assert "PYSPARK_PYTHON" in said and "Nothing was read or committed" in said
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert topic.plan().batch_id == spec.batch_id  # nothing committed
+    assert not list((tmp_path / "lake").glob("batch_id=*"))  # nothing published

@@ -68,7 +68,14 @@ from .result import IngestResult
 from .session import SessionStarting
 from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
 from .sinks.upsert import UpsertSink, upsert_sink
-from .workers import check_python_workers, python_workers_checked, python_workers_start
+from .workers import (
+    PythonWorkersError,
+    check_python_workers,
+    failed_on_imports,
+    python_workers_checked,
+    python_workers_ran,
+    python_workers_start,
+)
 from .writing import (
     BATCH_BYTES,
     UNKNOWN_FINGERPRINT,
@@ -535,6 +542,7 @@ class _Job:
         aliases: Mapping[str, Any] | None = None,
         in_jvm: Sequence[int] = (),
         kafka: KafkaRead | None = None,
+        probe_workers: bool = True,
     ) -> WriteCounts:
         """Decode (:mod:`.formats`) and sort ``raw`` into good and bad rows and add both to
         ``staging``, in one Spark job (:mod:`.writing`); ``largest``: the bytes of its largest
@@ -543,7 +551,9 @@ class _Job:
         where nothing needs Python (:mod:`.jvm_writer`): then no Python worker starts;
         ``kafka``: the Kafka ranges ``raw`` holds and how they were read (good rows then
         reach Python's writer without the message columns the table does not keep:
-        :func:`.writing.lean_rows`)."""
+        :func:`.writing.lean_rows`). ``probe_workers``: False where the job's own tasks
+        start by running Sluice in the Python workers (executor mode), which answers
+        :func:`.workers.check_python_workers` without a job of its own."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -567,7 +577,8 @@ class _Job:
         if in_jvm and jvm_writable(self.formats.decodes, targets):
             with job_progress(self.spark, writing):
                 return write_outcomes_in_jvm(frame, good, bad, targets, in_jvm)
-        check_python_workers(self.spark)
+        if probe_workers:
+            check_python_workers(self.spark)
         if kafka is not None:
             frame = lean_rows(frame, good, bad, _last_offsets(kafka.todo))
         with format_task_errors(), job_progress(self.spark, writing):
@@ -923,8 +934,23 @@ class _Job:
         self._event("reading", 0, total)
         raw = read_on_executors(self.spark, kwargs, topic, todo, self.chunk_size, stall_s)
         failpoint("read.after_first_chunk")
+        # No probe job first (0.5 s of a cold task): the reading tasks are the first to run
+        # in the workers, before anything is read; only when a worker cannot import what they
+        # need does the probe run, to name all that it lacks.
         with task_errors():
-            counts = self._write(raw, staging, kafka=KafkaRead(kwargs, todo))
+            try:
+                counts = self._write(
+                    raw, staging, kafka=KafkaRead(kwargs, todo), probe_workers=False
+                )
+            except Exception as failed:
+                if not failed_on_imports(failed):
+                    raise
+                try:
+                    check_python_workers(self.spark)
+                except PythonWorkersError as lacking:
+                    raise lacking from None
+                raise
+        python_workers_ran(self.spark)
         self.report(IngestEvent("reading", total, total))
         return counts
 

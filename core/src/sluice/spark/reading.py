@@ -118,8 +118,12 @@ def task_errors() -> Iterator[None]:
     """Errors of executor-mode reading tasks as the driver would raise them: a
     :class:`DataLossError` of a task as itself, and the executors' missing Sluice with how to
     fix it."""
+    from .workers import PythonWorkersError
+
     try:
         yield
+    except PythonWorkersError:
+        raise  # it names what the workers lack already
     except Exception as exc:
         text = str(exc)
         loss = re.search(r"DataLossError: (Data loss: [^\n]*)", text)

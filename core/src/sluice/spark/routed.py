@@ -394,6 +394,7 @@ class _RoutedJob(_Job):
         aliases: Mapping[str, Any] | None = None,
         in_jvm: Sequence[int] = (),
         kafka: KafkaRead | None = None,  # routed rows reach the writers whole
+        probe_workers: bool = True,  # probed all the same: the routes' job comes first
     ) -> WriteCounts:
         from pyspark import StorageLevel
 

@@ -7,7 +7,10 @@ user's own may not, and the write then fails deep in a worker with ``No module n
 'pyarrow'``. :func:`check_python_workers` runs one plain Python UDF (it needs nothing but
 PySpark itself) that tries the imports, and raises :class:`PythonWorkersError` naming the
 interpreter, what it lacks and how to fix it. It runs once per session (the answer is kept
-on the session), and the worker it starts is reused by the ingest's own job.
+on the session), and the worker it starts is reused by the ingest's own job. A batch read on
+the executors runs no probe first (half a second of a cold task): its reading tasks are the
+first Python to run there, before anything is read, and only when one fails for want of an
+import does the probe run, to name everything the workers lack.
 
 The check finds pandas without importing it (the slowest of the imports; Sluice's own tasks
 do not import it).
@@ -25,7 +28,9 @@ __all__ = [
     "REQUIRED",
     "PythonWorkersError",
     "check_python_workers",
+    "failed_on_imports",
     "python_workers_checked",
+    "python_workers_ran",
     "python_workers_start",
 ]
 
@@ -94,6 +99,18 @@ def python_workers_checked(spark: Any) -> bool:
     """Whether ``spark``'s Python workers passed :func:`check_python_workers`: they have
     started and imported Sluice (Spark keeps them for the session's next jobs)."""
     return bool(getattr(spark, _CHECKED, False))
+
+
+def python_workers_ran(spark: Any) -> None:
+    """Note on ``spark`` that a job's Python tasks ran an ingest's own code: what
+    :func:`check_python_workers` asks is answered, and it need not run."""
+    setattr(spark, _CHECKED, True)
+
+
+def failed_on_imports(failure: BaseException) -> bool:
+    """Whether a job's ``failure`` is a Python worker that could not import what an ingest
+    needs (:data:`REQUIRED`): :func:`check_python_workers` then says all that it lacks."""
+    return re.search(r"No module named '(?:pyarrow|pandas|sluice)\b", str(failure)) is not None
 
 
 def python_workers_start(spark: Any) -> bool:
