@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 REQUIRED = ("pyarrow", "pandas", "sluice")
 _CHECKED = "_sluice_python_workers_checked"
 _FAILED = "_sluice_python_workers_failed"
+_LACKING = re.compile(rf"No module named '(?:{'|'.join(REQUIRED)})\b")
 
 
 class PythonWorkersError(RuntimeError):
@@ -110,7 +111,7 @@ def python_workers_ran(spark: Any) -> None:
 def failed_on_imports(failure: BaseException) -> bool:
     """Whether a job's ``failure`` is a Python worker that could not import what an ingest
     needs (:data:`REQUIRED`): :func:`check_python_workers` then says all that it lacks."""
-    return re.search(r"No module named '(?:pyarrow|pandas|sluice)\b", str(failure)) is not None
+    return _LACKING.search(str(failure)) is not None
 
 
 def python_workers_start(spark: Any) -> bool:
