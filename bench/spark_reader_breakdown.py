@@ -9,7 +9,7 @@ it times, interleaved, each the median of --repeats rounds after one untimed rou
   (r) Sluice's read with Spark's Kafka source alone (Spark's ``noop`` writer);
   (c) (r), Sluice's classification and its good rows written with Spark's Parquet writer;
   (o) (c) with the observation Sluice takes as the rows pass (counts, tasks, value bytes,
-      each partition's last message, the small quarantine);
+      the small quarantine);
   (n) (c) with the observation's row counts alone;
   (k) ``sluice.spark.ingest`` with ``options.reader="spark"`` (the whole batch and commit);
 and prints each side's seconds, its Spark JVM's CPU seconds and its ratio to (j). (c), (o) and
@@ -58,7 +58,7 @@ def job_parts(spark: Any, bootstrap: str, topic: str) -> dict[str, Callable[[Pat
     from sluice.spark import layout
     from sluice.spark.classify import Classification, Rules, parse_schema
     from sluice.spark.jvm_reader import read_with_spark
-    from sluice.spark.jvm_writer import _PARQUET_SETTINGS, _TASK, _measures
+    from sluice.spark.jvm_writer import _BAD, _PARQUET_SETTINGS, _measures, _observed
     from sluice.spark.writing import session_conf
 
     ends = batch_ranges(bootstrap, topic)
@@ -74,9 +74,11 @@ def job_parts(spark: Any, bootstrap: str, topic: str) -> dict[str, Callable[[Pat
         frame = classification.apply(raw())
         observation = Observation("breakdown")
         if measures:
-            frame = frame.withColumn(_TASK, F.spark_partition_id()).observe(observation, *measures)
+            frame = _observed(frame, good, bad).observe(observation, *measures)
+        else:
+            frame = frame.withColumn(_BAD, F.col("reason").isNotNull())
         with session_conf(spark, _PARQUET_SETTINGS):
-            frame.filter(F.col("reason").isNull()).select(good).write.options(
+            frame.filter(~F.col(_BAD)).select(good).write.options(
                 **layout.spark_writer_options()
             ).parquet(str(out))
         if measures:
@@ -85,8 +87,8 @@ def job_parts(spark: Any, bootstrap: str, topic: str) -> dict[str, Callable[[Pat
     return {
         "r": lambda out: raw().write.format("noop").mode("overwrite").save(),
         "c": lambda out: write(out, None),
-        "o": lambda out: write(out, _measures(sorted(ends), bad)),
-        "n": lambda out: write(out, _measures(sorted(ends), bad)[:2]),
+        "o": lambda out: write(out, _measures()),
+        "n": lambda out: write(out, _measures()[:2]),
     }
 
 

@@ -51,6 +51,7 @@ ID_HEADERS: dict[str, list[tuple[str, bytes | None]]] = {
     "empty-id": [("message_id", b"")],
 }
 ID_EXPECTED = {"two-ids": "second", "id-without-value": "first", "empty-id": None}
+BAD_ID = b"bad-\xff"  # not UTF-8: every reader replaces the byte, as Python's decode does
 LIMIT = 1_000_000  # ingest's max_value_bytes
 SCHEMA_FIELDS = [f.split()[0] for f in SCHEMA.split(", ")]
 
@@ -90,6 +91,8 @@ def fill(broker: Broker, name: str) -> None:
     for device, headers in ID_HEADERS.items():
         value = json.dumps({"device": device, "temperature": 0.5}).encode()
         ids.produce(name, value, partition=1, headers=headers)
+    # a quarantined message with an id: Spark's writer makes its id on quarantined rows only
+    ids.produce(name, b"{not json either", partition=1, headers=[("message_id", BAD_ID)])
     assert ids.flush(30) == 0
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=name)
     producer.init_transactions()
@@ -173,12 +176,14 @@ def test_one_batch_gives_the_same_rows_and_quarantine_on_every_reader(
     devices = sorted(r["device"] for r in rows)
     assert devices.count("committed") == 10 and "aborted" not in devices, "read committed"
     assert "open" not in devices, "planned up to the open transaction"
-    assert (written, quarantined) == (len(rows), len(bad)) == (26, 3)
+    assert (written, quarantined) == (len(rows), len(bad)) == (26, 4)
     assert sorted(r["reason"] for r in bad) == [
+        "invalid JSON",
         "invalid JSON",
         "tombstone: the record has no value",
         f"value is {LIMIT + 1} bytes, over the limit of {LIMIT} (max_value_bytes)",
     ]
+    assert [r["message_id"] for r in bad if r["partition"] == 1] == ["bad-\ufffd"]
     first = {r["offset"]: r for r in rows if r["partition"] == 0}
     assert first[0]["message_id"] == "m-0" and first[0]["key"] == b"k0"
     assert first[1]["key"] is None and first[1]["headers"] == [

@@ -1,7 +1,8 @@
 """The report Spark's own writer builds on the driver (sluice.spark.jvm_writer): the offsets'
-runs from the written files' columns and the last message from the job's observation, in
-the shape sluice.spark.writing's Python tasks give it (checked by sluice.spark.reconcile);
-and the quarantined rows the observation brings back."""
+runs and each partition's last offset from the written files' columns, in the shape
+sluice.spark.writing's Python tasks give it for lean rows (checked by sluice.spark.reconcile;
+the last message's fingerprint fetched by the ingest); and the quarantined rows the
+observation brings back."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sluice.spark.fingerprints import message_fingerprint
 from sluice.spark.jvm_writer import _check_counts, _Offsets, _quarantined, _report
-from sluice.spark.writing import merge_reports
+from sluice.spark.writing import UNKNOWN_FINGERPRINT, merge_reports
 
 
 def offsets(pairs: list[tuple[int, int]], good: int, bad: int) -> _Offsets:
@@ -24,28 +24,17 @@ def offsets(pairs: list[tuple[int, int]], good: int, bad: int) -> _Offsets:
     )
 
 
-def last(offset: int, value: bytes) -> dict[str, object]:
-    return {"offset": offset, "key": b"k", "value": value, "micros": 1_700_000_000_123_456}
-
-
 def test_runs_of_consecutive_offsets_per_partition_with_a_repeat_counted_as_a_row() -> None:
     # partition 0: 5, 6, 7, a gap, 9 twice, 10 (files in any order); partition 2: 3
     written = offsets([(0, 9), (0, 5), (2, 3), (0, 7), (0, 10), (0, 6), (0, 9)], 6, 1)
-    seen = {
-        "good": 6,
-        "bad": 1,
-        "last_0": last(10, b"v10"),
-        "last_1": None,
-        "last_2": last(3, b"v3"),
-    }
 
-    merged = merge_reports([_report(written, seen, [0, 1, 2])])
+    merged = merge_reports([_report(written, [0, 1, 2])])
 
     assert sorted(merged) == [0, 2], "a partition with no rows has no report"
     assert merged[0].intervals == [(5, 8), (9, 11)]
     assert merged[0].rows == 6, "the repeated offset shows as more rows than offsets"
     assert merged[0].last_offset == 10
-    assert merged[0].last_fingerprint == message_fingerprint(b"k", b"v10", 1_700_000_000_123)
+    assert merged[0].last_fingerprint == UNKNOWN_FINGERPRINT, "fetched by the ingest"
     assert (merged[2].intervals, merged[2].rows, merged[2].last_offset) == ([(3, 4)], 1, 3)
 
 
@@ -112,3 +101,55 @@ def test_quarantined_rows_brought_back_as_json_are_the_rows_spark_holds() -> Non
     assert rows[0]["timestamp"].timestamp() == 1_700_000_000.123
     assert (rows[1]["key"], rows[1]["value"], rows[1]["headers"]) == (None, None, [])
     assert _quarantined(None, schema).num_rows == 0
+
+
+def test_a_quarantined_rows_message_id_is_made_from_its_headers_as_every_reader_makes_it() -> None:
+    """The observation brings quarantined rows back without their id (Spark finds it with a
+    higher-order function, which would take the whole projection out of its generated code):
+    the last ``message_id`` header with a value, bytes that are not UTF-8 replaced; else the
+    coordinates."""
+    schema = pa.schema(
+        [
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+            ("message_id", pa.string()),
+            ("reason", pa.string()),
+        ]
+    )
+
+    def header(key: str, value: bytes | None) -> dict[str, str]:
+        return (
+            {"key": key}
+            if value is None
+            else {"key": key, "value": base64.b64encode(value).decode()}
+        )
+
+    rows = [
+        {"topic": "t", "partition": 1, "offset": 5, "headers": [], "reason": "r"},
+        {
+            "topic": "t",
+            "partition": 0,
+            "offset": 9,
+            "headers": [header("message_id", b"a"), header("message_id", b"b\xff")],
+            "reason": "r",
+        },
+        {
+            "topic": "t",
+            "partition": 0,
+            "offset": 10,
+            "headers": [header("message_id", b"a"), header("message_id", None)],
+            "reason": "r",
+        },
+        {
+            "topic": "t",
+            "partition": 2,
+            "offset": 3,
+            "headers": [header("message_id", b"")],
+            "reason": "r",
+        },
+    ]
+    table = _quarantined(json.dumps(rows), schema)
+    assert table.schema == schema
+    assert table.column("message_id").to_pylist() == ["t-1-5", "b\ufffd", "a", "t-2-3"]

@@ -49,6 +49,12 @@ def header_message_id(headers: Any) -> str | None:
     return found or None
 
 
+def record_id(headers: Any, topic: str, partition: int, offset: int) -> str:
+    """A Kafka record's message id: its ``message_id`` header (:func:`header_message_id`),
+    else its coordinates ``<topic>-<partition>-<offset>``, as every reader gives it."""
+    return header_message_id(headers) or f"{topic}-{partition}-{offset}"
+
+
 def to_envelope(record: ConsumerRecord) -> MessageEnvelope:
     fields: dict[str, str] = {}
     user_headers: list[tuple[str, bytes]] = []
@@ -58,7 +64,6 @@ def to_envelope(record: ConsumerRecord) -> MessageEnvelope:
                 fields[name] = bytes(value).decode("utf-8", "replace")
         else:
             user_headers.append((name, value))
-    message_id = header_message_id(record.headers)
     envelope = MessageEnvelope(
         fields.get(CORRELATION_HEADER),
         fields.get(TYPE_HEADER),
@@ -66,7 +71,7 @@ def to_envelope(record: ConsumerRecord) -> MessageEnvelope:
         key=record.key,
         headers=user_headers,
     )
-    envelope.message_id = message_id or f"{record.topic}-{record.partition}-{record.offset}"
+    envelope.message_id = record_id(record.headers, record.topic, record.partition, record.offset)
     envelope.topic, envelope.partition, envelope.offset = (
         record.topic,
         record.partition,

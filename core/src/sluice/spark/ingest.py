@@ -551,7 +551,8 @@ class _Job:
         where nothing needs Python (:mod:`.jvm_writer`): then no Python worker starts;
         ``kafka``: the Kafka ranges ``raw`` holds and how they were read (good rows then
         reach Python's writer without the message columns the table does not keep:
-        :func:`.writing.lean_rows`). ``probe_workers``: False where the job's own tasks
+        :func:`.writing.lean_rows`; the last messages' fingerprints that neither writer
+        took are fetched from the broker). ``probe_workers``: False where the job's own tasks
         start by running Sluice in the Python workers (executor mode), which answers
         :func:`.workers.check_python_workers` without a job of its own."""
         from pyspark.sql import functions as F
@@ -576,13 +577,14 @@ class _Job:
 
         if in_jvm and jvm_writable(self.formats.decodes, targets):
             with job_progress(self.spark, writing):
-                return write_outcomes_in_jvm(frame, good, bad, targets, in_jvm)
-        if probe_workers:
-            check_python_workers(self.spark)
-        if kafka is not None:
-            frame = lean_rows(frame, good, bad, _last_offsets(kafka.todo))
-        with format_task_errors(), job_progress(self.spark, writing):
-            counts = write_outcomes(frame, good, bad, targets, largest)
+                counts = write_outcomes_in_jvm(frame, good, bad, targets, in_jvm)
+        else:
+            if probe_workers:
+                check_python_workers(self.spark)
+            if kafka is not None:
+                frame = lean_rows(frame, good, bad, _last_offsets(kafka.todo))
+            with format_task_errors(), job_progress(self.spark, writing):
+                counts = write_outcomes(frame, good, bad, targets, largest)
         return counts if kafka is None else self._with_fingerprints(counts, kafka.kwargs)
 
     def _with_fingerprints(self, counts: WriteCounts, kwargs: ReaderKwargs) -> WriteCounts:

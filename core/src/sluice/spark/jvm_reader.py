@@ -164,8 +164,6 @@ def read_with_spark(
     for frame in frames[1:]:
         raw = raw.unionByName(frame)
     headers = F.coalesce(F.col("headers"), F.array().cast("array<struct<key:string,value:binary>>"))
-    ids = F.filter(headers, lambda h: (h["key"] == F.lit(ID_HEADER)) & h["value"].isNotNull())
-    message_id = F.try_element_at(ids, F.lit(-1))["value"].cast("string")
     return raw.select(
         "key",
         "value",
@@ -174,8 +172,21 @@ def read_with_spark(
         F.col("offset").cast("long").alias("offset"),
         F.when(F.unix_micros(F.col("timestamp")) >= 0, F.col("timestamp")).alias("timestamp"),
         headers.alias("headers"),
-        F.when(F.length(message_id) > 0, message_id).alias("message_id"),
+        _header_message_id(headers).alias("message_id"),
     )
+
+
+def _header_message_id(headers: Any) -> Any:
+    """The ``message_id`` header of a record's ``headers`` column (never null) as text, the
+    last one with a value winning, as :func:`sluice.kafka.records.header_message_id` reads
+    it; null when it has none or an empty one. (A higher-order function: Spark runs the
+    projection holding it outside its generated code, where a table keeps the id.)"""
+    from pyspark.sql import functions as F
+
+    ids = F.filter(headers, lambda h: (h["key"] == F.lit(ID_HEADER)) & h["value"].isNotNull())
+    found = F.try_element_at(ids, F.lit(-1))["value"]
+    # bytes that are not UTF-8 replaced as Python's decode(errors="replace") does
+    return F.when(F.length(found) > 0, F.make_valid_utf8(found.cast("string")))
 
 
 def _classic(spark: Any) -> bool:

@@ -10,23 +10,32 @@ DataFrame writer instead, so executors need only a JVM.
 
 One job reads the batch, classifies it and writes the good rows; an observation on that job
 (``DataFrame.observe``: aggregates computed as the rows pass, no extra pass) counts the good
-and quarantined rows and the value bytes, keeps each Kafka partition's last message, and
-brings the quarantined rows themselves back to the driver when they are few and small (at
-most :data:`QUARANTINE_ROWS`, each message at most :data:`QUARANTINE_ROW_BYTES`: a bounded
-aggregate). The driver writes those to the quarantine with pyarrow, so the batch is read
-once, with no cache. Only a larger quarantine is written by a second job, which reads the
-batch again. (A cache of the classified rows cost more than that: Spark serialized every row
-into it, and at 2,000,000 messages the rows spilled out of a 2-core session's memory.) Each
-output goes to an ``_attempts`` directory first; Spark's commit protocol keeps only
-committed task attempts' files there, and the driver syncs those (:mod:`.durable`: Spark's
-tasks do not) and moves them into place, as :mod:`.writing` does.
+and quarantined rows and the value bytes, and brings the quarantined rows themselves back to
+the driver when they are few and small (at most :data:`QUARANTINE_ROWS`, each message at
+most :data:`QUARANTINE_ROW_BYTES`: a bounded aggregate). The driver writes those to the
+quarantine with pyarrow, so the batch is read once, with no cache. Only a larger quarantine
+is written by a second job, which reads the batch again. (A cache of the classified rows
+cost more than that: Spark serialized every row into it, and at 2,000,000 messages the rows
+spilled out of a 2-core session's memory.) Each output goes to an ``_attempts`` directory
+first; Spark's commit protocol keeps only committed task attempts' files there, and the
+driver syncs those (:mod:`.durable`: Spark's tasks do not) and moves them into place, as
+:mod:`.writing` does.
+
+The observation sits outside Spark's generated code: every row reaches it as a row holding
+each column its aggregates name. So the rows are first narrowed to the good rows' columns
+and a few small ones (:func:`_observed`), the quarantined row built there only where it is
+kept; its message id, which takes a higher-order function in Spark (the headers' search),
+is made on the driver. That took the observation from 2.3 s to about 0.5 s of a
+2,000,000-message batch (bench/spark_reader_breakdown.py). The last message of each
+partition, whose fingerprint the recreated-topic check needs, is not observed for the same
+reason: the caller fetches it from the broker, as for :mod:`.writing`'s lean rows.
 
 The report that :mod:`.writing`'s tasks give is built on the driver: the offsets come from
 the written files' ``partition`` and ``offset`` columns (read alone, they are small), as
 runs of consecutive offsets (a repeated offset stays in its run and shows as more rows than
-offsets). The last message's fingerprint is taken there too (:mod:`.fingerprints` is
-BLAKE2, which Spark SQL lacks). Row counts that differ between the files and the
-observation fail the batch (the second job's read of a topic that changed meanwhile).
+offsets), each partition's last message without its fingerprint (fetched by the caller).
+Row counts that differ between the files and the observation fail the batch (the second
+job's read of a topic that changed meanwhile).
 
 The observation also names the tasks that wrote rows, each of which wrote a file at least. A
 driver that finds fewer files than that is looking at another disk than the executors wrote
@@ -47,12 +56,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..kafka.records import record_id
 from . import durable, layout
 from .durable import local_target
 from .failpoints import is_armed
-from .fingerprints import message_fingerprint
+from .layout import ID_COLUMN
 from .writing import (
     ATTEMPTS_DIR,
+    UNKNOWN_FINGERPRINT,
     WriteCounts,
     WriteTargets,
     merge_reports,
@@ -69,9 +80,15 @@ _PARQUET_SETTINGS = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"
 #: and the bytes of each one's message (key, value and headers) at most: 64 MiB at most.
 QUARANTINE_ROWS = 65_536
 QUARANTINE_ROW_BYTES = 1_024
-#: The writing task's number, a column of the observed rows only (Spark cannot evaluate
-#: ``spark_partition_id()`` inside an observation's aggregate itself).
+#: Columns of the observed rows only (:func:`_observed`): the writing task's number (Spark
+#: cannot evaluate ``spark_partition_id()`` inside an observation's aggregate itself), whether
+#: the row is quarantined, its value's bytes, and the quarantined row as the driver keeps it
+#: with its offset (null where it is not kept).
 _TASK = "_sluice_task"
+_BAD = "_sluice_bad"
+_VALUE_BYTES = "_sluice_value_bytes"
+_KEPT = "_sluice_kept"
+_KEPT_AT = "_sluice_kept_offset"
 
 
 def jvm_writable(decodes_in_python: bool, targets: WriteTargets) -> bool:
@@ -100,14 +117,14 @@ def write_outcomes_in_jvm(
     spark = frame.sparkSession
     dirs = {"good": targets.data.rstrip("/"), "bad": targets.quarantine.rstrip("/")}
     attempts = {kind: f"{path}/{ATTEMPTS_DIR}" for kind, path in dirs.items()}
-    bad = F.col("reason").isNotNull()
     observation = Observation("sluice_batch")
     encoded = layout.spark_writer_options()
     try:
         with session_conf(spark, _PARQUET_SETTINGS):
-            tasked = frame.withColumn(_TASK, F.spark_partition_id())
-            observed = tasked.observe(observation, *_measures(partitions, bad_columns))
-            observed.filter(~bad).select(good_columns).write.options(**encoded).parquet(
+            observed = _observed(frame, good_columns, bad_columns).observe(
+                observation, *_measures()
+            )
+            observed.filter(~F.col(_BAD)).select(good_columns).write.options(**encoded).parquet(
                 _uri(attempts["good"])
             )
             seen = dict(observation.get)
@@ -119,6 +136,7 @@ def write_outcomes_in_jvm(
                     written.append(("bad", _write_quarantine(rows, attempts["bad"])))
                     seen["bad_tasks"] = [None]  # one file, the driver's
                 else:
+                    bad = F.col("reason").isNotNull()
                     frame.filter(bad).select(bad_columns).write.options(**encoded).parquet(
                         _uri(attempts["bad"])
                     )
@@ -131,64 +149,90 @@ def write_outcomes_in_jvm(
         move_into_place(written, attempts, dirs, None)
     finally:
         remove_attempts(attempts, None)
-    report = _report(offsets, seen, partitions)
+    report = _report(offsets, partitions)
     return WriteCounts(seen["good"], seen["bad"], seen["value_bytes"] or 0, merge_reports([report]))
 
 
-def _measures(partitions: Sequence[int], bad_columns: Sequence[str]) -> list[Any]:
-    """The observation's aggregates: rows per output and the tasks that wrote them, value
-    bytes, per partition the last message (key, value, timestamp) by offset, and the
-    quarantined rows as JSON when they are few and small enough (:data:`QUARANTINE_ROWS`,
-    :data:`QUARANTINE_ROW_BYTES`)."""
+def _observed(frame: Any, good_columns: Sequence[str], bad_columns: Sequence[str]) -> Any:
+    """The classified ``frame`` as the observation sees it (module docstring): the good rows'
+    columns and the small ones it counts; each quarantined row few enough bytes to keep
+    (:data:`QUARANTINE_ROW_BYTES`: key, value and headers) built as a struct of
+    ``bad_columns``, timestamps in microseconds, without its message id (:func:`_quarantined`
+    makes it). No higher-order function: a projection holding one runs outside Spark's
+    generated code, the classification with it (4 s more at 2,000,000 messages)."""
     from pyspark.sql import functions as F
 
-    message = F.struct("offset", "key", "value", F.unix_micros("timestamp").alias("micros"))
-    of = F.col("partition")
-    good = F.col("reason").isNull()
-    header_bytes = F.aggregate(
-        F.coalesce("headers", F.array()),
-        F.lit(0),
-        lambda total, h: (
-            total
-            + F.coalesce(F.length(h["key"]), F.lit(0))
-            + F.coalesce(F.length(h["value"]), F.lit(0))
-        ),
-    )
+    bad = F.col("reason").isNotNull()
+    # the headers' keys and values, each joined into one string (bytes kept as they are)
+    header_bytes = F.lit(0)
+    for part in ("key", "value"):
+        joined = F.array_join(F.col(f"headers.{part}").cast("array<string>"), "")
+        header_bytes = header_bytes + F.coalesce(F.octet_length(joined), F.lit(0))
     size = F.coalesce(F.length("value"), F.lit(0)) + F.coalesce(F.length("key"), F.lit(0))
-    small = ~good & (size + header_bytes <= QUARANTINE_ROW_BYTES)  # headers: bad rows only
+    kept = bad & (size + header_bytes <= QUARANTINE_ROW_BYTES)  # (evaluated on bad rows only)
     row = F.struct(
-        *(F.unix_micros(c).alias(c) if c == "timestamp" else F.col(c) for c in bad_columns)
-    )
-    return [
-        F.count_if(good).alias("good"),
-        F.count_if(~good).alias("bad"),
-        F.collect_set(F.when(good, F.col(_TASK))).alias("good_tasks"),
-        F.collect_set(F.when(~good, F.col(_TASK))).alias("bad_tasks"),
-        F.sum(F.coalesce(F.length("value"), F.lit(0))).alias("value_bytes"),
         *(
-            F.max_by(message, F.when(of == p, F.col("offset"))).alias(f"last_{p}")
-            for p in partitions
-        ),
-        # the row built only where it can be kept: the other rows' whole messages stay out
-        # of the aggregate (4% of a 2,000,000-message batch)
-        F.to_json(
-            F.min_by(F.when(small, row), F.when(small, F.col("offset")), QUARANTINE_ROWS)
-        ).alias("quarantined"),
+            F.unix_micros(name).alias(name) if name == "timestamp" else F.col(name)
+            for name in bad_columns
+            if name != ID_COLUMN
+        )
+    )
+    return frame.select(
+        *good_columns,
+        bad.alias(_BAD),
+        F.spark_partition_id().alias(_TASK),
+        F.coalesce(F.length("value"), F.lit(0)).alias(_VALUE_BYTES),
+        F.when(kept, row).alias(_KEPT),
+        F.when(kept, F.col("offset")).alias(_KEPT_AT),
+    )
+
+
+def _measures() -> list[Any]:
+    """The observation's aggregates over :func:`_observed`'s rows: rows per output and the
+    tasks that wrote them, value bytes, and the kept quarantined rows as JSON, the first
+    :data:`QUARANTINE_ROWS` by offset."""
+    from pyspark.sql import functions as F
+
+    bad = F.col(_BAD)
+    return [
+        F.count_if(~bad).alias("good"),
+        F.count_if(bad).alias("bad"),
+        F.collect_set(F.when(~bad, F.col(_TASK))).alias("good_tasks"),
+        F.collect_set(F.when(bad, F.col(_TASK))).alias("bad_tasks"),
+        F.sum(_VALUE_BYTES).alias("value_bytes"),
+        F.to_json(F.min_by(_KEPT, _KEPT_AT, QUARANTINE_ROWS)).alias("quarantined"),
     ]
 
 
 def _quarantined(text: str | None, schema: pa.Schema) -> pa.Table:
     """The quarantined rows of the observation (Spark's ``to_json``: binary values in base64,
-    timestamps in microseconds) as a table of ``schema``."""
+    timestamps in microseconds, no message id) as a table of ``schema``, each row's message
+    id made as every reader makes it (:func:`sluice.kafka.records.record_id`)."""
     rows = json.loads(text) if text else []
+    values: dict[str, list[Any]] = {}
+    for column in schema:
+        if column.name != ID_COLUMN:
+            convert = _converter(column.type)  # once a column, not once a value
+            values[column.name] = [_applied(convert, row.get(column.name)) for row in rows]
+    if ID_COLUMN in schema.names:
+        values[ID_COLUMN] = [
+            record_id(
+                [(h.get("key"), h.get("value")) for h in headers or ()], topic, partition, offset
+            )
+            for headers, topic, partition, offset in zip(
+                values["headers"],
+                values["topic"],
+                values["partition"],
+                values["offset"],
+                strict=True,
+            )
+        ]
     columns = []
     for column in schema:
-        convert = _converter(column.type)
-        values = [_applied(convert, row.get(column.name)) for row in rows]
         if pa.types.is_timestamp(column.type):
-            columns.append(pa.array(values, pa.int64()).cast(column.type))
+            columns.append(pa.array(values[column.name], pa.int64()).cast(column.type))
         else:
-            columns.append(pa.array(values, column.type))
+            columns.append(pa.array(values[column.name], column.type))
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -283,32 +327,23 @@ def _check_counts(
             )
 
 
-def _report(offsets: _Offsets, seen: dict[str, Any], partitions: Sequence[int]) -> dict[str, Any]:
+def _report(offsets: _Offsets, partitions: Sequence[int]) -> dict[str, Any]:
     """The report :mod:`.writing`'s tasks give (module docstring), from the written files'
-    offsets and the observation ``seen``."""
+    offsets; each partition's last message without its fingerprint."""
     report: dict[str, Any] = {}
     for p in partitions:
         mine = np.sort(offsets.offset[offsets.partition == p])
-        last = seen[f"last_{p}"]
-        if not mine.size or last is None:
+        if not mine.size:
             continue
         breaks = np.flatnonzero(np.diff(mine) > 1) + 1
         starts = mine[np.concatenate(([0], breaks))]
         ends = mine[np.concatenate((breaks - 1, [mine.size - 1]))] + 1
-        micros = last["micros"]
-        fingerprint = message_fingerprint(
-            _bytes(last["key"]), _bytes(last["value"]), None if micros is None else micros // 1000
-        )
         report[str(p)] = {
             "intervals": [[int(s), int(e)] for s, e in zip(starts, ends, strict=True)],
             "rows": int(mine.size),
-            "last": [last["offset"], fingerprint],
+            "last": [int(mine[-1]), UNKNOWN_FINGERPRINT],
         }
     return report
-
-
-def _bytes(value: Any) -> bytes | None:
-    return None if value is None else bytes(value)
 
 
 def _uri(path: str) -> str:
