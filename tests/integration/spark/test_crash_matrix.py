@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,23 +92,28 @@ def test_kafka_twenty_ingests_killed_at_random_moments(
     spark: Any, topic: KafkaTopic, tmp_path: Path
 ) -> None:
     """Each round sends messages, plans from the committed offsets and kills the ingest at a
-    random moment (some finish first); a last ingest finishes. Bounded: 20 rounds. One reader
-    is enough here: what is under test is the protocol around it, and every reader is killed
-    at each failpoint above."""
+    random moment of its run (up to a little more than the last round that ran to its end
+    took: the first runs to its end; some finish first); a last ingest finishes. Bounded: 20
+    rounds. One reader is enough here: what is under test is the protocol around it, and
+    every reader is killed at each failpoint above."""
     reader = READERS[0]
     chooser = random.Random(20261122)
     sink, sent = tmp_path / "sink", 0
     options = {"source": with_reader(topic.source, reader), "schema": SCHEMA, "dead_letter": True}
-    outcomes = []
-    for _ in range(20):
+    outcomes, one_run = [], 0.0
+    for number in range(20):
         topic.send([reading(sent + i) for i in range(15)] + BAD[:1])
         sent += 15
         spec = topic.plan()
+        started = time.monotonic()
         code, _ = run_child(
             spark,
             {"spec": spec.to_dict(), "sink": sink, **options},
-            kill_after=chooser.uniform(0.3, 4),
+            kill_after=chooser.uniform(0.05, 1.1) * one_run if number else None,
         )
+        if code == 0:  # the last round that ran to its end sets the next one's span
+            one_run = time.monotonic() - started
+        assert number or code == 0, "the first round runs to its end"
         outcomes.append(code)
     waiting = plan_batch(topic.queue)
     if waiting is not None:  # none when the last round's child finished before its kill
