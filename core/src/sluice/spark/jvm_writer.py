@@ -25,7 +25,7 @@ The observation sits outside Spark's generated code: every row reaches it as a r
 each column its aggregates name. So the rows are first narrowed to the good rows' columns
 and a few small ones (:func:`_observed`), the quarantined row built there only where it is
 kept; its message id, which takes a higher-order function in Spark (the headers' search),
-is made on the driver. That took the observation from 2.3 s to about 0.5 s of a
+is made on the driver. That took the observation from 2.3 s to 0.9 to 1.4 s of a
 2,000,000-message batch (bench/spark_reader_breakdown.py). The last message of each
 partition, whose fingerprint the recreated-topic check needs, is not observed for the same
 reason: the caller fetches it from the broker, as for :mod:`.writing`'s lean rows.
@@ -159,7 +159,7 @@ def _observed(frame: Any, good_columns: Sequence[str], bad_columns: Sequence[str
     (:data:`QUARANTINE_ROW_BYTES`: key, value and headers) built as a struct of
     ``bad_columns``, timestamps in microseconds, without its message id (:func:`_quarantined`
     makes it). No higher-order function: a projection holding one runs outside Spark's
-    generated code, the classification with it (4 s more at 2,000,000 messages)."""
+    generated code, the classification with it (about 3 s more at 2,000,000 messages)."""
     from pyspark.sql import functions as F
 
     bad = F.col("reason").isNotNull()
