@@ -183,6 +183,8 @@ def _observed(frame: Any, good_columns: Sequence[str], bad_columns: Sequence[str
         F.spark_partition_id().alias(_TASK),
         F.coalesce(F.length("value"), F.lit(0)).alias(_VALUE_BYTES),
         F.when(kept, row).alias(_KEPT),
+        # the offset again, as a column of its own: ordering the bounded aggregate by the
+        # struct's field instead cost about 2.8 s at 2,000,000 messages (bench/README.md)
         F.when(kept, F.col("offset")).alias(_KEPT_AT),
     )
 
