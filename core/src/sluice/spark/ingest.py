@@ -49,6 +49,7 @@ from . import layout
 from .classify import Classification, Rules, parse_schema
 from .failpoints import failpoint
 from .formats import SPARKPLUG_STATE, Formats, format_task_errors, plan_formats
+from .gateway import disable_nagle
 from .jvm_writer import jvm_writable, write_outcomes_in_jvm
 from .kafka_source import (
     DEFAULT_CHUNK_BYTES,
@@ -558,6 +559,7 @@ class _Job:
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        disable_nagle(self.spark)  # this thread's connection to the JVM too (:mod:`.gateway`)
         frame = self.classification.apply(self.formats.stage(raw, aliases))
         good, bad = [*self.classification.good], [*self.classification.bad]
         schema = to_arrow_schema(frame.schema, timezone="UTC")

@@ -399,9 +399,11 @@ class _RoutedJob(_Job):
         from pyspark import StorageLevel
 
         from .formats import format_task_errors
+        from .gateway import disable_nagle
         from .progress import job_progress
         from .workers import check_python_workers
 
+        disable_nagle(self.spark)  # this thread's connection to the JVM too (:mod:`.gateway`)
         routed = _routed(staging)
         mqtt = self.spec.kind == "mqtt"
         cached = largest is None  # read on the executors: read once, route and write from it

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import class_archive
+from .gateway import disable_nagle
 
 __all__ = [
     "DEFAULT_MASTER",
@@ -143,6 +144,7 @@ def spark_session(
         if master is not None and master.startswith("sc://"):
             raise ImportError(f"{_CONNECT_HINT} ({exc})") from exc
         raise
+    disable_nagle(session)
     if archive is not None:
         archive.finish_at_exit()
     if ship_sluice is None:
