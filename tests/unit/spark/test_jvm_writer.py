@@ -65,9 +65,15 @@ def test_fewer_files_than_tasks_that_wrote_rows_name_the_disk_not_the_topic() ->
         _check_counts(every_file, seen)  # every file is there: the rows differ
 
 
+def json_lines(rows: list[dict[str, object]]) -> str:
+    """Rows as the observation brings them: a line of Spark's ``to_json`` each."""
+    return "\n".join(json.dumps(row) for row in rows)
+
+
 def test_quarantined_rows_brought_back_as_json_are_the_rows_spark_holds() -> None:
-    """Spark's ``to_json`` of the observation: binary in base64, timestamps in microseconds,
-    a null field left out, headers as a list of structs."""
+    """Spark's ``to_json`` of each row the observation keeps: binary in base64, timestamps in
+    microseconds, a null field left out, headers as a list of structs (one of them without
+    a value)."""
     schema = pa.schema(
         [
             ("key", pa.binary()),
@@ -79,7 +85,7 @@ def test_quarantined_rows_brought_back_as_json_are_the_rows_spark_holds() -> Non
             ("reason", pa.string()),
         ]
     )
-    text = json.dumps(
+    text = json_lines(
         [
             {
                 "key": base64.b64encode(b"k\x00").decode(),
@@ -87,7 +93,10 @@ def test_quarantined_rows_brought_back_as_json_are_the_rows_spark_holds() -> Non
                 "partition": 2,
                 "offset": 7,
                 "timestamp": 1_700_000_000_123_000,
-                "headers": [{"key": "h", "value": base64.b64encode(b"\x00\xff").decode()}],
+                "headers": [
+                    {"key": "h", "value": base64.b64encode(b"\x00\xff").decode()},
+                    {"key": "empty"},
+                ],
                 "reason": "invalid JSON",
             },
             {"partition": 0, "offset": 3, "timestamp": 5, "headers": [], "reason": "tombstone"},
@@ -97,7 +106,10 @@ def test_quarantined_rows_brought_back_as_json_are_the_rows_spark_holds() -> Non
     assert table.schema == schema
     rows = table.to_pylist()
     assert rows[0]["key"] == b"k\x00" and rows[0]["value"] == b"{not json"
-    assert rows[0]["headers"] == [{"key": "h", "value": b"\x00\xff"}]
+    assert rows[0]["headers"] == [
+        {"key": "h", "value": b"\x00\xff"},
+        {"key": "empty", "value": None},
+    ]
     assert rows[0]["timestamp"].timestamp() == 1_700_000_000.123
     assert (rows[1]["key"], rows[1]["value"], rows[1]["headers"]) == (None, None, [])
     assert _quarantined(None, schema).num_rows == 0
@@ -150,6 +162,6 @@ def test_a_quarantined_rows_message_id_is_made_from_its_headers_as_every_reader_
             "reason": "r",
         },
     ]
-    table = _quarantined(json.dumps(rows), schema)
+    table = _quarantined(json_lines(rows), schema)
     assert table.schema == schema
     assert table.column("message_id").to_pylist() == ["t-1-5", "b\ufffd", "a", "t-2-3"]
