@@ -165,3 +165,13 @@ def test_a_quarantined_rows_message_id_is_made_from_its_headers_as_every_reader_
     table = _quarantined(json_lines(rows), schema)
     assert table.schema == schema
     assert table.column("message_id").to_pylist() == ["t-1-5", "b\ufffd", "a", "t-2-3"]
+
+
+def test_quarantined_rows_of_large_lists_keep_their_type() -> None:
+    schema = pa.schema(
+        [("headers", pa.large_list(pa.struct([("key", pa.string()), ("value", pa.binary())])))]
+    )
+    text = json_lines([{"headers": [{"key": "h", "value": base64.b64encode(b"v").decode()}]}, {}])
+    table = _quarantined(text, schema)
+    assert table.schema == schema
+    assert table.column("headers").to_pylist() == [[{"key": "h", "value": b"v"}], None]

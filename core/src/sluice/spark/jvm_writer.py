@@ -271,7 +271,7 @@ def _as_json(kind: pa.DataType) -> pa.DataType:
         return pa.string()
     if pa.types.is_timestamp(kind):
         return pa.int64()
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):  # (Arrow reads lists only)
         return pa.list_(_as_json(kind.value_type))
     if pa.types.is_struct(kind):
         return pa.struct([(f.name, _as_json(f.type)) for f in kind])
@@ -286,7 +286,8 @@ def _from_json(values: pa.Array, kind: pa.DataType) -> pa.Array:
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         assert isinstance(values, pa.ListArray)
         items = _from_json(values.values, kind.value_type)
-        return type(values).from_arrays(values.offsets, items, type=kind, mask=values.is_null())
+        lists = pa.ListArray.from_arrays(values.offsets, items, mask=values.is_null())
+        return lists if lists.type == kind else lists.cast(kind)
     if pa.types.is_struct(kind):
         assert isinstance(values, pa.StructArray)
         children = [_from_json(values.field(i), f.type) for i, f in enumerate(kind)]
