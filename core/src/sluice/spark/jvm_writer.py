@@ -130,7 +130,8 @@ def write_outcomes_in_jvm(
             seen = _observed_values(observation)
             written = [("good", name) for name in _parquet_names(attempts["good"])]
             if seen["bad"]:
-                schema = to_arrow_schema(frame.select(bad_columns).schema, timezone="UTC")
+                whole = to_arrow_schema(frame.schema, timezone="UTC")  # (known: no analysis)
+                schema = pa.schema([whole.field(name) for name in bad_columns])
                 rows = _quarantined(seen["quarantined"], schema)
                 if rows.num_rows == seen["bad"]:  # every one came back: no second read
                     written.append(("bad", _write_quarantine(rows, attempts["bad"])))
