@@ -10,6 +10,7 @@ wait is skipped once after it; a refresh that fails still backs off as before.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from kafka import KafkaConsumer
@@ -24,8 +25,19 @@ def new_consumer(**kwargs: Any) -> KafkaConsumer:
 
 def skip_bootstrap_backoff(consumer: KafkaConsumer) -> KafkaConsumer:
     """Let ``consumer``'s next metadata refresh go without the back-off its bootstrap started
-    (a kafka-python without that state is left as it is)."""
+    (a kafka-python without that state is left as it is).
+
+    A consumer that bootstraps in its constructor (no ``api_version`` given) leaves its
+    metadata marked stale, and its refresh loop sent a refresh for no topic a few
+    milliseconds later, which started the back-off again: the first request that needs a
+    topic (ListOffsets, a fetch) then waited up to 100 ms, nine times in ten. That refresh
+    would learn nothing the bootstrap did not (a new consumer has no topics yet), so the
+    mark is cleared with the back-off; the first request naming a topic refreshes at once."""
     cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
-    if cluster is not None and hasattr(cluster, "_last_refresh_ms"):
+    if cluster is None or not hasattr(cluster, "_last_refresh_ms"):
+        return consumer
+    with getattr(cluster, "_lock", contextlib.nullcontext()):
+        if hasattr(cluster, "_need_update") and not getattr(cluster, "_topics", None):
+            cluster._need_update = False
         cluster._last_refresh_ms = 0
     return consumer

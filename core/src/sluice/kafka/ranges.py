@@ -205,9 +205,6 @@ def log_bounds(
     with explained_bootstrap(kwargs, f"Asking for the bounds of topic '{topic}'"):
         consumer = new_consumer(**{**kwargs, "enable_auto_commit": False}, group_id=None)
     try:
-        # the topic's metadata first: a new consumer's first ListOffsets waited about 100 ms
-        # for it, nine times in ten (Apache Kafka, kafka-python 3.0.12); asked itself, 3 ms
-        consumer.partitions_for_topic(topic)
         starts, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
         return {tp.partition: (starts[tp], ends[tp]) for tp in tps}
     finally:
