@@ -18,6 +18,8 @@ from sluice.spark.gateway import disable_nagle
 
 from .conftest import SCHEMA, KafkaTopic, reading
 
+pytestmark = pytest.mark.kafka
+
 
 def _no_delay(spark: Any) -> dict[int, bool]:
     """TCP_NODELAY of the JVM's socket of each connection of the gateway, by the port of
@@ -99,6 +101,3 @@ def test_an_ingest_turns_it_off_for_the_thread_it_runs_in(
     assert before is False
     assert (result.written, result.quarantined) == (50, 1)
     assert after is True
-
-
-pytestmark = pytest.mark.kafka
