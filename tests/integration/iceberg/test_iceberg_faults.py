@@ -6,7 +6,9 @@
 - a batch and its quarantine rows become visible together: a crash between the two commits is
   finished by the next run, even one that plans a new batch (MQTT);
 - the stream state survives a compaction and the expiry of every older snapshot;
-- a second run of the same batch never destroys the first run's work.
+- a second run of the same batch never destroys the first run's work;
+- another writer's commit while a run holds the tables it loaded is met by the run's commit,
+  which loads them again and publishes its batch beside the other's.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from sluice.spark.sinks import ConcurrentIngestError, StreamKey, open_sink
 from sluice.testing.faulty_catalog import injected, planned
 from sluice.testing.plugin import Broker
 
-from ..spark.conftest import SCHEMA, KafkaTopic, reading
+from ..spark.conftest import SCHEMA, KafkaTopic, open_topic, reading
 from ..spark.crashes import assert_exactly_once, run_child
 from ..spark.test_crash_matrix import BAD, publish_envelopes
 from ..spark.test_fault_model import blocked_at
@@ -200,3 +202,55 @@ def test_a_second_run_of_the_same_batch_never_destroys_the_first_runs_work(
     assert all(Path(f.removeprefix("file://")).exists() for f in published)
     assert len(table_rows(sqlite_lake)) == 40
     assert_exactly_once(audit(sink, topic.source), 42)
+
+
+@pytest.mark.parametrize("catalog", ["sqlite", "rest"])
+def test_another_writers_commit_while_a_run_holds_its_tables_is_met_and_both_are_kept(
+    spark: Any,
+    topic: KafkaTopic,
+    noida_broker: Broker,
+    unique_name: str,
+    request: pytest.FixtureRequest,
+    catalog: str,
+) -> None:
+    """A run keeps the tables it loaded until its commit (no catalog request for each step).
+    Another stream's batch is published into the same table while the run is held with its
+    batch staged: the run's commit meets the conflict, loads the tables again, and publishes;
+    both batches and both streams' states are in the table. (REST: both tables in one
+    commit, the batches have quarantine rows.)"""
+    lake: Lake = request.getfixturevalue(f"{catalog}_lake")
+    sink = lake.sink()
+    topic.send([reading(i) for i in range(30)] + BAD)
+    spec = topic.plan()
+    hold, reached, release = blocked_at("stage.after_write")
+    errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            ingest(spark, spec, sink, source=topic.source, schema=SCHEMA)
+        except BaseException as exc:
+            errors.append(exc)
+
+    other = open_topic(noida_broker, f"{unique_name}-other")
+    try:
+        other.send([reading(i) for i in range(20)] + BAD)
+        other_spec = other.plan()
+        with armed("stage.after_write", hold):
+            runner = threading.Thread(target=first)
+            runner.start()
+            try:
+                assert reached.wait(120), f"the first run never staged its batch: {errors}"
+                ingest(spark, other_spec, sink, source=other.source, schema=SCHEMA)
+            finally:
+                release.set()
+                runner.join(120)
+        assert errors == []
+        assert len(sluice_summaries(lake)) == 2
+        assert len(table_rows(lake)) == 50
+        assert len(table_rows(lake, "readings__quarantine")) == 2 * len(BAD)
+        opened = open_sink(sink)
+        for stream in (StreamKey.of(spec), StreamKey.of(other_spec)):
+            assert opened.state(stream).batches == 1, stream
+        assert_exactly_once(audit(sink, topic.source), 50 + 2 * len(BAD))
+    finally:
+        other.close()

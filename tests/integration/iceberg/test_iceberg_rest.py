@@ -15,6 +15,8 @@ its warehouse on the S3 server), where a REST catalog fails differently from a S
   the tables one by one, and answers 409 if a later one meets a conflict): a refusal after
   the table was committed publishes the batch, deletes none of its files, and the quarantine
   follows;
+- a run loads each table from the catalog a few times, not once per step (its commits keep
+  what it loaded current);
 - the server keeps its tables across a restart (its catalog is a SQLite file), listens on
   127.0.0.1 only, and the S3 keys are neither in its log nor on its command line;
 - (``sluice compact`` and ``sluice expire`` on a table of the REST catalog: in
@@ -89,6 +91,53 @@ def test_a_batch_and_its_quarantine_are_one_rest_commit(
     assert batch["sluice.batch-id"] == quarantine["sluice.batch-id"] == spec.batch_id
     assert len(table_rows(lake)) == 30 and len(table_rows(lake, "readings__quarantine")) == 2
     assert_exactly_once(audit(sink, topic.source), 32)
+
+
+def test_a_run_loads_each_table_a_few_times_not_once_per_step(
+    spark: Any, topic: KafkaTopic, rest_lake: Lake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A third batch loads the main table four times: to check it, to read the message
+    columns it keeps, at the run's start, and after the multi-table commit (which leaves the
+    table's object as it was); the quarantine table once. Every step between (the state,
+    the batch's record, the write targets, the commit, the state after it) uses those. What
+    the process's earlier ingests did stays done: the namespace is not asked for again, the
+    table's location (probed by the second; the first probed the warehouse's) not probed
+    again, the last batch's steps after its commit (still named in the table, as every run
+    finds them) not checked again."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    from sluice.spark.sinks.s3 import S3Settings
+
+    sink = rest_lake.sink()
+    loads: list[str] = []
+    load_table, make_namespace = RestCatalog.load_table, RestCatalog.create_namespace
+    s3_client = S3Settings.client
+
+    def counted(catalog: Any, identifier: Any) -> Any:
+        loads.append(identifier if isinstance(identifier, str) else ".".join(identifier))
+        return load_table(catalog, identifier)
+
+    def namespace(catalog: Any, *args: Any, **kwargs: Any) -> Any:
+        loads.append("create_namespace")
+        return make_namespace(catalog, *args, **kwargs)
+
+    def client(settings: Any, *args: Any, **kwargs: Any) -> Any:
+        loads.append("s3 client")
+        return s3_client(settings, *args, **kwargs)
+
+    for _ in range(3):
+        topic.send([reading(i) for i in range(30)] + BAD)
+        spec = topic.plan()
+        loads.clear()
+        with monkeypatch.context() as patched:
+            patched.setattr(RestCatalog, "load_table", counted)
+            patched.setattr(RestCatalog, "create_namespace", namespace)
+            patched.setattr(S3Settings, "client", client)
+            ingest(spark, spec, sink, source=topic.source, schema=SCHEMA)
+    main, quarantine = (f"{rest_lake.namespace}.{t}" for t in ("readings", "readings__quarantine"))
+    assert sorted(loads) == sorted([main] * 4 + [quarantine]), loads
+    assert len(sluice_summaries(rest_lake)) == 3
+    assert_exactly_once(audit(sink, topic.source), 3 * (30 + len(BAD)))
 
 
 def test_the_rest_catalogs_multi_table_commit_is_all_or_nothing(rest_lake: Lake) -> None:

@@ -134,6 +134,8 @@ def _compact_table(
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
     from pyiceberg.table import FileScanTask
 
+    from ..spark.sinks.transactions import transaction as new_transaction
+
     name = ".".join(identifier)
     table = sink._load(identifier)
     assert table is not None
@@ -182,7 +184,7 @@ def _compact_table(
             say(result.gave_up)
             return counts
         try:
-            with table.transaction() as transaction:
+            with new_transaction(table) as transaction:
                 overwrite = transaction.update_snapshot(snapshot_properties=summary).overwrite()
                 with overwrite:
                     for path in old:

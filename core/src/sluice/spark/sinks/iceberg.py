@@ -83,10 +83,10 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -152,6 +152,32 @@ TABLE_PROPERTIES = {
     "commit.retry.num-retries": "0",
     f"write.metadata.metrics.column.{BATCH_COLUMN}": "full",
 }
+
+
+class _Done:
+    """What this process did that stays done, for the sink objects of its later ingests (one
+    per ingest): a storage location probed, a namespace made sure of, a batch's steps after
+    its commit point finished (by the table's UUID). Bounded: what is forgotten is checked
+    again."""
+
+    LIMIT = 10_000
+
+    def __init__(self) -> None:
+        self._keys: set[tuple[Any, ...]] = set()
+        self._lock = threading.Lock()
+
+    def __contains__(self, key: tuple[Any, ...]) -> bool:
+        return key in self._keys
+
+    def add(self, key: tuple[Any, ...]) -> None:
+        with self._lock:
+            if len(self._keys) >= self.LIMIT:
+                self._keys.clear()
+            self._keys.add(key)
+
+
+_DONE = _Done()
+
 _BASE_SCHEMA = pa.schema(
     [
         ("key", pa.binary()),
@@ -307,14 +333,19 @@ def _sluice_snapshots(table: Table) -> Iterator[tuple[Snapshot, dict[str, str]]]
 T = TypeVar("T")
 
 
-def _with_retries(what: str, attempt: Callable[[], T]) -> T:
-    """``attempt()`` again on a commit conflict (it reloads what it needs itself)."""
+def _with_retries(
+    what: str, attempt: Callable[[], T], forget: Callable[[], None] | None = None
+) -> T:
+    """``attempt()`` again on a commit conflict (it reloads what it needs itself, after
+    ``forget()``: the tables a run keeps are stale then, :meth:`IcebergSink._load`)."""
     from pyiceberg.exceptions import CommitFailedException
 
     for number in range(COMMIT_ATTEMPTS):
         try:
             return attempt()
         except CommitFailedException:
+            if forget is not None:
+                forget()
             if number == COMMIT_ATTEMPTS - 1:
                 raise
             time.sleep(min(0.05 * 2**number, 1.0) * (0.5 + uuid.uuid4().int % 100 / 100))
@@ -346,7 +377,8 @@ class IcebergSink(UpsertMode):
             self.target = dataclasses.replace(self.target, partitioning=given)
         self._spec: Partitioning | None = None  # the table's, once it is known
         self._catalog: Catalog | None = None
-        self._finished: set[str] = set()  # pending batches finished by this sink object
+        self._quarantined: set[str] = set()  # batches whose quarantine this sink committed
+        self._run = threading.local()  # the tables a run in this thread keeps (exclusive())
         self._coordinates: dict[tuple[bool, int | None], dict[str, pa.Table]] = {}
         self._s3: S3Settings | None = None
         self._s3_filesystem: Any = None
@@ -408,6 +440,9 @@ class IcebergSink(UpsertMode):
         self._filesystem(location)
         assert self._s3 is not None
         bucket, prefix = split_s3(location)
+        done = ("storage", self._s3, bucket, prefix)
+        if done in _DONE:
+            return
         probe = f"{prefix}/_sluice-probe-{uuid.uuid4().hex[:12]}".lstrip("/")
         client = self._s3.client(attempts=2)
         try:
@@ -416,13 +451,17 @@ class IcebergSink(UpsertMode):
             client.delete_object(Bucket=bucket, Key=probe)
         except Exception as exc:
             raise s3_error(exc, self._s3, location, "open the tables' location") from None
+        _DONE.add(done)
 
     def check(self) -> None:
         """The catalog opens and the table's namespace exists (it is created if missing); an
         existing table's partition spec is the one given, if one is."""
         try:
             for identifier in {self.target.namespace, self.target.quarantine[:-1]}:
-                self.catalog.create_namespace_if_not_exists(identifier)
+                done = ("namespace", self.target.catalog, self.catalog.properties.get("uri"))
+                if (*done, identifier) not in _DONE:
+                    self.catalog.create_namespace_if_not_exists(identifier)
+                    _DONE.add((*done, identifier))
             table = self._load(self.target.table)
             self._check_storage(table)
             if table is not None:
@@ -489,13 +528,38 @@ class IcebergSink(UpsertMode):
                 "none), or ingest into a new table."
             )
 
-    def _load(self, identifier: tuple[str, ...]) -> Table | None:
+    def _load(self, identifier: tuple[str, ...], fresh: bool = False) -> Table | None:
+        """The table as the catalog has it now, None if there is none. Within
+        :meth:`exclusive` (one run of one batch) a table is loaded once and then kept, and
+        this sink's own commits keep it current (``fresh``: load it all the same). Another
+        writer's commit meanwhile is found by the run's commit, which is the fence: its
+        conflict forgets the kept tables (:meth:`_forget`) and the retry loads them again."""
         from pyiceberg.exceptions import NoSuchTableError
 
+        kept = self._tables
+        if kept is not None and not fresh and identifier in kept:
+            return kept[identifier]
         try:
-            return self.catalog.load_table(identifier)
+            table = self.catalog.load_table(identifier)
         except NoSuchTableError:
             return None
+        self._keep(identifier, table)
+        return table
+
+    @property
+    def _tables(self) -> dict[tuple[str, ...], Table] | None:
+        tables: dict[tuple[str, ...], Table] | None = getattr(self._run, "tables", None)
+        return tables
+
+    def _keep(self, identifier: tuple[str, ...], table: Table) -> None:
+        if self._tables is not None:
+            self._tables[identifier] = table
+
+    def _forget(self, *identifiers: tuple[str, ...]) -> None:
+        """Load ``identifiers`` (all tables, if none is named) afresh when next asked for."""
+        if self._tables is not None:
+            for identifier in identifiers or [*self._tables]:
+                self._tables.pop(identifier, None)
 
     def _ensure(
         self, identifier: tuple[str, ...], schema: pa.Schema, loaded: Table | None = None
@@ -537,7 +601,7 @@ class IcebergSink(UpsertMode):
             return fresh
 
         try:
-            return _with_retries("schema", evolve)
+            table = _with_retries("schema", evolve)
         except (ValidationError, ValueError) as exc:
             raise ConfigError(
                 f"The batch's rows do not fit the Iceberg table {self._name(identifier)}: {exc}. "
@@ -545,6 +609,8 @@ class IcebergSink(UpsertMode):
                 "only widens int to long and float to double): keep the schema's type, or "
                 "ingest into another table."
             ) from None
+        self._keep(identifier, table)
+        return table
 
     def _create(
         self,
@@ -595,9 +661,11 @@ class IcebergSink(UpsertMode):
         return spec
 
     def _set_properties(self, identifier: tuple[str, ...], properties: dict[str, str]) -> Table:
+        from .transactions import transaction
+
         table = self.catalog.load_table(identifier)
-        with table.transaction() as transaction:
-            transaction.set_properties(properties)
+        with transaction(table) as changes:
+            changes.set_properties(properties)
         return table
 
     def _sidecar(self, table: Table) -> str:
@@ -617,8 +685,8 @@ class IcebergSink(UpsertMode):
         return None
 
     def state(self, stream: StreamKey) -> StreamState:
-        for _ in range(COMMIT_ATTEMPTS):
-            table = self._load(self.target.table)
+        for attempt in range(COMMIT_ATTEMPTS):
+            table = self._load(self.target.table, fresh=attempt > 0)
             if table is None:
                 return StreamState()
             try:
@@ -732,11 +800,19 @@ class IcebergSink(UpsertMode):
 
     # ---- writing -------------------------------------------------------------------------
 
-    def exclusive(self, stream: StreamKey) -> AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def exclusive(self, stream: StreamKey) -> Iterator[None]:
         """Nothing to hold: the commit is the fence (a second run's commit finds the offsets
         published and raises :class:`ConcurrentIngestError`), and a run never touches
-        another run's files."""
-        return contextlib.nullcontext()
+        another run's files. Within it the run keeps the tables it loaded (:meth:`_load`)."""
+        if self._tables is not None:  # (a run within a run: it shares the outer one's)
+            yield
+            return
+        self._run.tables = {}
+        try:
+            yield
+        finally:
+            self._run.tables = None
 
     def recover(self) -> None:
         """Finish the batches ``sluice.pending`` names: their quarantine commit and record
@@ -745,10 +821,9 @@ class IcebergSink(UpsertMode):
         if table is None:
             return
         for batch_id, entry in _pending(table).items():
-            if batch_id in self._finished:
+            if _finished(table, batch_id):
                 continue
             self._finish(table, batch_id, list(entry.get("quarantine", [])))
-            self._finished.add(batch_id)
 
     def pending_files(self) -> set[str]:
         """The quarantine files (URIs) that a pending batch names: in no snapshot until its
@@ -757,17 +832,30 @@ class IcebergSink(UpsertMode):
         pending = _pending(table).values() if table is not None else []
         return {uri for entry in pending for uri in entry.get("quarantine", [])}
 
-    def _finish(self, table: Table, batch_id: str, quarantine_files: list[str]) -> None:
-        """The steps after a batch's commit point; each is done once, whoever runs it."""
-        _with_retries("quarantine", lambda: self._commit_quarantine(batch_id, quarantine_files))
+    def _finish(
+        self,
+        table: Table,
+        batch_id: str,
+        quarantine_files: list[str],
+        record: BatchRecord | None = None,
+    ) -> None:
+        """The steps after a batch's commit point; each is done once, whoever runs it.
+        ``record``: the batch's, if known (else it is read from the table)."""
+        if batch_id not in self._quarantined:
+            _with_retries(
+                "quarantine",
+                lambda: self._commit_quarantine(batch_id, quarantine_files),
+                self._forget,
+            )
         path = self._record_file(table, batch_id)
         if not table.io.new_input(path).exists():
-            record = self.find(batch_id)
+            record = record or self.find(batch_id)
             if record is not None:
                 with table.io.new_output(path).create(overwrite=True) as handle:
                     handle.write(json.dumps(record.to_json(), sort_keys=True).encode())
                 sync_file(path)
                 sync_directory(path.rpartition("/")[0])
+        _DONE.add(("finished", str(table.metadata.table_uuid), batch_id))
 
     def _record_file(self, table: Table, batch_id: str) -> str:
         name = hashlib.sha256(batch_id.encode()).hexdigest()[:32]
@@ -881,7 +969,7 @@ class IcebergSink(UpsertMode):
         run.committing = True
         try:
             table = _with_retries(
-                "batch", lambda: self._commit_batch(record, good, bad, run.changes)
+                "batch", lambda: self._commit_batch(record, good, bad, run.changes), self._forget
             )
         except (ConcurrentIngestError, CommitFailedException):
             run.committing = False  # refused: it did not happen
@@ -892,8 +980,7 @@ class IcebergSink(UpsertMode):
             with contextlib.suppress(OSError):  # in no snapshot: orphans if left
                 filesystem, path = resolve(run.data, found)
                 filesystem.delete_dir(path)
-        self._finish(table, record.batch_id, bad)
-        self._finished.add(record.batch_id)
+        self._finish(table, record.batch_id, bad, record)
         failpoint("publish.after_state")
 
     def _commit_quarantine(self, batch_id: str, files: list[str]) -> None:
@@ -913,7 +1000,9 @@ class IcebergSink(UpsertMode):
             table = self._ensure(self.target.quarantine, _BASE_SCHEMA)
         if any(s[f"{PREFIX}batch-id"] == batch_id for _, s in _sluice_snapshots(table)):
             return None
-        transaction = table.transaction()
+        from .transactions import transaction as new_transaction
+
+        transaction = new_transaction(table)
         transaction.add_files(files, {f"{PREFIX}batch-id": batch_id}, check_duplicate_files=False)
         return transaction
 
@@ -929,7 +1018,9 @@ class IcebergSink(UpsertMode):
         between the two, until :meth:`_finish` makes it)."""
         from pyiceberg.exceptions import CommitFailedException
 
-        transaction = table.transaction()
+        from .transactions import transaction as new_transaction
+
+        transaction = new_transaction(table)
         yield transaction
         prepared = self._quarantine_transaction(batch_id, quarantine)
         if prepared is not None and can_commit_together(self.catalog):
@@ -946,6 +1037,7 @@ class IcebergSink(UpsertMode):
         if prepared is not None:
             try:
                 _sync_snapshot(prepared.commit_transaction())
+                self._quarantined.add(batch_id)
             except Exception as exc:  # the batch is published: _finish tries again
                 log.warning("Batch %s's quarantine commit failed (%s); retrying.", batch_id, exc)
 
@@ -957,6 +1049,7 @@ class IcebergSink(UpsertMode):
         quarantine)."""
         from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
+        self._forget()  # (a multi-table commit leaves the tables' objects as they were)
         try:
             commit_together(self.catalog, [batch, quarantine])
         except CommitFailedException:
@@ -977,8 +1070,11 @@ class IcebergSink(UpsertMode):
                 batch_id,
             )
         else:
-            _sync_snapshot(self.catalog.load_table(self.target.quarantine))
+            self._quarantined.add(batch_id)
+            if local_target(quarantine._table.metadata_location) is not None:
+                _sync_snapshot(self.catalog.load_table(self.target.quarantine))
         batch._table.refresh()
+        self._keep(self.target.table, batch._table)
 
     def _evolve_for(self, changes: Reduced) -> None:
         """Add the new columns of the changes' rows to the table (the rules of :meth:`_ensure`;
@@ -1016,7 +1112,7 @@ class IcebergSink(UpsertMode):
         text = json.dumps(state.to_json(), sort_keys=True)
         inline, in_file = f"{PREFIX}stream.{stream.slug}", f"{PREFIX}stream-file.{stream.slug}"
         previous = self._streams(table).get(in_file)
-        pending = {k: v for k, v in _pending(table).items() if k not in self._finished}
+        pending = {k: v for k, v in _pending(table).items() if not _finished(table, k)}
         pending[record.batch_id] = {"quarantine": quarantine}
         properties = {f"{PREFIX}pending": json.dumps(pending, sort_keys=True)}
         stored_keys = json.loads(table.properties.get(CDC_PROPERTY, "null"))
@@ -1221,6 +1317,11 @@ def _internal(value: Any) -> Any:
     if isinstance(value, datetime.date):
         return (value - datetime.date(1970, 1, 1)).days
     return value
+
+
+def _finished(table: Table, batch_id: str) -> bool:
+    """This process finished the steps after ``batch_id``'s commit point (:meth:`_finish`)."""
+    return ("finished", str(table.metadata.table_uuid), batch_id) in _DONE
 
 
 def _pending(table: Table) -> dict[str, dict[str, Any]]:
