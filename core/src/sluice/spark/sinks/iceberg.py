@@ -60,6 +60,11 @@ Commit protocol (docs/architecture.md, "The Iceberg sink"):
    at once: a server that commits the tables one by one may have committed the table before
    it refused.
 
+One run of a batch (:meth:`IcebergSink.exclusive`) loads each table from the catalog once and
+keeps it; its own commits keep it current, and a commit conflict (step 4) loads it again. A
+process remembers what stays done (:class:`_Done`): a namespace made sure of, a storage
+location probed, the steps after a batch's commit point that it finished.
+
 Reading: ``state()`` reads the table's properties (and at most one state file: invariant I5);
 ``find()`` walks the main branch's snapshots in the table metadata the catalog already loaded,
 without further I/O; ``records()`` and ``row_coordinates()`` (the audit) read the summaries,
