@@ -560,11 +560,10 @@ class IcebergSink(UpsertMode):
         if self._tables is not None:
             self._tables[identifier] = table
 
-    def _forget(self, *identifiers: tuple[str, ...]) -> None:
-        """Load ``identifiers`` (all tables, if none is named) afresh when next asked for."""
+    def _forget(self) -> None:
+        """Load the run's tables afresh when next asked for."""
         if self._tables is not None:
-            for identifier in identifiers or [*self._tables]:
-                self._tables.pop(identifier, None)
+            self._tables.clear()
 
     def _ensure(
         self, identifier: tuple[str, ...], schema: pa.Schema, loaded: Table | None = None
