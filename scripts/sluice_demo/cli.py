@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             interrupts.done()
             if interrupts.received or was_interrupted(exc):
                 status = 130
-                how = interrupts.received or "a signal"
+                how = interrupts.name() or "a signal"
                 problems.append(f"Interrupted ({how}) during: {steps.current}")
             else:
                 status = 1

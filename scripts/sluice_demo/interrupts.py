@@ -32,6 +32,7 @@ class Interrupts:
 
     def __init__(self) -> None:
         self.received = ""  # the first signal's name
+        self._noted = threading.Event()
         self._pending = threading.Event()
         self._handled = threading.Event()
         self._sockets: tuple[socket.socket, socket.socket] | None = None  # kept open
@@ -49,6 +50,7 @@ class Interrupts:
     def _note(self, signum: int) -> None:
         if not self.received:
             self.received = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            self._noted.set()
             self._pending.set()
 
     def _handler(self, signum: int, _frame: FrameType | None) -> None:
@@ -67,6 +69,13 @@ class Interrupts:
             main = threading.main_thread().ident
             if main is not None:  # a real signal: it also wakes a blocking call
                 signal.pthread_kill(main, signal.SIGINT)
+
+    def name(self, timeout: float = 1.0) -> str:
+        """The first signal's name. One that another handler turned into an exception (Dagster's,
+        while its sensor ticks) is noted by the watching thread a moment after the exception
+        reaches the demo: wait for it that long."""
+        self._noted.wait(timeout)
+        return self.received
 
     def done(self) -> None:
         """The demo is stopping: from now on signals are ignored (the brokers must stop)."""
