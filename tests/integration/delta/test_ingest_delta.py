@@ -170,9 +170,9 @@ def test_one_run_per_stream_and_uris(tmp_path: Path) -> None:
 
 
 def test_files_of_sparks_own_writer_land_in_the_table_as_the_other_readers_do(
-    spark: Any, topic: KafkaTopic, tmp_path: Path
+    cold_spark: Any, topic: KafkaTopic, tmp_path: Path
 ) -> None:
-    """options.reader 'spark' stages files written by Spark's Parquet writer (no Python
+    """options.reader 'spark' in a cold session stages files written by Spark's Parquet writer (no Python
     worker: :mod:`sluice.spark.jvm_writer`) and a small quarantine the driver wrote with
     pyarrow; the Delta table takes them like the other readers' files."""
     from deltalake import DeltaTable
@@ -180,7 +180,7 @@ def test_files_of_sparks_own_writer_land_in_the_table_as_the_other_readers_do(
     table = tmp_path / "readings"
     topic.send([reading(i) for i in range(30)] + BAD)
     source = f"{topic.source}?reader=spark"
-    result = ingest(spark, topic.plan(), f"delta://{table}", source=source, schema=SCHEMA)
+    result = ingest(cold_spark, topic.plan(), f"delta://{table}", source=source, schema=SCHEMA)
     assert (result.mode, result.written, result.quarantined) == ("spark", 30, 2)
     assert sorted(r["temperature"] for r in delta_rows(table)) == [i / 10 for i in range(30)]
     quarantine = table / "_quarantine"

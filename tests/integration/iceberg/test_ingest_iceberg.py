@@ -224,17 +224,17 @@ def test_two_ingests_into_one_table_at_once_both_land_after_a_commit_conflict(
 
 
 def test_files_of_sparks_own_writer_land_in_the_table_as_the_other_readers_do(
-    spark: Any, apache_kafka_broker: Broker, unique_name: str, sqlite_lake: Lake
+    cold_spark: Any, apache_kafka_broker: Broker, unique_name: str, sqlite_lake: Lake
 ) -> None:
-    """options.reader 'spark' stages files written by Spark's Parquet writer (no Python
-    worker: :mod:`sluice.spark.jvm_writer`) and a small quarantine the driver wrote with
+    """options.reader 'spark' in a cold session stages files written by Spark's Parquet
+    writer (no Python worker: :mod:`sluice.spark.jvm_writer`) and a small quarantine the driver wrote with
     pyarrow; the table takes them like the other readers' files: the rows, the quarantine,
     the snapshot's batch, the audit."""
     topic = open_topic(apache_kafka_broker, unique_name)
     try:
         topic.send([reading(i) for i in range(30)] + BAD)
         source = f"{topic.source}?reader=spark"
-        result = ingest(spark, topic.plan(), sqlite_lake.sink(), source=source, schema=SCHEMA)
+        result = ingest(cold_spark, topic.plan(), sqlite_lake.sink(), source=source, schema=SCHEMA)
         assert (result.mode, result.written, result.quarantined) == ("spark", 30, 2)
         rows = table_rows(sqlite_lake)
         assert sorted(r["temperature"] for r in rows) == [i / 10 for i in range(30)]

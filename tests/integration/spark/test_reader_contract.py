@@ -247,19 +247,32 @@ def test_a_batch_read_on_the_driver_is_written_by_the_faster_writer_of_the_sessi
     assert python_workers_checked(spark) == warm
 
 
+def cold(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``spark`` as a cold task's session: no Python worker started, nothing ingested."""
+    monkeypatch.setattr(spark, "_sluice_python_workers_checked", False, raising=False)
+    monkeypatch.setattr(spark, "_sluice_ingested", False, raising=False)
+
+
 def test_spark_reads_a_batch_once_unless_its_quarantine_is_large(
-    spark: Any, apache_kafka_broker: Broker, unique_name: str, tmp_path: Path
+    spark: Any,
+    apache_kafka_broker: Broker,
+    unique_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A few small quarantined messages come back with the observation of the good rows' job
-    and the driver writes them (pyarrow): one job, one read of the batch, and the same rows
-    as Python's writer gives. A quarantined message over QUARANTINE_ROW_BYTES takes a second
-    job, which reads the batch again."""
+    """In a cold session, Spark's writer writes the good rows, and a few small quarantined
+    messages come back with the observation of their job and the driver writes them
+    (pyarrow): one job, one read of the batch, and the same rows as Python's writer gives. A
+    quarantined message over QUARANTINE_ROW_BYTES takes a second job, which reads the batch
+    again."""
     topic = open_topic(apache_kafka_broker, unique_name, partitions=3)
 
     def ingested(sink: Path, reader: str, spec: Any) -> tuple[Any, int]:
         """The result, and the tasks of the Spark jobs that wrote the batch."""
         events: list[IngestEvent] = []
         mode = "executors" if reader == READERS[0] else "auto"
+        if reader == SPARK_READER:
+            cold(spark, monkeypatch)
         source = with_reader(topic.source, reader)
         result = ingest(
             spark, spec, sink, source=source, schema=SCHEMA, mode=mode, progress=events.append
@@ -290,6 +303,58 @@ def test_spark_reads_a_batch_once_unless_its_quarantine_is_large(
     assert writers_of(tmp_path / "once") == {"parquet-mr", "parquet-cpp-arrow"}
     assert writers_of(tmp_path / "twice") == {"parquet-mr"}
     assert once_audit.ok  # the driver's quarantine file counts: nothing missing or doubled
+
+
+def test_a_warm_sessions_spark_reader_batch_is_written_by_python_in_rounds_of_tasks(
+    spark: Any,
+    apache_kafka_broker: Broker,
+    unique_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once a session's Python workers run, Python's writer writes what Spark's Kafka source
+    reads (the faster then): the same rows and quarantine as Spark's writer in a cold
+    session, and a large batch (here: tasks of 10 messages or more) in three rounds of tasks
+    per core instead of one per partition."""
+    import sluice.spark.jvm_reader as jvm_reader
+
+    monkeypatch.setattr(jvm_reader, "PYTHON_WRITER_TASK_MESSAGES", 10)
+    topic = open_topic(apache_kafka_broker, unique_name, partitions=3)
+    try:
+        topic.send([reading(i) for i in range(90)] + [b"{not json", b'{"temperature": "warm"}'])
+        spec = topic.plan()
+        found = {}
+        for session in ("cold", "warm"):
+            if session == "cold":
+                cold(spark, monkeypatch)
+            else:
+                monkeypatch.setattr(spark, "_sluice_python_workers_checked", True)
+            events: list[IngestEvent] = []
+            own = dataclasses.replace(spec, group_id=f"{unique_name}-{session}")
+            sink = tmp_path / session
+            result = ingest(
+                spark,
+                own,
+                sink,
+                source=with_reader(topic.source, SPARK_READER),
+                schema=SCHEMA,
+                progress=events.append,
+            )
+            assert (result.written, result.quarantined) == (90, 2)
+            tasks = max(e.parts or 0 for e in events if e.stage == "writing")
+            found[session] = (rows_of(sink), writers_of(sink), tasks, audit(sink, topic.source))
+    finally:
+        topic.close()
+
+    cores = int(spark.sparkContext.defaultParallelism)
+    cold_rows, cold_writers, cold_tasks, cold_audit = found["cold"]
+    warm_rows, warm_writers, warm_tasks, warm_audit = found["warm"]
+    assert warm_rows == cold_rows
+    assert cold_writers == {"parquet-mr", "parquet-cpp-arrow"}  # the driver's quarantine
+    assert warm_writers == {"parquet-cpp-arrow"}
+    assert cold_tasks == cores * -(-max(3, cores) // cores)
+    assert warm_tasks == cores * jvm_reader.PYTHON_WRITER_ROUNDS
+    assert cold_audit.ok and warm_audit.ok
 
 
 def test_a_compacted_topic_gives_the_same_rows_and_quarantine_on_every_reader(

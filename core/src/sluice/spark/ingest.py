@@ -651,14 +651,21 @@ class _Job:
         mode: 14% at 200,000 messages; 0.47 s against 0.69 s at 20,000), so a session's
         second ingest starts them, unless they cannot start (no Python on the executors)."""
         raw = self.spark.read.schema(RAW_SCHEMA_DDL).parquet(*map(str, files))
-        if python_workers_checked(self.spark) or (
-            getattr(self.spark, _INGESTED, False) and python_workers_start(self.spark)
-        ):
-            partitions = ()
-        counts = self._write(raw, staging, largest, aliases, in_jvm=partitions, kafka=kafka)
+        in_jvm = () if self._python_writes() else partitions
+        counts = self._write(raw, staging, largest, aliases, in_jvm=in_jvm, kafka=kafka)
         for raw_file in files:
             raw_file.unlink()
         return counts
+
+    def _python_writes(self) -> bool:
+        """Whether Python's writer writes a batch that Spark's own writer could write too
+        (read on the driver, or by Spark's Kafka source): in a session whose Python workers
+        run, or that has ingested before (a long-lived session: they are started now), unless
+        they cannot start (no Python on the executors). A session's first ingest with no
+        Python worker started (a cold task's) starts none: Spark's writer writes it."""
+        return python_workers_checked(self.spark) or (
+            getattr(self.spark, _INGESTED, False) and python_workers_start(self.spark)
+        )
 
     # ---- Kafka ---------------------------------------------------------------------------
 
@@ -962,23 +969,26 @@ class _Job:
         self, kwargs: ReaderKwargs, todo: list[OffsetRange], staging: Staging, total: int
     ) -> WriteCounts:
         """Read ``todo`` with Spark's Kafka source (:mod:`.jvm_reader`) in the job that
-        writes them; then check that no partition ended below its range meanwhile. A job
-        that fails is checked too: a topic recreated under Spark's consumer can fail it
-        (its pool once raised ``ConcurrentModificationException`` there), and the data loss
-        is then the error to give."""
+        writes them (Spark's own writer in a cold session, else Python's:
+        :meth:`_python_writes`, the faster once its workers run); then check that no
+        partition ended below its range meanwhile. A job that fails is checked too: a topic
+        recreated under Spark's consumer can fail it (its pool once raised
+        ``ConcurrentModificationException`` there), and the data loss is then the error to
+        give."""
         from ..kafka.ranges import check_range_ends
         from .jvm_reader import read_with_spark
         from .reading import task_errors
 
         self._event("reading", 0, total)
-        raw = read_with_spark(self.spark, kwargs, self.spec.topic, todo)
+        python = self._python_writes()
+        raw = read_with_spark(self.spark, kwargs, self.spec.topic, todo, python_writes=python)
         failpoint("read.after_first_chunk")
         try:
             with task_errors():
                 counts = self._write(
                     raw,
                     staging,
-                    in_jvm=sorted({r.partition for r in todo}),
+                    in_jvm=() if python else sorted({r.partition for r in todo}),
                     kafka=KafkaRead(kwargs, todo),
                 )
         except Exception as failed:

@@ -35,7 +35,12 @@ from ..kafka.records import ID_HEADER
 from ..queues.config import ConfigError
 from .reading import rounds
 
-__all__ = ["kafka_options", "read_with_spark"]
+__all__ = [
+    "PYTHON_WRITER_ROUNDS",
+    "PYTHON_WRITER_TASK_MESSAGES",
+    "kafka_options",
+    "read_with_spark",
+]
 
 
 def _renamed(name: str) -> Translation:
@@ -140,11 +145,30 @@ def kafka_options(
     }
 
 
+#: Messages a task of a batch written by Python's writer reads at least, before its tasks
+#: are split finer than one per range (up to :data:`PYTHON_WRITER_ROUNDS` rounds of tasks).
+PYTHON_WRITER_TASK_MESSAGES = 20_000
+#: Rounds of tasks (one task per core each) of a batch written by Python's writer. Each task
+#: is a JVM thread that reads and classifies, and a Python worker that writes, one after the
+#: other for each chunk; with three tasks per core one's Python writes while another's JVM
+#: reads, where one or two leave the cores idle between their chunks. 2,000,000 messages on
+#: 2 cores (bench/ingest.py's, three partitions): 8.8 s as 4 tasks, 8.3 s as 6, 8.0 to 8.4 s
+#: as 8, 9.3 s as 12; 200,000: 2.51 s as 4, 2.33 s as 6.
+PYTHON_WRITER_ROUNDS = 3
+
+
 def read_with_spark(
-    spark: Any, kwargs: Mapping[str, Any], topic: str, ranges: Sequence[OffsetRange]
+    spark: Any,
+    kwargs: Mapping[str, Any],
+    topic: str,
+    ranges: Sequence[OffsetRange],
+    python_writes: bool = False,
 ) -> Any:
     """The messages of ``ranges`` as a DataFrame of the raw columns, read by Spark's Kafka
-    source when the job that uses it runs (tasks: at least one per core)."""
+    source when the job that uses it runs (tasks: at least one per core, in whole rounds).
+    ``python_writes``: Python's writer (:mod:`.writing`) writes them, and tasks of more than
+    :data:`PYTHON_WRITER_TASK_MESSAGES` messages are split, up to
+    :data:`PYTHON_WRITER_ROUNDS` rounds of tasks."""
     from pyspark.sql import functions as F
 
     from .records import RAW_SCHEMA_DDL
@@ -156,6 +180,10 @@ def read_with_spark(
         options = kafka_options(kwargs, topic, group)
         # whole rounds of tasks: 3 equal ranges on 2 cores as 4 tasks, not 3 (the third alone)
         rounds_of_tasks = -(-max(len(group), parallelism) // parallelism)
+        if python_writes:
+            messages = sum(r.count for r in group)
+            wanted = messages // (parallelism * PYTHON_WRITER_TASK_MESSAGES)
+            rounds_of_tasks = max(rounds_of_tasks, min(PYTHON_WRITER_ROUNDS, wanted))
         options["minPartitions"] = str(rounds_of_tasks * parallelism)
         frames.append(_load(spark, options))
     if not frames:

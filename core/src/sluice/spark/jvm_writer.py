@@ -1,5 +1,8 @@
 """Writing a batch without a Python worker: Spark's own Parquet writer, for rows that Spark's
-Kafka source read (``options.reader = "spark"``) and Spark columns classified.
+Kafka source read (``options.reader = "spark"``) or the driver read, and Spark columns
+classified, in a session whose Python workers have not started (a cold task's first ingest)
+or cannot (:meth:`sluice.spark.ingest._Job._python_writes`; once they run, Python's writer
+is the faster).
 
 :mod:`.writing` hands every row to a Python task (``mapInArrow``), which needs Python and
 pyarrow on the executors. When nothing in the job needs Python (a payload Spark decodes

@@ -470,3 +470,13 @@ def spark() -> Iterator[Any]:
     session.stop()
     # py4j logs from finalizers at interpreter exit, after pytest closed the log streams
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+@pytest.fixture
+def cold_spark(spark: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The shared session as a cold task's for one test: its Python workers taken as not
+    started and nothing ingested yet, so an ingest writes as a fresh task's first does
+    (Spark's own writer where it can)."""
+    monkeypatch.setattr(spark, "_sluice_python_workers_checked", False, raising=False)
+    monkeypatch.setattr(spark, "_sluice_ingested", False, raising=False)
+    return spark
