@@ -172,9 +172,9 @@ def test_one_run_per_stream_and_uris(tmp_path: Path) -> None:
 def test_files_of_sparks_own_writer_land_in_the_table_as_the_other_readers_do(
     cold_spark: Any, topic: KafkaTopic, tmp_path: Path
 ) -> None:
-    """options.reader 'spark' in a cold session stages files written by Spark's Parquet writer (no Python
-    worker: :mod:`sluice.spark.jvm_writer`) and a small quarantine the driver wrote with
-    pyarrow; the Delta table takes them like the other readers' files."""
+    """options.reader 'spark' in a cold session stages files written by Spark's Parquet
+    writer (no Python worker: :mod:`sluice.spark.jvm_writer`) and a small quarantine the
+    driver wrote with pyarrow; the Delta table takes them like the other readers' files."""
     from deltalake import DeltaTable
 
     table = tmp_path / "readings"

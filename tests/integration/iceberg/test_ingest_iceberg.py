@@ -227,9 +227,9 @@ def test_files_of_sparks_own_writer_land_in_the_table_as_the_other_readers_do(
     cold_spark: Any, apache_kafka_broker: Broker, unique_name: str, sqlite_lake: Lake
 ) -> None:
     """options.reader 'spark' in a cold session stages files written by Spark's Parquet
-    writer (no Python worker: :mod:`sluice.spark.jvm_writer`) and a small quarantine the driver wrote with
-    pyarrow; the table takes them like the other readers' files: the rows, the quarantine,
-    the snapshot's batch, the audit."""
+    writer (no Python worker: :mod:`sluice.spark.jvm_writer`) and a small quarantine the
+    driver wrote with pyarrow; the table takes them like the other readers' files: the rows,
+    the quarantine, the snapshot's batch, the audit."""
     topic = open_topic(apache_kafka_broker, unique_name)
     try:
         topic.send([reading(i) for i in range(30)] + BAD)
