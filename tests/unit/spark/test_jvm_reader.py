@@ -13,7 +13,7 @@ from sluice.batch import BatchSpec, OffsetRange
 from sluice.queues.config import ConfigError
 from sluice.spark.connector import _artifact, _not_in_pyspark, connector_coordinates
 from sluice.spark.ingest import source_config
-from sluice.spark.jvm_reader import kafka_options
+from sluice.spark.jvm_reader import FETCH_MAX_WAIT_MS, kafka_options
 from sluice.spark.kafka_source import reader_kwargs
 
 SPEC = BatchSpec("kafka", "readings", group_id="g", ranges=(OffsetRange(0, 5, 10),))
@@ -35,6 +35,8 @@ def test_the_ranges_become_per_partition_offsets_read_committed() -> None:
     assert options["failOnDataLoss"] == "false", "Sluice checks loss itself"
     assert options["includeHeaders"] == "true"
     assert options["kafkaConsumer.pollTimeoutMs"] == options["kafka.request.timeout.ms"]
+    # a fetch that finds nothing new (at a range's end) is not held for Kafka's 500 ms
+    assert options["kafka.fetch.max.wait.ms"] == str(FETCH_MAX_WAIT_MS) == "10"
 
 
 def test_sasl_over_tls_becomes_a_jaas_line_and_a_pem_truststore(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from ..queues.config import ConfigError
 from .reading import rounds
 
 __all__ = [
+    "FETCH_MAX_WAIT_MS",
     "PYTHON_WRITER_ROUNDS",
     "PYTHON_WRITER_TASK_MESSAGES",
     "kafka_options",
@@ -118,6 +119,15 @@ def _jaas(kwargs: Mapping[str, Any]) -> dict[str, str]:
     return {"kafka.sasl.jaas.config": line}
 
 
+#: How long the broker may hold a fetch of the source's consumers that finds no new message
+#: (``kafka.fetch.max.wait.ms``; Kafka's default is 500 ms). A consumer asks for what follows
+#: the records it hands over; at the end of a task's range, the log's end, nothing follows
+#: and the broker holds that fetch, which the consumer's next use (a task that takes it from
+#: Spark's pool) can wait for. A warm batch of 20,000 messages in three partitions, read as
+#: four tasks: 1.7 s with 500 ms, 0.75 s with 10 ms.
+FETCH_MAX_WAIT_MS = 10
+
+
 def kafka_options(
     kwargs: Mapping[str, Any], topic: str, ranges: Sequence[OffsetRange]
 ) -> dict[str, str]:
@@ -129,6 +139,7 @@ def kafka_options(
         options["kafka.ssl.truststore.type"] = "PEM"
     options.update(_jaas(kwargs))
     options.setdefault("kafka.isolation.level", "read_committed")
+    options.setdefault("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
     if kwargs.get("request_timeout_ms"):
         # the stall limit of every reader (options.request_timeout), not Spark's 120 s: a task
         # polling past a partition's end (recreated shorter) waits this long, then steps over
