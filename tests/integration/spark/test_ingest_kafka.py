@@ -321,3 +321,44 @@ def test_auto_reads_on_the_executors_from_a_lower_count_once_the_session_is_warm
     assert modes == ["driver", "executors"]
     assert workers == [False, True]
     assert sorted(r["temperature"] for r in dataset_rows(tmp_path)) == [i / 10 for i in range(60)]
+
+
+def test_auto_reads_a_large_batch_with_sparks_kafka_source_where_the_session_has_it(
+    spark: Any, topic: KafkaTopic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mode="auto"`` from AUTO_SPARK_SOURCE_MESSAGES on (lowered here to a small batch's
+    size) reads with Spark's own Kafka source, which the session has, and Python's writer
+    writes; not with ``options.reader`` set, nor in a session without the source: then
+    executor mode reads. The rows are the same either way."""
+    ingest_module = import_module("sluice.spark.ingest")
+    monkeypatch.setattr(ingest_module, "AUTO_EXECUTOR_MESSAGES", 20)
+    monkeypatch.setattr(ingest_module, "AUTO_SPARK_SOURCE_MESSAGES", 20)
+    monkeypatch.setattr(spark, "_sluice_ingested", True, raising=False)
+    topic.send([reading(i) for i in range(30)] + [b"{not json"])
+    spec = topic.plan()
+    found = {}
+    for number, (case, source, loads) in enumerate(
+        (
+            ("auto", topic.source, None),
+            ("confluent", with_reader(topic.source, "confluent"), None),
+            ("no source", topic.source, False),
+        )
+    ):
+        if loads is not None:
+            monkeypatch.setattr(spark, "_sluice_kafka_source_loads", loads, raising=False)
+        own = BatchSpec(
+            "kafka", spec.topic, group_id=f"{spec.group_id}-{number}", ranges=spec.ranges
+        )
+        sink = tmp_path / case
+        result = ingest(spark, own, sink, source=source, schema=SCHEMA)
+        assert (result.written, result.quarantined) == (30, 1)
+        good = sorted((r["partition"], r["offset"], r["temperature"]) for r in dataset_rows(sink))
+        found[case] = (result.mode, good, [r["reason"] for r in quarantine_rows(sink)])
+    assert {case: mode for case, (mode, _, _) in found.items()} == {
+        "auto": "spark",
+        "confluent": "executors",
+        "no source": "executors",
+    }
+    assert found["auto"][1:] == found["confluent"][1:] == found["no source"][1:]
+    assert sorted(t for _, _, t in found["auto"][1]) == [i / 10 for i in range(30)]
+    assert found["auto"][2] == ["invalid JSON"]

@@ -168,7 +168,9 @@ QUEUE_KEYS: tuple[ConfigKey, ...] = (
         str,
         DEFAULT_READER,
         "Client library that reads a batch's offset ranges in an ingest: auto (confluent-kafka "
-        "where installed and able to take the settings, else kafka-python), kafka-python, or "
+        "where installed and able to take the settings, else kafka-python; Spark's own Kafka "
+        "source for a batch of 1,000,000 messages or more in a session that has it), "
+        "kafka-python, or "
         "confluent (confluent-kafka, faster; a dependency of sluice-core[kafka]), or spark "
         "(Spark's own Kafka source, in the JVM; its jars come from Maven Central once, see "
         "sluice.spark.connector).",

@@ -114,6 +114,12 @@ AUTO_EXECUTOR_MESSAGES = 100_000
 #: and import the reader there, which a cold Airflow task at 200,000 messages paid with
 #: 1.2 s more than driver mode (``bench/cold_task.py --sides sluice,driver``).
 AUTO_EXECUTOR_MESSAGES_COLD = 1_000_000
+#: ``mode="auto"`` reads a batch of this many messages or more with Spark's own Kafka source
+#: where it can (:meth:`_Job._spark_source_reads`), and Python's writer writes it: warm, at
+#: 2,000,000 messages (bench/ingest.py) 7.5 s against executor mode's 10.0 s (the Spark
+#: source reads in the JVM, at a third of the confluent reader's CPU time), where at
+#: 200,000 executor mode was ahead (1.3 s against 1.7 s).
+AUTO_SPARK_SOURCE_MESSAGES = 1_000_000
 _INGESTED = "_sluice_ingested"  # set on a session once it has ingested a Kafka batch
 #: A chunk read on the driver is handed to Spark in one file per core, of at least this many
 #: rows each.
@@ -490,6 +496,7 @@ class _Job:
     max_quarantined: float | int | None = DEFAULT_MAX_QUARANTINED
     upsert: bool = False  # write_mode="upsert": the sink applies the batch as changes
     planned: Any = None  # Kafka: (Work, Positions) of the run under way (a routed run's)
+    auto_source: bool = False  # mode "auto" chose Spark's Kafka source (_spark_source_reads)
 
     @property
     def spark(self) -> Any:
@@ -657,6 +664,27 @@ class _Job:
             raw_file.unlink()
         return counts
 
+    def _spark_source_reads(self, kwargs: ReaderKwargs) -> bool:
+        """Whether ``mode="auto"`` reads this batch with Spark's own Kafka source: from
+        :data:`AUTO_SPARK_SOURCE_MESSAGES` messages on, with ``options.reader`` left at
+        ``auto``, a payload Spark decodes itself, a session whose class path has the source
+        (one started with ``spark_session(kafka_source=True)``, as a Spark user's own Kafka
+        job needs; not a Spark Connect session, whose server's class path cannot be asked),
+        and connection settings the source takes (not a client certificate)."""
+        from .jvm_reader import kafka_options, kafka_source_loads
+
+        if kwargs.reader != "auto" or self.formats.decodes:
+            return False
+        if self.spec.message_count < AUTO_SPARK_SOURCE_MESSAGES:
+            return False
+        if not kafka_source_loads(self.spark):
+            return False
+        try:
+            kafka_options(kwargs, self.spec.topic, [])
+        except ConfigError:
+            return False
+        return True
+
     def _python_writes(self) -> bool:
         """Whether Python's writer writes a batch that Spark's own writer could write too
         (read on the driver, or by Spark's Kafka source): in a session whose Python workers
@@ -689,6 +717,8 @@ class _Job:
             chosen = "spark"
         elif mode == "auto":
             chosen = auto_mode(spec.message_count, self._warm())
+            if chosen == "executors" and self._spark_source_reads(kwargs):
+                chosen, self.auto_source = "spark", True
         result = self._result(chosen, spec.batch_id)
         with self.sink.exclusive(StreamKey.of(spec)):
             done = self._run_kafka(kwargs, chosen, result)
@@ -980,7 +1010,8 @@ class _Job:
         from .reading import task_errors
 
         self._event("reading", 0, total)
-        python = self._python_writes()
+        # (a batch auto gave to the source is a large one: its Python workers start for it)
+        python = self._python_writes() or (self.auto_source and python_workers_start(self.spark))
         raw = read_with_spark(self.spark, kwargs, self.spec.topic, todo, python_writes=python)
         failpoint("read.after_first_chunk")
         try:

@@ -40,6 +40,7 @@ __all__ = [
     "PYTHON_WRITER_ROUNDS",
     "PYTHON_WRITER_TASK_MESSAGES",
     "kafka_options",
+    "kafka_source_loads",
     "read_with_spark",
 ]
 
@@ -156,6 +157,8 @@ def kafka_options(
     }
 
 
+_SOURCE_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+_SOURCE_LOADS = "_sluice_kafka_source_loads"  # on a session: kafka_source_loads's answer
 #: Messages a task of a batch written by Python's writer reads at least, before its tasks
 #: are split finer than one per range (up to :data:`PYTHON_WRITER_ROUNDS` rounds of tasks).
 PYTHON_WRITER_TASK_MESSAGES = 20_000
@@ -226,6 +229,22 @@ def _header_message_id(headers: Any) -> Any:
     found = F.try_element_at(ids, F.lit(-1))["value"]
     # bytes that are not UTF-8 replaced as Python's decode(errors="replace") does
     return F.when(F.length(found) > 0, F.make_valid_utf8(found.cast("string")))
+
+
+def kafka_source_loads(spark: Any) -> bool:
+    """Whether Spark's Kafka source is on ``spark``'s class path: a classic session's, asked
+    once per session; a Spark Connect session's server is not asked (False)."""
+    found = getattr(spark, _SOURCE_LOADS, None)
+    if found is None:
+        found = False
+        if _classic(spark):
+            try:
+                spark._jvm.org.apache.spark.util.Utils.classForName(_SOURCE_CLASS, True, False)
+                found = True
+            except Exception:  # Py4J's error: the class is not there
+                found = False
+        setattr(spark, _SOURCE_LOADS, found)
+    return bool(found)
 
 
 def _classic(spark: Any) -> bool:
