@@ -7,7 +7,10 @@ import sys
 import zipfile
 from pathlib import Path
 
-from sluice.spark.session import PROVIDED, sluice_pyfiles
+import pytest
+
+from sluice.jars import CACHE_ENV
+from sluice.spark.session import PROVIDED, _with_kafka_source, sluice_pyfiles
 
 
 def test_the_zip_holds_sluice_and_its_pure_python_requirements_only(tmp_path: Path) -> None:
@@ -34,3 +37,29 @@ def test_the_zip_alone_imports_the_executor_code(tmp_path: Path) -> None:
         [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
     )
     assert done.stdout.strip().startswith(str(path))
+
+
+def test_a_session_for_a_large_batch_gets_the_kafka_source_only_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session started for a batch that ``mode="auto"`` reads with Spark's Kafka source
+    gets its jars when the cache has them; never a download for it (an empty cache: none),
+    nor for a smaller batch, nor when kafka_source=False says no."""
+    from sluice.spark import connector
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(connector, "_resolved", {})
+    assert connector.cached_kafka_source_jars() is None
+    big = connector.AUTO_SPARK_SOURCE_MESSAGES
+    assert _with_kafka_source({}, None, big) == {}, "nothing cached, nothing fetched"
+
+    cached = [tmp_path / "spark-sql-kafka.jar", tmp_path / "kafka-clients.jar"]
+    monkeypatch.setattr(connector, "cached_kafka_source_jars", lambda: cached)
+    given = {"spark.jars": "/mine.jar"}
+    assert _with_kafka_source(given, None, big)["spark.jars"].split(",") == [
+        "/mine.jar",
+        *map(str, cached),
+    ]
+    assert _with_kafka_source(given, None, big - 1) == given
+    assert _with_kafka_source(given, None, None) == given
+    assert _with_kafka_source(given, False, big) == given

@@ -47,6 +47,7 @@ from ..queues.uri import queue_from_config, source_from
 from ..routes import Routes
 from . import layout
 from .classify import Classification, Rules, parse_schema
+from .connector import AUTO_SPARK_SOURCE_MESSAGES
 from .failpoints import failpoint
 from .formats import SPARKPLUG_STATE, Formats, format_task_errors, plan_formats
 from .gateway import disable_nagle
@@ -114,12 +115,6 @@ AUTO_EXECUTOR_MESSAGES = 100_000
 #: and import the reader there, which a cold Airflow task at 200,000 messages paid with
 #: 1.2 s more than driver mode (``bench/cold_task.py --sides sluice,driver``).
 AUTO_EXECUTOR_MESSAGES_COLD = 1_000_000
-#: ``mode="auto"`` reads a batch of this many messages or more with Spark's own Kafka source
-#: where it can (:meth:`_Job._spark_source_reads`), and Python's writer writes it: warm, at
-#: 2,000,000 messages (bench/ingest.py) 7.5 s against executor mode's 10.0 s (the Spark
-#: source reads in the JVM, at a third of the confluent reader's CPU time), where at
-#: 200,000 executor mode was ahead (1.3 s against 1.7 s).
-AUTO_SPARK_SOURCE_MESSAGES = 1_000_000
 _INGESTED = "_sluice_ingested"  # set on a session once it has ingested a Kafka batch
 #: A chunk read on the driver is handed to Spark in one file per core, of at least this many
 #: rows each.

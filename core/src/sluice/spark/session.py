@@ -76,6 +76,23 @@ SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 _CONNECT_HINT = "Spark Connect needs its client libraries: pip install 'sluice-core[connect]'."
 
 
+def _with_kafka_source(
+    settings: dict[str, str], asked: bool | None, batch_messages: int | None
+) -> dict[str, str]:
+    """``settings`` with Spark's Kafka source's jars where ``asked``, or where not asked
+    either way (None) for a batch that ``mode="auto"`` reads with the source and the jars are
+    in the cache."""
+    from .connector import AUTO_SPARK_SOURCE_MESSAGES, cached_kafka_source_jars, kafka_source_conf
+
+    if asked:
+        return kafka_source_conf(settings)
+    if asked is None and (batch_messages or 0) >= AUTO_SPARK_SOURCE_MESSAGES:
+        found = cached_kafka_source_jars()
+        if found is not None:
+            return kafka_source_conf(settings, found)
+    return settings
+
+
 class ShipError(RuntimeError):
     """Sluice could not be packed for the executors; the message says why."""
 
@@ -86,7 +103,7 @@ def spark_session(
     conf: Mapping[str, str] | None = None,
     *,
     ship_sluice: bool | None = None,
-    kafka_source: bool = False,
+    kafka_source: bool | None = None,
     batch_messages: int | None = None,
 ) -> Any:
     """Get or create a SparkSession.
@@ -101,7 +118,10 @@ def spark_session(
     resolved once, :mod:`.connector`), for ``options.reader`` ``spark``; a Spark Connect
     server needs them at its own start instead. ``batch_messages``: the size of the one batch
     the session is started for (an Airflow task, a Dagster run, ``sluice ingest``); below
-    :data:`SHORT_JVM_MESSAGES` a JVM started here compiles with C1 only. Setting
+    :data:`SHORT_JVM_MESSAGES` a JVM started here compiles with C1 only, and from
+    :data:`~.connector.AUTO_SPARK_SOURCE_MESSAGES` on it gets the Kafka source when
+    ``kafka_source`` is left at None and its jars are in the cache already (``auto`` reads
+    such a batch with it; no download is started for it). Setting
     ``spark.driver.defaultJavaOptions`` yourself turns Sluice's Java options off (this one and
     the class archive's), and a ``-XX:TieredStopAtLevel`` of your own in
     ``spark.driver.extraJavaOptions`` wins over it.
@@ -124,10 +144,8 @@ def spark_session(
             )
         builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
     settings = {**_DEFAULT_CONF, **(conf or {})}
-    if kafka_source and not (master or "").startswith("sc://"):
-        from .connector import kafka_source_conf
-
-        settings = kafka_source_conf(settings)
+    if not (master or "").startswith("sc://"):
+        settings = _with_kafka_source(settings, kafka_source, batch_messages)
     archive = None
     if _starts_a_jvm(master) and not class_archive.owns_java_options(settings):
         archive = class_archive.prepare(settings)
