@@ -42,7 +42,10 @@ The Sluice sides share a class archive in a cache directory of the benchmark's o
 written, before anything is timed, by the first Sluice process (the smallest batch), as on
 a machine's first task; that process's time is printed apart, with the archive's size. The
 class path with the Kafka source's jars is another archive: ``sluice-spark`` has a first
-process of its own.
+process of its own, and so has ``sluice`` for its batches of
+``AUTO_SPARK_SOURCE_MESSAGES`` or more, whose session gets Spark's Kafka source from the
+cache (the connector's jars are resolved before anything is timed, into the benchmark's cache
+too, as on a machine that resolved them before: a Spark user's job needs them as well).
 
 Each time is the parent's wall clock from the process's start to its exit. The Sluice
 processes also report where their time went: interpreter and imports, session start, and
@@ -57,6 +60,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -277,21 +281,28 @@ def main() -> None:
             spec_json(broker.bootstrap, topic, n)
             topics[n] = (broker, topic)
         cache = {"SLUICE_CACHE_DIR": str(work / "cache")}
-        kafka_jars = ""
-        if {"spark-job", "sluice-spark"} & set(sides):
-            from sluice.spark.connector import kafka_source_jars
+        from sluice.jars import cache_dir
+        from sluice.spark.connector import AUTO_SPARK_SOURCE_MESSAGES, kafka_source_jars
 
-            kafka_jars = ",".join(str(j) for j in kafka_source_jars())  # resolved untimed
+        # resolved untimed, and in the Sluice processes' cache as on a machine that resolved
+        # them before: a session for a batch that auto reads with Spark's Kafka source gets
+        # them from the cache (never a download)
+        kafka_jars = ",".join(str(j) for j in kafka_source_jars())
+        (work / "cache" / "classpaths").mkdir(parents=True, exist_ok=True)
+        for manifest in (cache_dir() / "classpaths").glob("spark-sql-kafka-*.txt"):
+            shutil.copy(manifest, work / "cache" / "classpaths" / manifest.name)
+        big_sizes = [n for n in sizes if n >= AUTO_SPARK_SOURCE_MESSAGES]
         firsts = [
-            (name, reader)
-            for name, reader, named in (
-                ("Sluice", "", {"sluice", "driver", "before", "floor"}),
-                ("sluice-spark", "?reader=spark", {"sluice-spark"}),
+            (name, reader, n)
+            for name, reader, named, n in (
+                ("Sluice", "", {"sluice", "driver", "before", "floor"}, min(sizes)),
+                # its session has the Kafka source's jars: a class path of its own
+                ("Sluice (a large batch)", "", {"sluice"}, min(big_sizes, default=0)),
+                ("sluice-spark", "?reader=spark", {"sluice-spark"}, min(sizes)),
             )
-            if named & set(sides)
+            if named & set(sides) and n
         ]
-        for name, reader in firsts:
-            n = min(sizes)
+        for name, reader, n in firsts:
             broker, topic = topics[n]
             spec = spec_json(broker.bootstrap, topic, n)
             before = set((work / "cache" / "jvm").glob("*.jsa"))
@@ -301,7 +312,7 @@ def main() -> None:
                     SLUICE_CHILD,
                     args.master,
                     spec,
-                    str(work / f"first{reader and '-spark'}"),
+                    str(work / f"first-{n}{reader and '-spark'}"),
                     f"kafka://{broker.bootstrap}{reader}",
                     SCHEMA,
                 ],
@@ -442,7 +453,6 @@ def main() -> None:
     finally:
         for server in servers:
             server.close()
-        import shutil
 
         shutil.rmtree(work, ignore_errors=True)
 
