@@ -121,14 +121,15 @@ class _Gate:
 
 def test_two_ingests_at_once_in_one_session_keep_spark_writers_timestamps(
     int96_session: Any,
+    cold_spark: Any,
     topic: KafkaTopic,
     second_topic: KafkaTopic,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Ingest A starts writing (Spark's own writer: ``options.reader`` spark), ingest B
-    starts writing, A finishes, B goes on. A's end put the session's INT96 back while B was
-    about to write, and B's files had INT96 timestamps."""
+    """Ingest A starts writing (Spark's own writer: ``options.reader`` spark in a cold
+    session), ingest B starts writing, A finishes, B goes on. A's end put the session's INT96
+    back while B was about to write, and B's files had INT96 timestamps."""
     from pyspark.sql.readwriter import DataFrameWriter
 
     spark = int96_session
