@@ -90,11 +90,30 @@ def test_a_batch_read_on_the_driver_needs_no_python_worker(
     assert plan_batch(topic.queue) is None
 
 
-def test_an_executor_mode_batch_needs_no_probe_job(
-    spark: Any, topic: KafkaTopic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+#: The two ways a large batch is read by the Python workers' code: executor mode, and
+#: Spark's Kafka source in ``mode="auto"`` (its threshold lowered to a small batch's size
+#: here), whose rows Python's writer writes.
+LARGE_BATCH_WAYS = ["executors", "spark"]
+
+
+def large_batch(way: str, spark: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The ``mode`` to ingest with for ``way`` (:data:`LARGE_BATCH_WAYS`)."""
+    if way == "executors":
+        return "executors"
+    ingest_module = sys.modules["sluice.spark.ingest"]
+    monkeypatch.setattr(ingest_module, "AUTO_EXECUTOR_MESSAGES_COLD", 1)
+    monkeypatch.setattr(ingest_module, "AUTO_SPARK_SOURCE_MESSAGES", 1)
+    monkeypatch.setattr(spark, "_sluice_ingested", False, raising=False)
+    return "auto"
+
+
+@pytest.mark.parametrize("way", LARGE_BATCH_WAYS)
+def test_a_large_batch_needs_no_probe_job(
+    spark: Any, topic: KafkaTopic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str
 ) -> None:
-    """Read on the executors, the batch's own tasks are the first Python to run there (0.5 s
-    of a cold task saved): no probe job first, and the workers count as checked after it."""
+    """Read on the executors or by Spark's Kafka source for Python's writer, the batch's own
+    tasks are the first Python to run there (0.5 s of a cold task saved): no probe job
+    first, and the workers count as checked after it."""
     ingest_module = sys.modules["sluice.spark.ingest"]
 
     def no_probe(_: Any) -> None:
@@ -102,26 +121,26 @@ def test_an_executor_mode_batch_needs_no_probe_job(
 
     monkeypatch.setattr(ingest_module, "check_python_workers", no_probe)
     monkeypatch.setattr(spark, "_sluice_python_workers_checked", False, raising=False)
+    mode = large_batch(way, spark, monkeypatch)
     topic.send([reading(i) for i in range(5)])
-    result = ingest(
-        spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA, mode="executors"
-    )
-    assert (result.mode, result.written, result.committed) == ("executors", 5, True)
+    result = ingest(spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA, mode=mode)
+    assert (result.mode, result.written, result.committed) == (way, 5, True)
     assert python_workers_checked(spark)
 
 
-def test_executor_mode_names_workers_that_cannot_import_pyarrow(
-    spark: Any, topic: KafkaTopic, tmp_path: Path
+@pytest.mark.parametrize("way", LARGE_BATCH_WAYS)
+def test_a_large_batch_names_workers_that_cannot_import_pyarrow(
+    spark: Any, topic: KafkaTopic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str
 ) -> None:
-    """Without a probe job first, a reading task that fails for want of pyarrow, pandas or
-    Sluice runs the probe then, which names all the workers lack."""
+    """Without a probe job first, a task that fails for want of pyarrow, pandas or Sluice
+    runs the probe then, which names all the workers lack."""
     topic.send([reading(i) for i in range(3)])
     spec = topic.plan()
+    mode = large_batch(way, spark, monkeypatch)
     with bare_python_workers(spark, tmp_path) as bare:
         with pytest.raises(PythonWorkersError) as caught:
             ingest(
-                spark, spec, tmp_path / "lake", source=topic.source, schema=SCHEMA,
-                mode="executors",
+                spark, spec, tmp_path / "lake", source=topic.source, schema=SCHEMA, mode=mode
             )  # fmt: skip
         assert not python_workers_checked(spark)
     said = str(caught.value)

@@ -1005,18 +1005,30 @@ class _Job:
         from .reading import task_errors
 
         self._event("reading", 0, total)
-        # (a batch auto gave to the source is a large one: its Python workers start for it)
-        python = self._python_writes() or (self.auto_source and python_workers_start(self.spark))
+        # A batch auto gave to the source is one executor mode would read in Python workers:
+        # they write it, with no probe job first (0.5 s of a cold task); a worker that cannot
+        # import what the writer needs fails it, naming all that it lacks, as executor mode.
+        python = self.auto_source or self._python_writes()
         raw = read_with_spark(self.spark, kwargs, self.spec.topic, todo, python_writes=python)
         failpoint("read.after_first_chunk")
         try:
             with task_errors():
-                counts = self._write(
-                    raw,
-                    staging,
-                    in_jvm=() if python else sorted({r.partition for r in todo}),
-                    kafka=KafkaRead(kwargs, todo),
-                )
+                try:
+                    counts = self._write(
+                        raw,
+                        staging,
+                        in_jvm=() if python else sorted({r.partition for r in todo}),
+                        kafka=KafkaRead(kwargs, todo),
+                        probe_workers=not self.auto_source,
+                    )
+                except Exception as failed:
+                    if not (self.auto_source and failed_on_imports(failed)):
+                        raise
+                    try:
+                        check_python_workers(self.spark)
+                    except PythonWorkersError as lacking:
+                        raise lacking from None
+                    raise
         except Exception as failed:
             try:
                 check_range_ends(kwargs, self.spec.topic, todo)
@@ -1026,6 +1038,8 @@ class _Job:
                 log.debug("checking the range ends after a failed read failed too", exc_info=True)
             raise
         check_range_ends(kwargs, self.spec.topic, todo)
+        if python:
+            python_workers_ran(self.spark)
         self.report(IngestEvent("reading", total, total))
         return counts
 
