@@ -71,9 +71,8 @@ from .session import SessionStarting
 from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
 from .sinks.upsert import UpsertSink, upsert_sink
 from .workers import (
-    PythonWorkersError,
     check_python_workers,
-    failed_on_imports,
+    lacking_named,
     python_workers_checked,
     python_workers_ran,
     python_workers_start,
@@ -973,19 +972,8 @@ class _Job:
         # No probe job first (0.5 s of a cold task): the reading tasks are the first to run
         # in the workers, before anything is read; only when a worker cannot import what they
         # need does the probe run, to name all that it lacks.
-        with task_errors():
-            try:
-                counts = self._write(
-                    raw, staging, kafka=KafkaRead(kwargs, todo), probe_workers=False
-                )
-            except Exception as failed:
-                if not failed_on_imports(failed):
-                    raise
-                try:
-                    check_python_workers(self.spark)
-                except PythonWorkersError as lacking:
-                    raise lacking from None
-                raise
+        with task_errors(), lacking_named(self.spark):
+            counts = self._write(raw, staging, kafka=KafkaRead(kwargs, todo), probe_workers=False)
         python_workers_ran(self.spark)
         self.report(IngestEvent("reading", total, total))
         return counts
@@ -1012,23 +1000,14 @@ class _Job:
         raw = read_with_spark(self.spark, kwargs, self.spec.topic, todo, python_writes=python)
         failpoint("read.after_first_chunk")
         try:
-            with task_errors():
-                try:
-                    counts = self._write(
-                        raw,
-                        staging,
-                        in_jvm=() if python else sorted({r.partition for r in todo}),
-                        kafka=KafkaRead(kwargs, todo),
-                        probe_workers=not self.auto_source,
-                    )
-                except Exception as failed:
-                    if not (self.auto_source and failed_on_imports(failed)):
-                        raise
-                    try:
-                        check_python_workers(self.spark)
-                    except PythonWorkersError as lacking:
-                        raise lacking from None
-                    raise
+            with task_errors(), lacking_named(self.spark, probe=self.auto_source):
+                counts = self._write(
+                    raw,
+                    staging,
+                    in_jvm=() if python else sorted({r.partition for r in todo}),
+                    kafka=KafkaRead(kwargs, todo),
+                    probe_workers=not self.auto_source,
+                )
         except Exception as failed:
             try:
                 check_range_ends(kwargs, self.spec.topic, todo)

@@ -22,6 +22,8 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 __all__ = [
@@ -112,6 +114,24 @@ def failed_on_imports(failure: BaseException) -> bool:
     """Whether a job's ``failure`` is a Python worker that could not import what an ingest
     needs (:data:`REQUIRED`): :func:`check_python_workers` then says all that it lacks."""
     return _LACKING.search(str(failure)) is not None
+
+
+@contextmanager
+def lacking_named(spark: Any, probe: bool = True) -> Iterator[None]:
+    """For a job whose own Python tasks are the first to run in ``spark``'s workers (no
+    probe job before it): a failure for want of what they import (:func:`failed_on_imports`)
+    runs the probe then (``probe``), which raises :class:`PythonWorkersError` naming all the
+    workers lack; any other failure passes as it is."""
+    try:
+        yield
+    except Exception as failed:
+        if not (probe and failed_on_imports(failed)):
+            raise
+        try:
+            check_python_workers(spark)
+        except PythonWorkersError as lacking:
+            raise lacking from None
+        raise
 
 
 def python_workers_start(spark: Any) -> bool:
