@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
+from kafka.structs import MemberState
 
 from ..secrets import redact_exception
 from .offsets import tracked_consumer
@@ -68,25 +69,65 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self._tell("on_partitions_assigned", assigned)
 
 
+def finish_answered_joins(consumer: KafkaConsumer) -> None:
+    """Work around a kafka-python 3.0.12 defect: a join's answer is lost when no poll waits.
+
+    kafka-python drives a group join as a task that outlives a poll's timeout, and uses the
+    task's SyncGroup answer only if a poll is waiting on it when it comes. When a poll's
+    timeout expires just as the answer arrives, the next poll starts another join: one more
+    round trip (about 3 s on Tansu) and, under load, another chance to lose the answer. Seen
+    as a contract test on Tansu waiting 15 s for a join. Installed on each consumer of a
+    group: before kafka-python starts a join, one whose answer came is finished with it, as
+    kafka-python would have done had its poll waited a moment longer. The check runs on
+    kafka-python's loop, where the answer arrives, so no answer can slip in between."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    join = getattr(coordinator, "join_group_async", None)
+    if coordinator is None or join is None:
+        return
+
+    async def join_group_async(timeout_ms: float | None = None) -> bool:
+        task = getattr(coordinator, "_join_task", None)
+        if coordinator.rejoining and task is not None and task.succeeded():
+            log.debug("group %s: finishing the join kafka-python left", coordinator.group_id)
+            await _finish_join(coordinator, task.value)
+        joined: bool = await join(timeout_ms=timeout_ms)  # joins again only if still needed
+        return joined
+
+    coordinator.join_group_async = join_group_async
+
+
+async def _finish_join(coordinator: Any, assignment: bytes) -> None:
+    """What kafka-python's ``join_group_async`` does with a SyncGroup answer."""
+    coordinator._join_task = None
+    with coordinator._lock:
+        coordinator.rejoining = False
+        coordinator.rejoin_needed = False
+        coordinator.state = MemberState.STABLE
+        coordinator._enable_heartbeat()
+    generation = coordinator._generation
+    await coordinator._on_join_complete_async(
+        generation.generation_id, generation.member_id, generation.protocol, assignment
+    )
+
+
 def mend_lost_join(consumer: KafkaConsumer) -> bool:
-    """Work around a kafka-python 3.0.12 defect; True when it struck and was mended.
+    """Work around a second form of the defect above; True when it struck and was mended.
 
     A rebalance that the leader starts because topic metadata changed (its assignment snapshot
     differs from the metadata snapshot) sets no ``rejoin_needed`` flag: the comparison is the
     only reason. The leader's assignment makes the snapshots equal again. If the poll's
     timeout expires just as the SyncGroup answer arrives, the next poll sees no reason to
-    rejoin and never completes the join it has the answer for: the member stays in
-    REBALANCING with no partitions and heartbeats off until the group evicts it. Apache Kafka
-    shows it (the first metadata of a new topic often comes after the first join); so can
-    any broker. Asking to rejoin makes the next poll join again."""
+    rejoin and never looks at the join it has the answer for: the member stays in REBALANCING
+    with no partitions and heartbeats off until the group evicts it. Apache Kafka shows it
+    (the first metadata of a new topic often comes after the first join); so can any broker.
+    Asking to rejoin makes the next poll finish that join (:func:`finish_answered_joins`), or
+    join again if its attempt failed."""
     coordinator = getattr(consumer, "_coordinator", None)
     if coordinator is None or not getattr(coordinator, "rejoining", False):
         return False
     task = getattr(coordinator, "_join_task", None)
     if (task is None or task.is_done) and not coordinator.need_rejoin():
-        log.debug(
-            "kafka-python lost a finished join of group %s; joining again", coordinator.group_id
-        )
+        log.debug("group %s: kafka-python lost a finished join; asking again", coordinator.group_id)
         coordinator.request_rejoin()
         return True
     return False
@@ -161,6 +202,7 @@ class Subscription(threading.Thread):
             consumer = tracked_consumer(
                 group_id=self.group_id, enable_auto_commit=False, **self._config
             )
+            finish_answered_joins(consumer)
             consumer.subscribe([self.topic], listener=_Rebalance(self))
         except BaseException as exc:  # handed to start_and_wait's caller
             self._startup_error = exc
