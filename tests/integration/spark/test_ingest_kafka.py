@@ -362,3 +362,37 @@ def test_auto_reads_a_large_batch_with_sparks_kafka_source_where_the_session_has
     assert found["auto"][1:] == found["confluent"][1:] == found["no source"][1:]
     assert sorted(t for _, _, t in found["auto"][1]) == [i / 10 for i in range(30)]
     assert found["auto"][2] == ["invalid JSON"]
+
+
+def test_a_small_batch_read_on_the_driver_of_a_warm_session_is_written_by_the_driver(
+    spark: Any, topic: KafkaTopic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once Python writes (a warm session), a batch read on the driver of at most
+    DRIVER_WRITE_BYTES comes back to the driver as Arrow and is written there, with no
+    Python task; a larger one (the bound lowered here) is written by Spark's tasks."""
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    ingest_module = import_module("sluice.spark.ingest")
+    monkeypatch.setattr(spark, "_sluice_ingested", True, raising=False)
+    calls: list[str] = []
+    for name in ("toArrow", "mapInArrow"):
+        real = getattr(DataFrame, name)
+
+        def spy(self: Any, *args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            calls.append(_name)
+            return _real(self, *args, **kw)
+
+        monkeypatch.setattr(DataFrame, name, spy)
+    written = []
+    for first, bound in ((0, ingest_module.DRIVER_WRITE_BYTES), (10, 0)):
+        monkeypatch.setattr(ingest_module, "DRIVER_WRITE_BYTES", bound)
+        calls.clear()
+        topic.send([reading(first + i) for i in range(10)] + [b"not json"])
+        result = ingest(
+            spark, topic.plan(), tmp_path, source=topic.source, schema=SCHEMA, mode="driver"
+        )
+        assert (result.written, result.quarantined, result.committed) == (10, 1, True)
+        written.append(calls[:])
+    assert written == [["toArrow"], ["mapInArrow"]]
+    assert sorted(r["temperature"] for r in dataset_rows(tmp_path)) == [i / 10 for i in range(20)]
+    assert len(quarantine_rows(tmp_path)) == 2

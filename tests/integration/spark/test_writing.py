@@ -135,3 +135,23 @@ def test_a_session_builds_the_classification_of_equal_rules_once(spark: Any) -> 
     )
     assert first.apply(raw).first()["reason"] is None
     assert "'b' is not bigint" in other.apply(raw).first()["reason"]
+
+
+def test_the_driver_writes_a_small_batch_as_one_task_would(spark: Any, tmp_path: Path) -> None:
+    """``on_driver``: Spark classifies, the driver writes: the same rows, counts and offsets
+    reports as Spark's tasks write, in one file per output instead of one per task."""
+    rows = [(n, "bad record" if n % 10 == 0 else None) for n in range(100)]
+    written = {}
+    for on_driver in (False, True):
+        root = tmp_path / str(on_driver)
+        targets = WriteTargets(str(root / "data"), str(root / "quarantine"))
+        counts = write_outcomes(
+            frame(spark, rows), ["n", "value"], ["n", "reason"], targets, on_driver=on_driver
+        )
+        good, bad = read_rows(root / "data"), read_rows(root / "quarantine")
+        written[on_driver] = (counts, sorted(r["n"] for r in good), sorted(r["n"] for r in bad))
+        files = len(list((root / "data").glob("*.parquet")))
+        assert files == (1 if on_driver else 2), f"on_driver={on_driver}: {files} files"
+        assert not (root / "data" / ATTEMPTS_DIR).exists()
+    assert written[True] == written[False]
+    assert (written[True][0].good, written[True][0].bad) == (90, 10)

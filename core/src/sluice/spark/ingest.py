@@ -67,7 +67,7 @@ from .reconcile import reconcile_kafka, reconcile_mqtt
 from .records import RAW_SCHEMA_DDL, largest_message_bytes
 from .remaining import commit_targets, live_commits, remaining, truncated_below
 from .result import IngestResult
-from .session import SessionStarting
+from .session import SessionStarting, is_connect
 from .sinks import BatchRecord, Sink, Staging, StreamKey, StreamState, open_sink
 from .sinks.upsert import UpsertSink, upsert_sink
 from .workers import (
@@ -79,6 +79,7 @@ from .workers import (
 )
 from .writing import (
     BATCH_BYTES,
+    DRIVER_WRITE_BYTES,
     UNKNOWN_FINGERPRINT,
     WriteCounts,
     lean_rows,
@@ -545,6 +546,7 @@ class _Job:
         in_jvm: Sequence[int] = (),
         kafka: KafkaRead | None = None,
         probe_workers: bool = True,
+        on_driver: bool = False,
     ) -> WriteCounts:
         """Decode (:mod:`.formats`) and sort ``raw`` into good and bad rows and add both to
         ``staging``, in one Spark job (:mod:`.writing`); ``largest``: the bytes of its largest
@@ -556,7 +558,8 @@ class _Job:
         :func:`.writing.lean_rows`; the last messages' fingerprints that neither writer
         took are fetched from the broker). ``probe_workers``: False where the job's own tasks
         start by running Sluice in the Python workers (executor mode), which answers
-        :func:`.workers.check_python_workers` without a job of its own."""
+        :func:`.workers.check_python_workers` without a job of its own. ``on_driver``: Python's
+        writer runs on the driver (:func:`.writing.write_outcomes`), not in Spark's tasks."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -587,7 +590,7 @@ class _Job:
             if kafka is not None:
                 frame = lean_rows(frame, good, bad, _last_offsets(kafka.todo))
             with format_task_errors(), job_progress(self.spark, writing):
-                counts = write_outcomes(frame, good, bad, targets, largest)
+                counts = write_outcomes(frame, good, bad, targets, largest, on_driver)
         return counts if kafka is None else self._with_fingerprints(counts, kafka.kwargs)
 
     def _with_fingerprints(self, counts: WriteCounts, kwargs: ReaderKwargs) -> WriteCounts:
@@ -642,6 +645,7 @@ class _Job:
         aliases: Mapping[str, Any] | None = None,
         partitions: Sequence[int] = (),
         kafka: KafkaRead | None = None,
+        read_bytes: int | None = None,
     ) -> WriteCounts:
         """Sort the raw rows of ``files`` into ``staging`` (one Spark job), then delete them;
         ``largest``: the bytes of their largest message. ``partitions``: the Kafka partitions
@@ -650,10 +654,27 @@ class _Job:
         batch read on the driver then starts none, which cost a cold task about as much as
         its write. Once they run, Python's writer is the faster one (bench/ingest.py, driver
         mode: 14% at 200,000 messages; 0.47 s against 0.69 s at 20,000), so a session's
-        second ingest starts them, unless they cannot start (no Python on the executors)."""
+        second ingest starts them, unless they cannot start (no Python on the executors).
+        Python's writer runs on the driver itself for a batch of at most
+        :data:`.writing.DRIVER_WRITE_BYTES` (``read_bytes``: the batch's, if known), except in
+        a Spark Connect session, whose client is not the driver."""
         raw = self.spark.read.schema(RAW_SCHEMA_DDL).parquet(*map(str, files))
-        in_jvm = () if self._python_writes() else partitions
-        counts = self._write(raw, staging, largest, aliases, in_jvm=in_jvm, kafka=kafka)
+        python = self._python_writes()
+        on_driver = (
+            python
+            and read_bytes is not None
+            and read_bytes <= DRIVER_WRITE_BYTES
+            and not is_connect(self.spark)
+        )
+        counts = self._write(
+            raw,
+            staging,
+            largest,
+            aliases,
+            in_jvm=() if python else partitions,
+            kafka=kafka,
+            on_driver=on_driver,
+        )
         for raw_file in files:
             raw_file.unlink()
         return counts
@@ -940,11 +961,12 @@ class _Job:
             self.chunk_bytes,
         )
         files: list[Path] = []
-        done = largest = 0
+        done = largest = read_bytes = 0
         for number, batch in enumerate(chunks):
             if number == 0:
                 failpoint("read.after_first_chunk")
             largest = max(largest, largest_message_bytes(batch))
+            read_bytes += batch.nbytes
             files += self._hand_over(batch, staging, number)
             done += batch.num_rows
             del batch  # not held while the next chunk is read: one chunk in memory at a time
@@ -958,6 +980,7 @@ class _Job:
             largest,
             partitions=sorted({r.partition for r in todo}),
             kafka=KafkaRead(kwargs, todo),
+            read_bytes=read_bytes,
         )
 
     def _read_on_executors(

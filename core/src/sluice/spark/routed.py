@@ -395,6 +395,7 @@ class _RoutedJob(_Job):
         in_jvm: Sequence[int] = (),
         kafka: KafkaRead | None = None,  # routed rows reach the writers whole
         probe_workers: bool = True,  # probed all the same: the routes' job comes first
+        on_driver: bool = False,  # routed batches are written by Spark's tasks
     ) -> WriteCounts:
         from pyspark import StorageLevel
 

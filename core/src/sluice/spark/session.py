@@ -262,13 +262,13 @@ def _ship(spark: Any, path: Path | None = None) -> None:
     if (id(spark), path) in _shipped:
         return
     _shipped.add((id(spark), path))
-    if _is_connect(spark):
+    if is_connect(spark):
         spark.addArtifacts(str(path), pyfile=True)
     else:
         spark.sparkContext.addPyFile(str(path))
 
 
-def _is_connect(spark: Any) -> bool:
+def is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 

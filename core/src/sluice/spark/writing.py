@@ -33,6 +33,13 @@ sixth of the writing tasks' time (the list-of-struct ``headers`` column is slow 
 When the largest message is known (driver mode) the row count keeps a batch under
 :data:`BATCH_BYTES`; otherwise (executor mode) a batch has as many rows as the reading tasks'
 own batches, which they held in memory already.
+
+A batch small enough (:data:`DRIVER_WRITE_BYTES`) can be written by the driver instead
+(``on_driver``): Spark classifies it as before and hands the rows to the driver as Arrow
+(``toArrow``), where the same writer function runs: no function shipped to a Python
+worker, no rows sent there and results back. That was about a fifth of a warm
+10,000-message batch's write (0.42 s against 0.54 s), time a small batch's freshness waits
+on.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ __all__ = [
     "ATTEMPTS_DIR",
     "BATCH_BYTES",
     "BATCH_ROWS",
+    "DRIVER_WRITE_BYTES",
     "PartitionWrites",
     "WriteCounts",
     "WriteTargets",
@@ -86,6 +94,10 @@ ATTEMPTS_DIR = "_attempts"
 BATCH_ROWS = 10_000
 #: Bytes of such a batch at most when the largest message is known (Spark's default limit).
 BATCH_BYTES = 64 << 20
+#: A batch read on the driver of at most this many bytes is written by the driver itself
+#: (``write_outcomes(on_driver=True)``): it holds the classified rows in memory, as one
+#: writing task would hold an Arrow batch.
+DRIVER_WRITE_BYTES = BATCH_BYTES
 _RESULT_DDL = "output STRING, file STRING, rows BIGINT, value_bytes BIGINT, offsets STRING"
 _ARROW_ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
 _ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
@@ -191,13 +203,18 @@ def write_outcomes(
     bad_columns: list[str],
     targets: WriteTargets,
     largest_message: int | None = None,
+    on_driver: bool = False,
 ) -> WriteCounts:
     """Write the rows of ``frame`` whose ``reason`` is null (``good_columns`` of them) to
     ``targets.data`` and the others (``bad_columns``) to ``targets.quarantine``, in one job.
-    ``largest_message``: the bytes of the largest message, if known (:func:`batch_rows`)."""
+    ``largest_message``: the bytes of the largest message, if known (:func:`batch_rows`).
+    ``on_driver``: the driver writes the rows Spark classified (a small batch: see
+    :data:`DRIVER_WRITE_BYTES`), as one task would; not while a test arms ``task.lost``,
+    a fault of the tasks that write."""
     dirs = {"good": targets.data.rstrip("/"), "bad": targets.quarantine.rstrip("/")}
     attempts = {kind: f"{path}/{ATTEMPTS_DIR}" for kind, path in dirs.items()}
     lost = _lost_marker() if is_armed("task.lost") else None
+    on_driver = on_driver and lost is None
     task = _task_writer(
         good_columns,
         bad_columns,
@@ -210,8 +227,13 @@ def write_outcomes(
         layout.arrow_writer_options,
     )
     try:
-        with session_conf(frame.sparkSession, arrow_settings(batch_rows(largest_message))):
-            written = frame.mapInArrow(task, _RESULT_DDL).collect()
+        rows = batch_rows(largest_message)
+        with session_conf(frame.sparkSession, arrow_settings(rows)):
+            if on_driver:
+                batches = frame.toArrow().to_batches(max_chunksize=rows)
+                written: list[Any] = [r for b in task(iter(batches)) for r in b.to_pylist()]
+            else:
+                written = frame.mapInArrow(task, _RESULT_DDL).collect()
         counts = {"good": 0, "bad": 0}
         value_bytes = 0
         reports = []
