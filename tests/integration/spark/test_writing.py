@@ -138,8 +138,8 @@ def test_a_session_builds_the_classification_of_equal_rules_once(spark: Any) -> 
 
 
 def test_the_driver_writes_a_small_batch_as_one_task_would(spark: Any, tmp_path: Path) -> None:
-    """``on_driver``: Spark classifies, the driver writes: the same rows, counts and offsets
-    reports as Spark's tasks write, in one file per output instead of one per task."""
+    """``on_driver``: Spark classifies, the driver writes: the same rows and counts as Spark's
+    tasks write, in one file per output instead of one per task."""
     rows = [(n, "bad record" if n % 10 == 0 else None) for n in range(100)]
     written = {}
     for on_driver in (False, True):

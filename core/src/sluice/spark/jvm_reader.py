@@ -34,6 +34,7 @@ from ..kafka.logs import hide_secret
 from ..kafka.records import ID_HEADER
 from ..queues.config import ConfigError
 from .reading import rounds
+from .session import is_connect
 
 __all__ = [
     "FETCH_MAX_WAIT_MS",
@@ -188,7 +189,7 @@ def read_with_spark(
     from .records import RAW_SCHEMA_DDL
 
     todo = [r for r in ranges if r.count > 0]
-    parallelism = max(1, int(spark.sparkContext.defaultParallelism)) if _classic(spark) else 2
+    parallelism = 2 if is_connect(spark) else max(1, int(spark.sparkContext.defaultParallelism))
     frames = []
     for group in rounds(todo):
         options = kafka_options(kwargs, topic, group)
@@ -237,7 +238,7 @@ def kafka_source_loads(spark: Any) -> bool:
     found = getattr(spark, _SOURCE_LOADS, None)
     if found is None:
         found = False
-        if _classic(spark):
+        if not is_connect(spark):
             try:
                 spark._jvm.org.apache.spark.util.Utils.classForName(_SOURCE_CLASS, True, False)
                 found = True
@@ -245,10 +246,6 @@ def kafka_source_loads(spark: Any) -> bool:
                 found = False
         setattr(spark, _SOURCE_LOADS, found)
     return bool(found)
-
-
-def _classic(spark: Any) -> bool:
-    return not type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def _load(spark: Any, options: Mapping[str, str]) -> Any:

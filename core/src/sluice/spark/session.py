@@ -269,6 +269,7 @@ def _ship(spark: Any, path: Path | None = None) -> None:
 
 
 def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (no JVM or SparkContext here)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
